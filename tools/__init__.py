@@ -1,0 +1,1 @@
+"""Shared code of the post-training systems course: runtime, models, grading and batch runs."""
