@@ -1,0 +1,117 @@
+"""`python -m tools.course`: parse arguments, call the library, print, exit.
+
+Exit codes: 0 success, 1 a check/verification/chapter failed, 2 invalid input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from tools.errors import CourseError
+from tools.project_runtime import RUN_MODES, resolve_project_root
+
+
+def cmd_check(args) -> int:
+    from tools.course.notebook_check import check_course
+
+    problems = check_course(args.root)
+    for problem in problems:
+        print(f"ERROR {problem}")
+    if problems:
+        print(f"{len(problems)} problem(s); see notebooks/AUTHORING.md")
+        return 1
+    print("course check: all chapter notebooks follow the template")
+    return 0
+
+
+def cmd_grading_build(args) -> int:
+    from tools.course.catalog import select_chapters
+    from tools.course.grading_build import build_sources
+
+    chapters = select_chapters(args.chapter, args.root)
+    touched = build_sources(args.root, chapters, check=args.check)
+    if args.check:
+        for path in touched:
+            print(f"STALE {path}: run `python -m tools.course grading build`")
+        if touched:
+            return 1
+        print(f"grading sources up to date ({len(chapters)} chapter(s))")
+        return 0
+    for path in touched:
+        print(f"wrote {path}")
+    print(f"grading sources built ({len(chapters)} chapter(s), {len(touched)} changed)")
+    return 0
+
+
+def cmd_grading_verify(args) -> int:
+    from tools.course.catalog import select_chapters
+    from tools.course.grading_verify import format_matrix, verify_chapter
+
+    failed = []
+    for chapter in select_chapters(args.chapter, args.root):
+        report = verify_chapter(args.root, chapter, progress=lambda message: print(message, flush=True))
+        print(format_matrix(report), flush=True)
+        if not report.passed:
+            failed.append(chapter.id)
+    if failed:
+        print(f"grading verify FAILED for {', '.join(failed)}")
+        return 1
+    return 0
+
+
+def cmd_run(args) -> int:
+    from tools.course.catalog import select_chapters
+    from tools.course.runner import format_summary, run_chapters
+
+    chapters = select_chapters(args.chapter, args.root)
+    label, outcomes = run_chapters(args.root, chapters, run_mode=args.run_mode, label=args.label,
+                                   results_dir=args.results_dir, show_progress=not args.no_progress)
+    print(f"run label: {label}")
+    print(format_summary(outcomes))
+    failed = [outcome.chapter for outcome in outcomes if outcome.status != "passed"]
+    if failed:
+        print(f"{len(failed)} chapter(s) failed: {', '.join(failed)}")
+        return 1
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m tools.course", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    check = commands.add_parser("check", help="validate every chapter notebook against the template")
+    check.set_defaults(handler=cmd_check)
+
+    grading = commands.add_parser("grading", help="nbgrader source build and grader verification")
+    grading_commands = grading.add_subparsers(dest="grading_command", required=True)
+    build = grading_commands.add_parser("build", help="build grading/source from the chapters and hidden tests")
+    build.add_argument("--check", action="store_true", help="fail if grading/source is stale instead of writing")
+    build.add_argument("--chapter", action="append", help="chapter id or slug (repeatable; default: all)")
+    build.set_defaults(handler=cmd_grading_build)
+    verify = grading_commands.add_parser("verify", help="autograde planted submissions and check their scores")
+    verify.add_argument("--chapter", action="append", help="chapter id or slug (repeatable; default: all)")
+    verify.set_defaults(handler=cmd_grading_verify)
+
+    run = commands.add_parser("run", help="execute chapters headless with papermill")
+    run.add_argument("--chapter", action="append", help="chapter id or slug (repeatable; default: all)")
+    run.add_argument("--run-mode", default="cpu_smoke", choices=RUN_MODES)
+    run.add_argument("--label", help="run label naming the records (default for dry_run/cpu_smoke: a timestamp)")
+    run.add_argument("--results-dir", help="where records go (default: build/results or benchmarks/results)")
+    run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    run.set_defaults(handler=cmd_run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.root = resolve_project_root()
+        return args.handler(args)
+    except CourseError as error:
+        print(f"ERROR {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,100 @@
+"""The chapter catalog (`notebooks/catalog.toml`): which chapters exist, where, and in what state."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tools.errors import ConfigError
+from tools.project_runtime import resolve_project_root
+
+CATALOG_PATH = Path("notebooks/catalog.toml")
+STATUSES = ("implemented", "planned")
+KINDS = ("mechanism", "project", "neighbour")
+REQUIRED_FIELDS = ("id", "slug", "kind", "title_zh", "title_en", "status")
+
+
+@dataclass(frozen=True)
+class Chapter:
+    """One catalog entry."""
+
+    id: str
+    slug: str
+    kind: str
+    title_zh: str
+    title_en: str
+    status: str
+    branch: str = ""
+    prerequisites: tuple[str, ...] = ()
+    profiles: tuple[str, ...] = ()
+    fixed_inputs: str = ""
+    compared_variable: str = ""
+    notebook: str | None = None
+    extra: dict = field(default_factory=dict, compare=False)
+
+    @property
+    def implemented(self) -> bool:
+        return self.status == "implemented"
+
+    def notebook_path(self, root: Path) -> Path:
+        if not self.notebook:
+            raise ConfigError(f"chapter {self.id} has no notebook (status {self.status}).")
+        return root / self.notebook
+
+
+def _chapter_from_entry(entry: dict, index: int) -> Chapter:
+    missing = [name for name in REQUIRED_FIELDS if not entry.get(name)]
+    if missing:
+        raise ConfigError(f"{CATALOG_PATH} entry {index + 1}: missing {', '.join(missing)}")
+    if entry["status"] not in STATUSES:
+        raise ConfigError(f"{CATALOG_PATH} entry {entry['id']}: status must be one of {STATUSES}")
+    if entry["kind"] not in KINDS:
+        raise ConfigError(f"{CATALOG_PATH} entry {entry['id']}: kind must be one of {KINDS}")
+    known = {name for name in Chapter.__dataclass_fields__ if name != "extra"}
+    values = {name: entry[name] for name in known if name in entry}
+    for name in ("prerequisites", "profiles"):
+        values[name] = tuple(values.get(name, ()))
+    values["extra"] = {name: value for name, value in entry.items() if name not in known}
+    chapter = Chapter(**values)
+    if chapter.implemented and not chapter.notebook:
+        raise ConfigError(f"{CATALOG_PATH} entry {chapter.id}: an implemented chapter needs a notebook path")
+    return chapter
+
+
+def load_catalog(root: Path | None = None) -> list[Chapter]:
+    """All catalog entries in file order; ids and slugs are unique."""
+    root = root or resolve_project_root()
+    data = tomllib.loads((root / CATALOG_PATH).read_text(encoding="utf-8"))
+    chapters = [_chapter_from_entry(entry, index) for index, entry in enumerate(data.get("chapter", []))]
+    for attribute in ("id", "slug"):
+        values = [getattr(chapter, attribute) for chapter in chapters]
+        duplicates = sorted({value for value in values if values.count(value) > 1})
+        if duplicates:
+            raise ConfigError(f"{CATALOG_PATH}: duplicate chapter {attribute}s: {', '.join(duplicates)}")
+    return chapters
+
+
+def implemented_chapters(root: Path | None = None) -> list[Chapter]:
+    """Catalog entries that have a notebook, in catalog order."""
+    return [chapter for chapter in load_catalog(root) if chapter.implemented]
+
+
+def find_chapter(key: str, root: Path | None = None) -> Chapter:
+    """The chapter whose id or slug is `key` (case-insensitive)."""
+    wanted = key.lower()
+    for chapter in load_catalog(root):
+        if wanted in (chapter.id.lower(), chapter.slug.lower()):
+            return chapter
+    raise ConfigError(f"unknown chapter {key!r}; see {CATALOG_PATH} for ids and slugs.")
+
+
+def select_chapters(keys: list[str] | None, root: Path | None = None) -> list[Chapter]:
+    """Chapters named by `keys` (all implemented ones when empty); a planned chapter is an error."""
+    if not keys:
+        return implemented_chapters(root)
+    chapters = [find_chapter(key, root) for key in keys]
+    planned = [chapter.id for chapter in chapters if not chapter.implemented]
+    if planned:
+        raise ConfigError(f"chapter(s) {', '.join(planned)} are planned, not implemented yet.")
+    return chapters

@@ -1,0 +1,199 @@
+"""Batch execution of chapters with papermill: one label, a lock, progress and a summary.
+
+`run_chapters` executes each chapter notebook into `build/runs/<label>/`, injecting
+RUN_MODE, RUN_LABEL and RESULTS_DIR into its `parameters` cell. A failing chapter is
+recorded with its cell and error, the batch goes on, and the caller exits non-zero.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterator
+
+from tools.course.catalog import Chapter
+from tools.course.cells import read_notebook, tags, write_notebook
+from tools.errors import ConfigError, CourseError
+from tools.project_runtime import (
+    default_results_dir,
+    validate_run_label,
+    validate_run_mode,
+)
+
+RUNS_DIR = Path("build/runs")
+LOCKS_DIR = Path("build/locks")
+
+
+class LabelLockedError(CourseError):
+    """Another batch run holds this label."""
+
+
+@dataclass
+class ChapterRun:
+    """The outcome of one chapter in a batch."""
+
+    chapter: str
+    mode: str
+    status: str
+    seconds: float
+    records_written: list[str]
+    output_notebook: str
+    failed_cell: int | None = None
+    error: str | None = None
+
+
+def default_label(run_mode: str) -> str:
+    """A fresh label for modes that allow one to be made up (never for real_gpu)."""
+    if run_mode == "real_gpu":
+        raise ConfigError("real_gpu runs need an explicit --label (it names the records in benchmarks/results).")
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return f"{run_mode.replace('_', '-')}-{stamp}"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@contextmanager
+def label_lock(root: Path, label: str) -> Iterator[Path]:
+    """Hold `build/locks/<label>.lock` for the duration of a run; refuse if another run holds it."""
+    lock = root / LOCKS_DIR / f"{label}.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        holder = lock.read_text(encoding="utf-8").strip() or "unknown"
+        try:
+            pid = int(json.loads(holder).get("pid", -1))
+        except (ValueError, AttributeError):
+            pid = -1
+        state = "is still running" if pid > 0 and _pid_alive(pid) else "is no longer running; delete the lock if so"
+        raise LabelLockedError(f"label {label!r} is locked by another run ({holder}); that process {state}: {lock}") from None
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        json.dump({"pid": os.getpid(), "started_utc": _dt.datetime.now(_dt.timezone.utc).isoformat()}, handle)
+    try:
+        yield lock
+    finally:
+        lock.unlink(missing_ok=True)
+
+
+def _files_under(folder: Path | None) -> set[Path]:
+    if folder is None or not folder.exists():
+        return set()
+    return {path for path in folder.rglob("*") if path.is_file()}
+
+
+def unexpected_error(executed: Path) -> tuple[int, str] | None:
+    """First error in a cell not tagged `raises-exception`, as (cell index, "Name: value").
+
+    Papermill's error banner cells are removed from the executed notebook, so a learner is not
+    shown a banner for an expected failure; the index counts chapter cells only (not the cell
+    papermill injected), so it matches the chapter notebook.
+    """
+    from papermill.execute import ERROR_MARKER_TAG
+
+    notebook = read_notebook(executed)
+    notebook.cells = [cell for cell in notebook.cells if ERROR_MARKER_TAG not in tags(cell)]
+    write_notebook(notebook, executed)
+    chapter_cells = [cell for cell in notebook.cells if "injected-parameters" not in tags(cell)]
+    for index, cell in enumerate(chapter_cells):
+        if cell.cell_type != "code" or "raises-exception" in tags(cell):
+            continue
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "error":
+                return index, f"{output.get('ename')}: {output.get('evalue')}".strip()
+    return None
+
+
+def run_chapter(root: Path, chapter: Chapter, *, run_mode: str, label: str, results_dir: Path | None,
+                output_dir: Path, kernel_name: str = "python3") -> ChapterRun:
+    """Execute one chapter with papermill and describe the outcome (never raises for a failing cell)."""
+    import papermill
+    from papermill.exceptions import PapermillExecutionError
+
+    notebook = chapter.notebook_path(root)
+    output = output_dir / notebook.name
+    before = _files_under(results_dir)
+    started = time.perf_counter()
+    parameters = {"RUN_MODE": run_mode, "RUN_LABEL": label,
+                  "RESULTS_DIR": None if results_dir is None else str(results_dir)}
+    status, failed_cell, error = "passed", None, None
+    try:
+        papermill.execute_notebook(
+            str(notebook), str(output), parameters=parameters, cwd=str(notebook.parent),
+            kernel_name=kernel_name, progress_bar=False, log_output=False, request_save_on_cell_execute=False,
+        )
+    except PapermillExecutionError:
+        # papermill stops on any error output, including the visible tests that are meant to fail on a
+        # stub (tag `raises-exception`); only an error in another cell fails the chapter.
+        unexpected = unexpected_error(output)
+        if unexpected is not None:
+            status, (failed_cell, error) = "failed", unexpected
+    written = sorted(str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
+                     for path in _files_under(results_dir) - before)
+    return ChapterRun(chapter.id, run_mode, status, round(time.perf_counter() - started, 1), written,
+                      str(output.relative_to(root)) if output.is_relative_to(root) else str(output), failed_cell, error)
+
+
+def resolve_run_settings(root: Path, run_mode: str, label: str | None,
+                         results_dir: str | None) -> tuple[str, str, Path | None]:
+    """Validate the batch parameters before any work: mode, label, results folder."""
+    validate_run_mode(run_mode)
+    label = validate_run_label(label) if label is not None else default_label(run_mode)
+    if run_mode == "dry_run":
+        folder = None
+    elif results_dir is not None:
+        folder = Path(results_dir).expanduser().resolve()
+    else:
+        folder = default_results_dir(run_mode, root)
+    return run_mode, label, folder
+
+
+def run_chapters(root: Path, chapters: list[Chapter], *, run_mode: str, label: str | None = None,
+                 results_dir: str | None = None, show_progress: bool = True) -> tuple[str, list[ChapterRun]]:
+    """Run `chapters` in order under one label; return the label and every chapter's outcome."""
+    from tqdm import tqdm
+
+    run_mode, label, folder = resolve_run_settings(root, run_mode, label, results_dir)
+    output_dir = root / RUNS_DIR / label
+    with label_lock(root, label):
+        output_dir.mkdir(parents=True, exist_ok=True)
+        outcomes = []
+        bar = tqdm(chapters, desc=f"{run_mode} {label}", unit="chapter", disable=not show_progress)
+        for chapter in bar:
+            bar.set_postfix_str(chapter.id)
+            outcomes.append(run_chapter(root, chapter, run_mode=run_mode, label=label, results_dir=folder,
+                                        output_dir=output_dir))
+        bar.close()
+        summary = {"run_mode": run_mode, "label": label,
+                   "results_dir": None if folder is None else str(folder),
+                   "chapters": [asdict(outcome) for outcome in outcomes]}
+        (output_dir / "summary.json").write_text(json.dumps(summary, ensure_ascii=False, indent=2) + "\n",
+                                                 encoding="utf-8")
+    return label, outcomes
+
+
+def format_summary(outcomes: list[ChapterRun]) -> str:
+    """The per-chapter summary table."""
+    headers = ("chapter", "mode", "status", "seconds", "records written")
+    rows = [(o.chapter, o.mode, o.status, f"{o.seconds:.1f}", str(len(o.records_written))) for o in outcomes]
+    widths = [max(len(row[i]) for row in (headers, *rows)) for i in range(len(headers))]
+    lines = ["  ".join(value.ljust(width) for value, width in zip(headers, widths)),
+             "  ".join("-" * width for width in widths)]
+    lines.extend("  ".join(value.ljust(width) for value, width in zip(row, widths)) for row in rows)
+    for outcome in outcomes:
+        if outcome.status != "passed":
+            lines.append(f"FAILED {outcome.chapter}: cell {outcome.failed_cell}: {outcome.error} "
+                         f"(executed notebook: {outcome.output_notebook})")
+    return "\n".join(lines)
