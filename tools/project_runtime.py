@@ -297,11 +297,15 @@ def installed_version(distribution: str) -> str | None:
 
 
 def read_pins(requirements_file: str | os.PathLike) -> dict[str, str]:
-    """`name -> version` of the `name==version` lines of a requirements file."""
-    pins = {}
-    for line in Path(requirements_file).read_text(encoding="utf-8").splitlines():
+    """`name -> version` of the `name==version` lines of a requirements file, following `-r` includes."""
+    path = Path(requirements_file)
+    pins: dict[str, str] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
         line = line.split("#", 1)[0].strip()
-        match = re.match(r"^([A-Za-z0-9_.\-\[\]]+)\s*==\s*([^\s;]+)", line)
+        if line.startswith(("-r ", "--requirement ")):
+            pins.update(read_pins(path.parent / line.split(None, 1)[1]))
+            continue
+        match = re.match(r"^([A-Za-z0-9_.\-\[\],]+)\s*==\s*([^\s;]+)", line)
         if match:
             pins[re.sub(r"\[.*\]", "", match.group(1)).lower()] = match.group(2)
     return pins

@@ -1,6 +1,7 @@
 """`python -m tools.course`: parse arguments, call the library, print, exit.
 
-Exit codes: 0 success, 1 a check/verification/chapter failed, 2 invalid input.
+Exit codes: 0 success, 1 a check/verification/chapter failed, 2 invalid input;
+`preflight` exits 0 ready, 4 when only the model cache is missing, 3 blocked.
 """
 
 from __future__ import annotations
@@ -76,6 +77,30 @@ def cmd_run(args) -> int:
     return 0
 
 
+def cmd_preflight(args) -> int:
+    from tools.course.profiles import find_profile, profile_preflight
+    from tools.project_runtime import format_preflight, preflight_exit_code
+
+    profile = find_profile(args.profile, args.root)
+    report = profile_preflight(profile, args.root, cache_dir=args.cache_dir)
+    print(format_preflight(report, title=f"preflight {profile.name} ({profile.title})"))
+    return preflight_exit_code(report)
+
+
+def cmd_registry(args) -> int:
+    from tools.course.registry import REGISTRY_PATH, write_registry
+
+    stale = write_registry(args.root, check=args.check)
+    if args.check:
+        if stale:
+            print(f"STALE {REGISTRY_PATH}: run `python -m tools.course registry` and commit it")
+            return 1
+        print(f"{REGISTRY_PATH} is up to date")
+        return 0
+    print(f"{'wrote' if stale else 'unchanged'} {REGISTRY_PATH}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m tools.course", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -100,6 +125,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--results-dir", help="where records go (default: build/results or benchmarks/results)")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     run.set_defaults(handler=cmd_run)
+    registry = commands.add_parser("registry", help="generate benchmarks/results/REGISTRY.md from catalog and records")
+    registry.add_argument("--check", action="store_true", help="fail if the registry is stale instead of writing")
+    registry.set_defaults(handler=cmd_registry)
+
+    preflight = commands.add_parser("preflight", help="check an environment profile (exit 0 ready, 4 model cache only, 3 blocked)")
+    preflight.add_argument("--profile", required=True, help="profile name or alias (see environment/profiles.toml)")
+    preflight.add_argument("--cache-dir", help="model cache folder (default: $COURSE_MODEL_CACHE or model_cache/)")
+    preflight.set_defaults(handler=cmd_preflight)
     return parser
 
 

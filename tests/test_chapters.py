@@ -1,0 +1,36 @@
+"""Every implemented chapter executes headless with papermill in dry_run and cpu_smoke."""
+
+import json
+
+import pytest
+
+from chapter_factory import REPO_ROOT
+from tools.course.catalog import implemented_chapters
+from tools.course.runner import run_chapter
+
+CHAPTERS = implemented_chapters(REPO_ROOT)
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=[chapter.id for chapter in CHAPTERS])
+def test_chapter_runs_in_dry_run_and_writes_nothing(chapter, tmp_path):
+    outcome = run_chapter(REPO_ROOT, chapter, run_mode="dry_run", label="pytest_dry", results_dir=None,
+                          output_dir=tmp_path)
+    assert outcome.status == "passed", f"cell {outcome.failed_cell}: {outcome.error}"
+    assert outcome.records_written == []
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=[chapter.id for chapter in CHAPTERS])
+def test_chapter_runs_in_cpu_smoke_and_records_say_so(chapter, tmp_path):
+    results = tmp_path / "results"
+    outcome = run_chapter(REPO_ROOT, chapter, run_mode="cpu_smoke", label="pytest_smoke", results_dir=results,
+                          output_dir=tmp_path / "out")
+    assert outcome.status == "passed", f"cell {outcome.failed_cell}: {outcome.error}"
+    for path in results.rglob("*.json"):
+        record = json.loads(path.read_text(encoding="utf-8"))
+        if "evidence_level" in record:
+            assert record["evidence_level"] == "cpu_smoke" and record["run_mode"] == "cpu_smoke", path
+    rerun = run_chapter(REPO_ROOT, chapter, run_mode="cpu_smoke", label="pytest_smoke", results_dir=results,
+                        output_dir=tmp_path / "again")
+    if outcome.records_written:
+        assert rerun.status == "failed", "a reused label must be refused"
+        assert rerun.records_written == []

@@ -1,0 +1,126 @@
+"""Tests of the asset registry, the environment profiles and `python -m tools.course preflight`."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from chapter_factory import REPO_ROOT
+from tools.course.catalog import load_catalog
+from tools.course.profiles import find_profile, load_profiles
+from tools.course.registry import render_registry, write_registry
+from tools.project_runtime import save_json_record_once
+from tools.errors import ConfigError
+
+SEED_001_ENTRIES = ["13", "14", "15", "16", "17", "18", "26", "30", "31", "32", "33", "50", "51", "PT-SYNTHETIC-DATA",
+                    "PT-KTO", "PT-RLOO", "PT-REWARD-MODEL", "PT-REWARD-SIGNAL", "PT-ROLLOUT-LIFECYCLE", "PT-RL-SYSTEM",
+                    "PT-AGENTIC-RL", "DISTILL-OPD", "64", "63", "65", "62", "84", "85", "86", "88", "76", "73", "75"]
+PROFILES = ["PT-CPU", "PT-SFT-CUDA", "Q-QLORA", "PT-RL-CUDA", "PT-VERL-CUDA", "PT-DISTILL-CUDA"]
+
+
+def course_copy(tmp_path: Path) -> Path:
+    """The files the registry reads, copied into a scratch root."""
+    for folder in ("notebooks", "environment", "benchmarks", "tools"):
+        shutil.copytree(REPO_ROOT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("requirements-cpu.txt", "requirements-verl.txt"):
+        shutil.copy(REPO_ROOT / name, tmp_path / name)
+    return tmp_path
+
+
+def test_catalog_lists_every_seed_entry_with_its_fields():
+    chapters = {chapter.id: chapter for chapter in load_catalog(REPO_ROOT)}
+    assert sorted(SEED_001_ENTRIES) == sorted(chapters)
+    for chapter in chapters.values():
+        assert chapter.title_zh and chapter.title_en and chapter.profiles and chapter.fixed_inputs
+        assert chapter.compared_variable and chapter.branch
+        assert set(chapter.profiles) <= set(load_profiles(REPO_ROOT)), chapter.id
+        assert set(chapter.prerequisites) <= set(chapters), chapter.id
+        if chapter.implemented:
+            assert (REPO_ROOT / chapter.notebook).is_file()
+
+
+def test_committed_registry_is_current_and_lists_every_entry():
+    completed = subprocess.run([sys.executable, "-m", "tools.course", "registry", "--check"], cwd=REPO_ROOT,
+                               capture_output=True, text=True)
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    text = (REPO_ROOT / "benchmarks/results/REGISTRY.md").read_text(encoding="utf-8")
+    for chapter in load_catalog(REPO_ROOT):
+        assert f"{chapter.id} · {chapter.title_zh}" in text
+        if not chapter.implemented:
+            assert "planned" in text
+    for profile in PROFILES:
+        assert f"| {profile}" in text
+
+
+def test_registry_reads_results_from_records_and_keeps_cpu_smoke_apart(tmp_path):
+    root = course_copy(tmp_path)
+    before = render_registry(root)
+    gpu = {"schema_version": "x/v1", "chapter": "PT-RL-SYSTEM", "run_label": "h200_v1", "run_mode": "real_gpu",
+           "evidence_level": "real_gpu", "registry_headline": "checks 7/7 true; update peak 6392 MiB"}
+    smoke = dict(gpu, run_label="smoke_v1", run_mode="cpu_smoke", evidence_level="cpu_smoke",
+                 registry_headline="code path ok")
+    digest = save_json_record_once(root / "benchmarks/results/x/gpu.json", gpu)
+    save_json_record_once(root / "benchmarks/results/x/smoke.json", smoke)
+    after = render_registry(root)
+    assert after != before
+    assert write_registry(root, check=True) is True
+    mechanism, rest = after.split("## Mechanism experiments")[1].split("## CPU smoke evidence")
+    row = next(line for line in mechanism.splitlines() if "PT-RL-SYSTEM ·" in line)
+    assert "real_gpu · `h200_v1` · checks 7/7 true; update peak 6392 MiB" in row and digest[:12] in row
+    assert "smoke_v1" not in mechanism and "smoke_v1" in rest
+
+
+def test_unreadable_record_is_an_error(tmp_path):
+    root = course_copy(tmp_path)
+    (root / "benchmarks/results/bad.json").write_text("{not json", encoding="utf-8")
+    with pytest.raises(ValueError, match="bad.json"):
+        render_registry(root)
+
+
+def test_profiles_cover_the_seed_and_mark_multi_worker_unverified():
+    profiles = load_profiles(REPO_ROOT)
+    assert set(PROFILES) <= set(profiles)
+    assert find_profile("BASE-CPU", REPO_ROOT).name == "PT-CPU"
+    unverified = [p for p in profiles.values() if not p.verified]
+    assert [p.name for p in unverified] == ["MULTI-WORKER"] and unverified[0].min_gpus >= 2
+    for profile in profiles.values():
+        assert profile.requires_cuda == (profile.name != "PT-CPU")
+        assert (REPO_ROOT / profile.requirements).is_file()
+    with pytest.raises(ConfigError, match="unknown profile"):
+        find_profile("PT-NOPE", REPO_ROOT)
+
+
+def run_preflight(profile, cache):
+    env = {**os.environ, "COURSE_MODEL_CACHE": str(cache)}
+    return subprocess.run([sys.executable, "-m", "tools.course", "preflight", "--profile", profile],
+                          cwd=REPO_ROOT, capture_output=True, text=True, env=env)
+
+
+def test_cpu_profile_is_ready_here(tmp_path):
+    completed = run_preflight("PT-CPU", tmp_path)
+    assert completed.returncode == 0, completed.stdout
+    assert "READY" in completed.stdout
+
+
+@pytest.mark.parametrize("profile", [p for p in PROFILES if p != "PT-CPU"] + ["MULTI-WORKER"])
+def test_cuda_profiles_are_blocked_here_with_the_reason_and_fix(profile, tmp_path):
+    completed = run_preflight(profile, tmp_path)
+    assert completed.returncode == 3, completed.stdout
+    assert "BLOCKED" in completed.stdout and "cuda:" in completed.stdout
+    assert "next actions:" in completed.stdout and "hf download" in completed.stdout
+
+
+def test_requirements_verl_matches_verl_091_vllm_extra():
+    from tools.project_runtime import read_pins
+
+    pins = read_pins(REPO_ROOT / "requirements-verl.txt")
+    assert pins["verl"] == "0.9.1" and pins["vllm"] == "0.24.0"
+    assert pins["torch"] == "2.11.0" and pins["transformers"] == "5.9.0"
+    cpu = read_pins(REPO_ROOT / "requirements-cpu.txt")
+    version = tuple(int(part) for part in cpu["transformers"].split("."))
+    assert (5, 5, 3) <= version < (5, 11, 0) and version != (5, 6, 0)
+    assert cpu["torch"] == "2.13.0"
