@@ -82,3 +82,15 @@ def test_cli_exits_nonzero_naming_the_failing_chapter(tmp_path):
                           "--label", "replace_with_unique_label"], cwd=root / "notebooks",
                          capture_output=True, text=True, env=env)
     assert bad.returncode == 2 and "placeholder" in bad.stderr
+
+
+def test_extra_parameters_reach_the_notebook_and_are_validated(tmp_path):
+    from tools.course.runner import parse_parameters
+
+    root = project(tmp_path, extra_cell="assert MODEL_SOURCE == 'random_init', MODEL_SOURCE")
+    _, outcomes = run_chapters(root, load_catalog(root), run_mode="dry_run", label="t_param_1", show_progress=False,
+                               extra_parameters=parse_parameters(["MODEL_SOURCE=random_init"]))
+    assert outcomes[0].status == "passed", outcomes[0].error
+    for bad in (["lower=1"], ["NOVALUE"], ["RUN_MODE=real_gpu"]):
+        with pytest.raises(ConfigError):
+            parse_parameters(bad)

@@ -63,11 +63,13 @@ def cmd_grading_verify(args) -> int:
 
 def cmd_run(args) -> int:
     from tools.course.catalog import select_chapters
-    from tools.course.runner import format_summary, run_chapters
+    from tools.course.runner import format_summary, parse_parameters, run_chapters
 
+    extra = parse_parameters(args.param)
     chapters = select_chapters(args.chapter, args.root)
     label, outcomes = run_chapters(args.root, chapters, run_mode=args.run_mode, label=args.label,
-                                   results_dir=args.results_dir, show_progress=not args.no_progress)
+                                   results_dir=args.results_dir, show_progress=not args.no_progress,
+                                   extra_parameters=extra)
     print(f"run label: {label}")
     print(format_summary(outcomes))
     failed = [outcome.chapter for outcome in outcomes if outcome.status != "passed"]
@@ -123,6 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--run-mode", default="cpu_smoke", choices=RUN_MODES)
     run.add_argument("--label", help="run label naming the records (default for dry_run/cpu_smoke: a timestamp)")
     run.add_argument("--results-dir", help="where records go (default: build/results or benchmarks/results)")
+    run.add_argument("--param", action="append", metavar="NAME=VALUE",
+                     help="extra notebook parameter, e.g. MODEL_SOURCE=random_init (repeatable)")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     run.set_defaults(handler=cmd_run)
     registry = commands.add_parser("registry", help="generate benchmarks/results/REGISTRY.md from catalog and records")

@@ -117,7 +117,7 @@ def unexpected_error(executed: Path) -> tuple[int, str] | None:
 
 
 def run_chapter(root: Path, chapter: Chapter, *, run_mode: str, label: str, results_dir: Path | None,
-                output_dir: Path, kernel_name: str = "python3") -> ChapterRun:
+                output_dir: Path, kernel_name: str = "python3", extra_parameters: dict | None = None) -> ChapterRun:
     """Execute one chapter with papermill and describe the outcome (never raises for a failing cell)."""
     import papermill
     from papermill.exceptions import PapermillExecutionError
@@ -126,7 +126,7 @@ def run_chapter(root: Path, chapter: Chapter, *, run_mode: str, label: str, resu
     output = output_dir / notebook.name
     before = _files_under(results_dir)
     started = time.perf_counter()
-    parameters = {"RUN_MODE": run_mode, "RUN_LABEL": label,
+    parameters = {**(extra_parameters or {}), "RUN_MODE": run_mode, "RUN_LABEL": label,
                   "RESULTS_DIR": None if results_dir is None else str(results_dir)}
     status, failed_cell, error = "passed", None, None
     try:
@@ -160,8 +160,22 @@ def resolve_run_settings(root: Path, run_mode: str, label: str | None,
     return run_mode, label, folder
 
 
+def parse_parameters(pairs: list[str] | None) -> dict:
+    """`KEY=VALUE` pairs for the notebooks' parameters cells (values stay strings)."""
+    parameters = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.isidentifier() or not key.isupper():
+            raise ConfigError(f"--param {pair!r}: use UPPER_CASE_NAME=value, e.g. MODEL_SOURCE=random_init")
+        if key in ("RUN_MODE", "RUN_LABEL", "RESULTS_DIR"):
+            raise ConfigError(f"--param {key}: use --run-mode / --label / --results-dir instead")
+        parameters[key] = value
+    return parameters
+
+
 def run_chapters(root: Path, chapters: list[Chapter], *, run_mode: str, label: str | None = None,
-                 results_dir: str | None = None, show_progress: bool = True) -> tuple[str, list[ChapterRun]]:
+                 results_dir: str | None = None, show_progress: bool = True,
+                 extra_parameters: dict | None = None) -> tuple[str, list[ChapterRun]]:
     """Run `chapters` in order under one label; return the label and every chapter's outcome."""
     from tqdm import tqdm
 
@@ -174,9 +188,9 @@ def run_chapters(root: Path, chapters: list[Chapter], *, run_mode: str, label: s
         for chapter in bar:
             bar.set_postfix_str(chapter.id)
             outcomes.append(run_chapter(root, chapter, run_mode=run_mode, label=label, results_dir=folder,
-                                        output_dir=output_dir))
+                                        output_dir=output_dir, extra_parameters=extra_parameters))
         bar.close()
-        summary = {"run_mode": run_mode, "label": label,
+        summary = {"run_mode": run_mode, "label": label, "parameters": extra_parameters or {},
                    "results_dir": None if folder is None else str(folder),
                    "chapters": [asdict(outcome) for outcome in outcomes]}
         (output_dir / "summary.json").write_text(json.dumps(summary, ensure_ascii=False, indent=2) + "\n",
