@@ -89,17 +89,15 @@ def _unverified_check(profile: Profile) -> list[dict]:
 
 def profile_preflight(profile: Profile, root: Path | None = None, cache_dir: Path | None = None) -> dict:
     """The preflight report of `profile` on this machine."""
-    from tools.model_runtime import download_command, expected_model_path
+    from tools.model_runtime import model_cache_check
 
     root = root or resolve_project_root()
-    model_paths = [(model_id, expected_model_path(model_id, cache_dir), download_command(model_id, cache_dir))
-                   for model_id in profile.models]
+    model_checks = [model_cache_check(model_id, cache_dir) for model_id in profile.models]
     report = preflight_report(
         requirements_file=root / profile.requirements,
         require_cuda=profile.requires_cuda,
         min_gpu_memory_gib=profile.min_gpu_memory_gib if profile.requires_cuda else None,
-        model_paths=model_paths,
-        extra_checks=_gpu_count_check(profile) + _unverified_check(profile),
+        extra_checks=model_checks + _gpu_count_check(profile) + _unverified_check(profile),
     )
     for check in report["checks"]:
         if check["name"].startswith("package:") and not check["ok"]:
