@@ -11,10 +11,12 @@ RUN_ARGS ?=
 
 .PHONY: setup run test lab check clean
 
-$(STAMP): requirements-cpu.txt pyproject.toml
+$(STAMP): requirements-cpu.txt pyproject.toml environment/verl-config-check.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements-cpu.txt
+	# verl's shipped Hydra configs (no heavy dependencies) for the override check of the verl stage
+	$(PY) -m pip install --quiet --no-deps -r environment/verl-config-check.txt
 	$(PY) -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
 

@@ -123,6 +123,7 @@ def run_chapter(root: Path, chapter: Chapter, *, run_mode: str, label: str, resu
     from papermill.exceptions import PapermillExecutionError
 
     notebook = chapter.notebook_path(root)
+    output_dir.mkdir(parents=True, exist_ok=True)
     output = output_dir / notebook.name
     before = _files_under(results_dir)
     started = time.perf_counter()
