@@ -7,9 +7,13 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
+BROWSER_STAMP := $(VENV)/.browser-deps-stamp
 RUN_ARGS ?=
+# Debian packages of the browser test: the browser, and fonts so screenshots show Chinese and emoji.
+BROWSER_APT := chromium fonts-noto-cjk fonts-noto-color-emoji
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup run test lab check clean
+.PHONY: setup run test lab check clean browser-deps
 
 $(STAMP): requirements-cpu.txt pyproject.toml environment/verl-config-check.txt
 	$(PYTHON) -m venv $(VENV)
@@ -22,18 +26,32 @@ $(STAMP): requirements-cpu.txt pyproject.toml environment/verl-config-check.txt
 
 setup: $(STAMP)
 
+# Headless Chromium + Playwright for tests/test_browser_lab.py: apt runs only when a package is
+# missing; Playwright drives Debian's /usr/bin/chromium (never `playwright install`).
+$(BROWSER_STAMP): environment/browser-test.txt $(STAMP)
+	@missing=""; for p in $(BROWSER_APT); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing$$missing"; \
+	  $(SUDO) apt-get update && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y $$missing; \
+	fi
+	$(PY) -m pip install --quiet -r environment/browser-test.txt
+	touch $(BROWSER_STAMP)
+
+browser-deps: $(BROWSER_STAMP)
+
 run: setup
 	$(PY) -m tools.course run --run-mode cpu_smoke $(RUN_ARGS)
 
-test: setup
+test: setup browser-deps
 	$(PY) -m pytest
 
 check: setup
 	$(PY) -m tools.course check
 	$(PY) -m tools.course grading build --check
 
+# The venv's bin folder goes first on PATH: nbgrader's formgrader runs `alembic` from there.
 lab: setup
-	$(VENV)/bin/jupyter lab --notebook-dir=.
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/jupyter lab --notebook-dir=.
 
 clean:
 	rm -rf build
