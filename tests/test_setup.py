@@ -86,8 +86,8 @@ def test_every_third_party_import_comes_from_a_pinned_requirement():
     allowed = _closure(pinned)
     providers = importlib.metadata.packages_distributions()
     local = {"tools", "chapter_factory"} | {p.stem for p in (REPO_ROOT / "tests").glob("*.py")}
-    optional = {"pynvml": "nvidia-ml-py", "verl": None, "vllm": None, "hydra": None, "omegaconf": None,
-                "playwright": None}
+    # imported only behind a guard, in the GPU profiles' environments (requirements-verl.txt and its deps)
+    optional = {"verl", "vllm", "ray"}
     missing = []
     for path, source in _project_sources():
         for module in _imports(source):

@@ -173,6 +173,7 @@ def save_json_record_once(path: str | os.PathLike, record: Mapping[str, Any]) ->
             handle.write(payload)
             handle.flush()
             os.fsync(handle.fileno())
+        os.chmod(temp_name, 0o644)  # mkstemp creates 0600; records are meant to be shared
         try:
             os.link(temp_name, target)
         except FileExistsError:

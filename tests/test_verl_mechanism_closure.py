@@ -1,0 +1,332 @@
+"""End-to-end cpu_smoke test of the shared experiment (torch backend, tiny model, CPU).
+
+The experiment runs ONCE for this module (fixture `smoke`), with a fake resource sampler whose
+interval is so long that it samples exactly once: every later phase then has no sample, and
+its peaks must be null, not 0.
+"""
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from tools import closure_torch_backend as torch_backend
+from tools import verl_mechanism_closure as vmc
+from tools.errors import ConfigError, RecordExistsError, UpstreamRecordError
+from tools.resource_sampler import ResourceSampler
+
+FAKE_GPU_MB, FAKE_HOST_MB = 512.0, 1024.0
+
+
+def smoke_config(output: Path, **overrides) -> vmc.ClosureConfig:
+    values = dict(run_label="cpu_smoke_closure_test", output=output, backend="torch", model="tiny", device="cpu")
+    values.update(overrides)
+    return vmc.ClosureConfig(**values)
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    output = tmp_path_factory.mktemp("closure") / "cpu_smoke_closure_test.json"
+    sampler = ResourceSampler(lambda: (FAKE_GPU_MB, FAKE_HOST_MB), interval_s=3600.0,
+                              description={"gpu_source": "fake", "host_source": "fake"})
+    result = vmc.run_experiment(smoke_config(output), sampler=sampler, echo=False)
+    return result
+
+
+@pytest.fixture(scope="module")
+def record(smoke):
+    return json.loads(Path(smoke["path"]).read_text(encoding="utf-8"))
+
+
+# ---------------------------------------------------------------------------
+# The record
+# ---------------------------------------------------------------------------
+
+def test_record_is_cpu_smoke_evidence_with_identity(smoke, record):
+    assert record == smoke["record"]
+    assert record["schema_version"] == vmc.SCHEMA
+    assert record["run_mode"] == "cpu_smoke" and record["evidence_level"] == "cpu_smoke"
+    assert record["model"]["model_id"] == "tiny" and record["model"]["weights"] == "random_init"
+    assert record["runtime"]["torch"] and record["runtime"]["python"]
+    assert record["tasks"]["task_count"] == 8 and len(record["tasks"]["pool_sha256"]) == 64
+
+
+def test_every_check_holds(record):
+    decision = record["system_decision"]
+    assert decision["checks"], "no checks recorded"
+    assert all(isinstance(value, bool) for value in decision["checks"].values())
+    assert [name for name, ok in decision["checks"].items() if not ok] == []
+    assert decision["status"] == "pass"
+
+
+def test_pairing_and_update_hashes(record):
+    release, retain = record["groups"]["release"], record["groups"]["retain"]
+    assert release["initial_lora_sha256"] == retain["initial_lora_sha256"]
+    assert release["updated_lora_sha256"] == retain["updated_lora_sha256"]
+    assert release["initial_lora_sha256"] != release["updated_lora_sha256"]
+    for group in (release, retain):
+        assert 0 < group["changed_tensor_count"] <= group["lora_tensor_count"]
+        assert group["changed_tensor_count"] == len(group["changed_tensors"])
+
+
+def test_engine_release_and_resume_only_in_release_group(record):
+    state_events = [e for e in record["worker_events"] if e["event"] in ("engine_release", "engine_resume")]
+    assert {e["group"] for e in state_events} == {"release"}
+    kinds = {e["event"] for e in state_events}
+    assert kinds == {"engine_release", "engine_resume"}
+    assert record["groups"]["release"]["resume_calls"] > 0
+    assert record["groups"]["retain"]["resume_calls"] == 0 and record["groups"]["retain"]["release_calls"] == 0
+    release_phases = {e["phase"] for e in record["stage_events"] if e["group"] == "release"}
+    retain_phases = {e["phase"] for e in record["stage_events"] if e["group"] == "retain"}
+    assert set(vmc.RELEASE_ONLY_PHASES) <= release_phases
+    assert not set(vmc.RELEASE_ONLY_PHASES) & retain_phases
+    syncs = [e for e in record["worker_events"] if e["event"] == "weight_sync"]
+    assert {e["group"] for e in syncs} == {"release", "retain"}
+
+
+def test_unsampled_phase_has_null_peaks_not_zero(record):
+    phases = [(group, name, value) for group, m in record["system_decision"]["measurements"].items()
+              for name, value in m["phases"].items()]
+    unsampled = [(g, n, v) for g, n, v in phases if v["sample_count"] == 0]
+    assert unsampled, "the fake sampler should leave phases without samples"
+    for _, _, value in unsampled:
+        assert value["gpu_peak_mb"] is None and value["host_peak_mb"] is None
+    assert sum(v["sample_count"] for _, _, v in phases) <= record["resource_samples"]["sample_count"] == 1
+    assert record["sampled_gpu_peak_mb"]["run"] == FAKE_GPU_MB
+    assert record["sampled_host_peak_mb"]["run"] == FAKE_HOST_MB
+    assert record["sampled_gpu_peak_mb"]["retain"] is None  # the retain group ran after the only sample
+
+
+def test_stage_events_are_ordered_on_one_clock(record):
+    for group in vmc.GROUPS:
+        rows = [e for e in record["stage_events"] if e["group"] == group]
+        assert [e["phase"] for e in rows] == vmc.expected_phases(group)
+        assert rows[0]["phase"] == "initialisation"
+        for earlier, later in zip(rows, rows[1:]):
+            assert earlier["start_s"] <= earlier["end_s"] <= later["start_s"]
+    release_end = max(e["end_s"] for e in record["stage_events"] if e["group"] == "release")
+    retain_start = min(e["start_s"] for e in record["stage_events"] if e["group"] == "retain")
+    assert release_end <= retain_start
+    measurements = record["system_decision"]["measurements"]["release"]
+    assert measurements["initialisation_s"] == measurements["phases"]["initialisation"]["duration_s"]
+
+
+def test_frozen_rollouts_carry_identity_and_behaviour(record):
+    frozen = record["frozen_rollouts"]
+    assert frozen["count"] == 32 and frozen["samples_per_task"] == 4
+    assert frozen["temperature"] == 1.0 and frozen["seed"] == 42 and frozen["policy_version"] == 0
+    prompt_hashes = {t["task_id"]: t["prompt_sha256"] for t in record["tasks"]["tasks"]}
+    per_task = {}
+    for rollout in frozen["rollouts"]:
+        per_task[rollout["task_id"]] = per_task.get(rollout["task_id"], 0) + 1
+        assert rollout["prompt_sha256"] == prompt_hashes[rollout["task_id"]]
+        assert len(rollout["response_token_ids"]) == len(rollout["behaviour_logprobs"]) == sum(rollout["action_mask"])
+        assert 0 < len(rollout["response_token_ids"]) <= record["config"]["response_token_cap"]
+        assert all(value <= 0 for value in rollout["behaviour_logprobs"])
+    assert set(per_task.values()) == {4} and len(per_task) == 8
+    assert vmc.rollouts_sha256(frozen["rollouts"]) == frozen["sha256"]
+    assert record["groups"]["retain"]["frozen_sha256"] == frozen["sha256"]
+
+
+def test_rescoring_and_admission(record):
+    threshold = record["config"]["same_version_max_abs_error"]
+    for group in record["groups"].values():
+        assert group["same_version_before_update"]["max_abs_error"] <= threshold
+        assert group["same_version_after_sync"]["max_abs_error"] <= threshold
+        admission = group["admission"]
+        assert admission["admitted"] + admission["rejected"] == 32
+        assert {d["version_lag"] for d in admission["decisions"]} == {1}
+        assert group["trainer_version_after_update"] == group["engine_version_after_sync"] == 1
+        before, after = group["rescored_logprobs"]["before_update"], group["rescored_logprobs"]["after_update"]
+        assert before != after  # the update moved the policy
+
+
+def test_group_settings_differ_only_in_free_cache_engine(record):
+    release, retain = record["group_settings"]["release"], record["group_settings"]["retain"]
+    assert [k for k in release if release[k] != retain[k]] == ["free_cache_engine"]
+    assert release["free_cache_engine"] is True and retain["free_cache_engine"] is False
+
+
+# ---------------------------------------------------------------------------
+# Checks must be able to fail
+# ---------------------------------------------------------------------------
+
+def _checks(smoke, groups):
+    return vmc.system_checks(groups, settings=smoke["settings"], overrides=smoke["overrides"],
+                             config=smoke_config(smoke["path"]), sample_count=1)
+
+
+def test_different_initial_lora_is_a_failed_pairing(smoke):
+    groups = copy.deepcopy(smoke["groups"])
+    groups["retain"]["initial_lora_sha256"] = "0" * 64
+    checks = _checks(smoke, groups)
+    assert checks["initial_lora_hash_equal"] is False
+    assert vmc.decide(checks)["status"] == "pairing_failed"
+
+
+@pytest.mark.parametrize("mutate, check", [
+    (lambda g: g["retain"].update(release_calls=1), "release_resume_match_config"),
+    (lambda g: g["release"].update(resume_calls=0), "release_resume_match_config"),
+    (lambda g: g["release"]["phases"].reverse(), "stage_events_complete"),
+    (lambda g: g["retain"].update(changed_tensor_count=0), "parameters_changed"),
+    (lambda g: g["retain"]["same_version_after_sync"].update(max_abs_error=1.0), "same_version_after_sync_within_threshold"),
+    (lambda g: g["retain"].update(frozen_sha256="f" * 64), "frozen_rollouts_shared"),
+    (lambda g: g["release"].update(engine_version_after_sync=0), "policy_versions_consistent"),
+])
+def test_each_check_can_fail(smoke, mutate, check):
+    groups = copy.deepcopy(smoke["groups"])
+    mutate(groups)
+    checks = _checks(smoke, groups)
+    assert checks[check] is False
+    assert vmc.decide(checks)["status"] == "checks_failed"
+
+
+def test_settings_that_differ_elsewhere_fail_the_pairing_check(smoke):
+    settings = copy.deepcopy(smoke["settings"])
+    settings["retain"]["learning_rate"] = 0.5
+    checks = vmc.system_checks(smoke["groups"], settings=settings, overrides=None,
+                               config=smoke_config(smoke["path"]), sample_count=1)
+    assert checks["config_differs_only_in_free_cache_engine"] is False
+
+
+def test_admission_rejects_a_drifted_rollout():
+    frozen = [{"rollout_id": "a", "policy_version": 0, "behaviour_logprobs": [-1.0, -2.0], "action_mask": [1, 1]},
+              {"rollout_id": "b", "policy_version": 0, "behaviour_logprobs": [-1.0, -2.0], "action_mask": [1, 0]}]
+    result = vmc.admission(frozen, [[-1.05, -2.05], [-3.0, -9.0]], threshold=0.2, trainer_version=1)
+    assert (result["admitted"], result["rejected"]) == (1, 1)
+    assert [d["state"] for d in result["decisions"]] == ["admitted", "rejected"]
+    assert result["decisions"][1]["behaviour_drift"] == pytest.approx(2.0)  # masked token ignored
+
+
+def test_initial_adapter_is_fixed_by_its_seed(tmp_path):
+    config = smoke_config(tmp_path / "unused.json")
+    model_path = torch_backend.resolve_model_path(config)
+    first = torch_backend.initial_adapter(model_path, config, 0, tmp_path / "a")
+    again = torch_backend.initial_adapter(model_path, config, 0, tmp_path / "b")
+    other = torch_backend.initial_adapter(model_path, config, 1, tmp_path / "c")
+    assert torch_backend.adapter_sha256(first) == torch_backend.adapter_sha256(again)
+    assert torch_backend.adapter_sha256(first) != torch_backend.adapter_sha256(other)
+
+
+# ---------------------------------------------------------------------------
+# read_summary
+# ---------------------------------------------------------------------------
+
+def test_lifecycle_summary(smoke, record):
+    summary = vmc.read_summary(smoke["path"], "lifecycle")
+    assert summary["run_label"] == record["run_label"] and summary["evidence_level"] == "cpu_smoke"
+    assert summary["frozen_rollouts"]["count"] == 32
+    assert summary["task_version"] == record["tasks"]["task_version"]
+    for name in vmc.GROUPS:
+        group = summary["groups"][name]
+        assert group["admitted"] + group["rejected"] == 32
+        assert group["policy_version"] == {"frozen": 0, "trainer_after_update": 1, "engine_after_sync": 1}
+        assert group["initial_lora_sha256"] == record["groups"][name]["initial_lora_sha256"]
+    assert summary["checks"] == record["system_decision"]["checks"]
+
+
+def test_system_summary(smoke, record):
+    summary = vmc.read_summary(smoke["path"], "system")
+    assert summary["status"] == "pass"
+    assert summary["sampled_gpu_peak_mb"] == record["sampled_gpu_peak_mb"]
+    assert summary["groups"]["release"]["resume_calls"] > 0 and summary["groups"]["retain"]["resume_calls"] == 0
+    assert list(summary["groups"]["retain"]["phases"]) == vmc.expected_phases("retain")
+    assert all(set(p) == {"duration_s", "sample_count", "gpu_peak_mb", "host_peak_mb"}
+               for p in summary["groups"]["release"]["phases"].values())
+    assert {e["group"] for e in summary["worker_events"] if e["event"] == "engine_resume"} == {"release"}
+    assert summary["timeline"]["stage_events"] == record["stage_events"]
+    assert len(summary["timeline"]["samples"]) == record["resource_samples"]["sample_count"]
+
+
+def test_read_summary_refuses_unknown_pages_and_other_records(smoke, tmp_path):
+    with pytest.raises(ConfigError):
+        vmc.read_summary(smoke["path"], "everything")
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"schema_version": "something-else/v1"}), encoding="utf-8")
+    with pytest.raises(UpstreamRecordError):
+        vmc.read_summary(other, "system")
+
+
+# ---------------------------------------------------------------------------
+# Write-once, invalid input, failures
+# ---------------------------------------------------------------------------
+
+def test_second_run_with_the_same_output_refuses_to_overwrite(smoke, capsys):
+    path = Path(smoke["path"])
+    before = path.read_bytes()
+    with pytest.raises(RecordExistsError):
+        vmc.run_experiment(smoke_config(path), echo=False)
+    code = vmc.main(["--mode", "run", "--run-label", "cpu_smoke_closure_test", "--output", str(path),
+                     "--backend", "torch", "--model", "tiny", "--device", "cpu"])
+    assert code == vmc.EXIT_INVALID
+    assert "already exists" in capsys.readouterr().err
+    assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"run_label": "replace_with_unique_label"}, "placeholder"),
+    ({"backend": "verl"}, "needs --device cuda"),
+    ({"samples_per_task": 0}, "positive integer"),
+    ({"output_name": "record.txt"}, ".json"),
+    ({"same_version_max_abs_error": float("nan")}, "finite"),
+])
+def test_invalid_config_is_refused_before_any_work(tmp_path, change, message):
+    change = dict(change)
+    config = smoke_config(tmp_path / change.pop("output_name", "x.json"), **change)
+    with pytest.raises(ConfigError, match=message):
+        vmc.run_experiment(config, echo=False)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_failed_stage_writes_no_record_and_logs_the_error(tmp_path, monkeypatch, capsys):
+    def broken(self, examples):
+        raise RuntimeError("injected update failure")
+
+    monkeypatch.setattr(torch_backend.TorchGroupSession, "supervised_update", broken)
+    config = smoke_config(tmp_path / "failed.json", run_label="cpu_smoke_failed_stage")
+    with pytest.raises(RuntimeError, match="injected update failure"):
+        vmc.run_experiment(config, echo=True)
+    assert not config.output.exists()
+    log = config.log_path("release").read_text(encoding="utf-8")
+    assert "FAILED" in log and "injected update failure" in log and "Traceback" in log
+    assert "injected update failure" in capsys.readouterr().err
+    assert [p.name for p in tmp_path.iterdir()] == [config.log_path("release").name]  # no temp files left
+
+
+# ---------------------------------------------------------------------------
+# Preflight (loads no model)
+# ---------------------------------------------------------------------------
+
+def _preflight(tmp_path, *extra):
+    return vmc.main(["--mode", "preflight", "--run-label", "cpu_smoke_preflight", "--output",
+                     str(tmp_path / "pf.json"), *extra])
+
+
+def test_preflight_ready_for_the_tiny_cpu_run(tmp_path, capsys):
+    assert _preflight(tmp_path, "--backend", "torch", "--model", "tiny", "--device", "cpu") == 0
+    assert "READY" in capsys.readouterr().out
+
+
+def test_preflight_exit_4_when_only_the_model_cache_is_missing(tmp_path, capsys):
+    empty_cache = tmp_path / "empty_cache"
+    empty_cache.mkdir()
+    code = _preflight(tmp_path, "--backend", "torch", "--model", "Qwen/Qwen2.5-0.5B-Instruct", "--device", "cpu",
+                      "--model-cache", str(empty_cache))
+    assert code == 4
+    assert "hf download Qwen/Qwen2.5-0.5B-Instruct" in capsys.readouterr().out
+
+
+def test_preflight_exit_3_when_blocked(tmp_path, capsys):
+    (tmp_path / "pf.json").write_text("{}", encoding="utf-8")
+    assert _preflight(tmp_path, "--backend", "torch", "--model", "tiny", "--device", "cpu") == 3
+    assert "already exists" in capsys.readouterr().out
+
+
+def test_preflight_of_the_verl_backend_names_what_is_missing(tmp_path, capsys):
+    report = vmc.preflight(vmc.ClosureConfig(run_label="verl_preflight_probe", output=tmp_path / "v.json"))
+    failing = {check["name"] for check in report["checks"] if not check["ok"] and check["severity"] == "blocked"}
+    if not failing:
+        pytest.skip("this machine has the full PT-VERL-CUDA profile and a GPU")
+    assert vmc.preflight_exit_code(report) == 3
+    assert report["next_actions"]

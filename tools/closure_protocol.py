@@ -1,0 +1,285 @@
+"""The group protocol of the shared verl experiment, independent of the backend.
+
+`run_group` drives one group's session (torch or verl) through the controlled step and returns
+its raw measurements on the absolute monotonic clock; this module also holds the request and
+rollout identities, the LoRA and rollout hashes, the log-prob comparisons and the admission rule.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
+
+from tools.arithmetic_tasks import ArithmeticTask, TaskPool, prompt_sha256, score_response, task_sha256
+
+GROUPS = ("release", "retain")
+FREE_CACHE_ENGINE = {"release": True, "retain": False}
+PHASES = ("initialisation", "initial_release", "initial_sync", "generation", "engine_release",
+          "score_before_update", "update", "score_after_update", "weight_sync", "post_sync_generation",
+          "post_sync_scoring")
+RELEASE_ONLY_PHASES = ("initial_release", "engine_release")
+INITIALISATION_PHASE = "initialisation"
+
+
+def expected_phases(group: str) -> list[str]:
+    """The phases a group records, in order (release-only phases only with free_cache_engine)."""
+    return [name for name in PHASES if FREE_CACHE_ENGINE[group] or name not in RELEASE_ONLY_PHASES]
+
+
+@dataclass(frozen=True)
+class Request:
+    """One sampling request: a task's prompt token ids and the sample's index."""
+
+    rollout_id: str
+    task_id: str
+    sample_index: int
+    seed: int
+    prompt_token_ids: tuple[int, ...]
+    prompt_sha256: str
+    task_sha256: str
+
+
+@dataclass(frozen=True)
+class SupervisedExample:
+    """One supervised item: prompt tokens and the tokens of the correct answer (plus end-of-turn)."""
+
+    task_id: str
+    prompt_token_ids: tuple[int, ...]
+    target_token_ids: tuple[int, ...]
+
+
+class GroupSession(Protocol):
+    """What a backend provides for one group; the protocol in `run_group` drives it."""
+
+    group: str
+    events: list[dict]
+
+    def initialise(self) -> None: ...
+    def release_engine(self) -> None: ...
+    def weight_sync(self, version: int) -> None: ...
+    def generate(self, requests: Sequence[Request]) -> list[dict]: ...
+    def trainer_logprobs(self, rollouts: Sequence[Mapping[str, Any]]) -> list[list[float]]: ...
+    def supervised_update(self, examples: Sequence[SupervisedExample]) -> dict: ...
+    def lora_digests(self) -> dict[str, dict]: ...
+    def trainer_version(self) -> int: ...
+    def engine_version(self) -> int | None: ...
+    def close(self) -> None: ...
+
+
+def canonical_sha256(value: Any) -> str:
+    """sha256 of canonical JSON (sorted keys, no spaces)."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def lora_state_sha256(digests: Mapping[str, Mapping[str, Any]]) -> str:
+    """One hash over the per-tensor digests (name, dtype, shape, sha256), order-independent."""
+    return canonical_sha256({name: dict(digests[name]) for name in sorted(digests)})
+
+
+def changed_tensor_names(before: Mapping[str, Mapping], after: Mapping[str, Mapping]) -> list[str]:
+    """Names whose digest differs (a tensor present in only one side counts as changed)."""
+    names = sorted(set(before) | set(after))
+    return [name for name in names if before.get(name, {}).get("sha256") != after.get(name, {}).get("sha256")]
+
+
+def rollout_identity(rollout: Mapping[str, Any]) -> dict:
+    """The fields that define a frozen rollout (what its hash covers)."""
+    keys = ("rollout_id", "task_id", "sample_index", "seed", "prompt_sha256", "task_sha256", "prompt_token_ids",
+            "response_token_ids", "behaviour_logprobs", "action_mask", "policy_version")
+    return {key: rollout.get(key) for key in keys}
+
+
+def rollouts_sha256(rollouts: Iterable[Mapping[str, Any]]) -> str:
+    return canonical_sha256([rollout_identity(r) for r in rollouts])
+
+
+def max_abs_error(reference: Sequence[Sequence[float]], other: Sequence[Sequence[float]],
+                  masks: Sequence[Sequence[int]]) -> float:
+    """Largest |a - b| over the action-masked tokens of all rollouts."""
+    worst = 0.0
+    for ref_row, other_row, mask in zip(reference, other, masks, strict=True):
+        if len(ref_row) != len(other_row):
+            raise ValueError(f"log-prob rows differ in length ({len(ref_row)} vs {len(other_row)})")
+        for a, b, m in zip(ref_row, other_row, mask):
+            if m:
+                worst = max(worst, abs(float(a) - float(b)))
+    return worst
+
+
+def behaviour_drift(behaviour: Sequence[float], current: Sequence[float], mask: Sequence[int]) -> float:
+    """Mean |log pi_current - log pi_behaviour| over the rollout's action tokens."""
+    pairs = [(float(b), float(c)) for b, c, m in zip(behaviour, current, mask) if m]
+    if not pairs:
+        raise ValueError("a rollout without action tokens cannot be re-scored")
+    return sum(abs(c - b) for b, c in pairs) / len(pairs)
+
+
+def admission(frozen: Sequence[Mapping[str, Any]], rescored: Sequence[Sequence[float]], threshold: float,
+              trainer_version: int) -> dict:
+    """Admit each frozen rollout whose behaviour drift under the updated policy is within `threshold`."""
+    decisions = []
+    for rollout, current in zip(frozen, rescored, strict=True):
+        drift = behaviour_drift(rollout["behaviour_logprobs"], current, rollout["action_mask"])
+        admitted = drift <= threshold
+        decisions.append({"rollout_id": rollout["rollout_id"], "policy_version": rollout["policy_version"],
+                          "scored_version": trainer_version,
+                          "version_lag": trainer_version - int(rollout["policy_version"]),
+                          "behaviour_drift": drift, "state": "admitted" if admitted else "rejected"})
+    admitted_count = sum(d["state"] == "admitted" for d in decisions)
+    return {"metric": "mean |log pi_updated - log pi_behaviour| over action tokens", "threshold": threshold,
+            "admitted": admitted_count, "rejected": len(decisions) - admitted_count, "decisions": decisions}
+
+
+@contextlib.contextmanager
+def _phase(record: list[dict], name: str, clock: Callable[[], float], log: Callable[[str], None]):
+    start = clock()
+    log(f"phase {name}: start")
+    yield
+    end = clock()
+    record.append({"name": name, "start": start, "end": end})
+    log(f"phase {name}: done in {end - start:.3f} s")
+
+
+def build_requests(pool: TaskPool, tokenize_prompt: Callable[[str], list[int]], samples_per_task: int,
+                   seed: int) -> list[Request]:
+    """The fixed request list: every task `samples_per_task` times, task order then sample order.
+
+    Each request carries its own seed (`seed + position`) for engines that seed per request.
+    """
+    requests = []
+    for task_index, task in enumerate(pool.tasks):
+        ids = tuple(int(t) for t in tokenize_prompt(task.prompt))
+        for sample in range(samples_per_task):
+            requests.append(Request(rollout_id=f"{task.task_id}#s{sample}", task_id=task.task_id,
+                                    sample_index=sample, seed=seed + task_index * samples_per_task + sample,
+                                    prompt_token_ids=ids, prompt_sha256=prompt_sha256(task.prompt),
+                                    task_sha256=task_sha256(task)))
+    return requests
+
+
+def build_examples(pool: TaskPool, tokenize_prompt: Callable[[str], list[int]],
+                   tokenize_answer: Callable[[str], list[int]]) -> list[SupervisedExample]:
+    """One supervised item per task: the prompt and the integer label as the assistant's answer."""
+    return [SupervisedExample(task_id=task.task_id,
+                              prompt_token_ids=tuple(int(t) for t in tokenize_prompt(task.prompt)),
+                              target_token_ids=tuple(int(t) for t in tokenize_answer(str(task.label))))
+            for task in pool.tasks]
+
+
+def annotate_rollouts(samples: Sequence[Mapping[str, Any]], requests: Sequence[Request],
+                      tasks: Mapping[str, ArithmeticTask], version: int | None) -> list[dict]:
+    """Join engine samples with their requests: identity, hashes, policy version, parse and score."""
+    if len(samples) != len(requests):
+        raise RuntimeError(f"engine returned {len(samples)} samples for {len(requests)} requests")
+    rollouts = []
+    for request, sample in zip(requests, samples):
+        response = [int(t) for t in sample["response_token_ids"]]
+        logprobs = [float(v) for v in sample["behaviour_logprobs"]]
+        if len(logprobs) != len(response):
+            raise RuntimeError(f"{request.rollout_id}: {len(logprobs)} log-probs for {len(response)} tokens")
+        if not all(math.isfinite(v) for v in logprobs):
+            raise RuntimeError(f"{request.rollout_id}: non-finite behaviour log-prob")
+        scored = score_response(tasks[request.task_id], sample.get("response_text"))
+        rollouts.append({
+            "rollout_id": request.rollout_id, "task_id": request.task_id, "sample_index": request.sample_index,
+            "seed": sample.get("seed", request.seed), "prompt_sha256": request.prompt_sha256, "task_sha256": request.task_sha256,
+            "prompt_token_ids": list(request.prompt_token_ids), "response_token_ids": response,
+            "behaviour_logprobs": logprobs, "action_mask": [1] * len(response), "policy_version": version,
+            "finish_reason": sample.get("finish_reason"), "response_text": sample.get("response_text"),
+            "parsed": scored["parsed"], "correct": scored["correct"],
+        })
+    return rollouts
+
+
+def run_group(session: GroupSession, *, group: str, requests: Sequence[Request],
+              probe_requests: Sequence[Request], examples: Sequence[SupervisedExample],
+              tasks: Mapping[str, ArithmeticTask], frozen: Sequence[Mapping[str, Any]] | None,
+              config, clock: Callable[[], float], log: Callable[[str], None]) -> dict:
+    """Drive one group through the controlled step; return its measurements (absolute clock times).
+
+    `frozen` is None for the release group: its generation becomes the frozen rollouts.
+    """
+    phases: list[dict] = []
+    release = FREE_CACHE_ENGINE[group]
+    with _phase(phases, "initialisation", clock, log):
+        session.initialise()
+    initial = session.lora_digests()
+    if release:
+        with _phase(phases, "initial_release", clock, log):
+            session.release_engine()
+    with _phase(phases, "initial_sync", clock, log):
+        session.weight_sync(session.trainer_version())
+    generation_version = session.engine_version()
+    with _phase(phases, "generation", clock, log):
+        samples = session.generate(requests)
+    generated = annotate_rollouts(samples, requests, tasks, generation_version)
+    frozen_set = [dict(r) for r in (generated if frozen is None else frozen)]
+    if release:
+        with _phase(phases, "engine_release", clock, log):
+            session.release_engine()
+    with _phase(phases, "score_before_update", clock, log):
+        before = session.trainer_logprobs(frozen_set)
+    masks = [r["action_mask"] for r in frozen_set]
+    before_error = max_abs_error([r["behaviour_logprobs"] for r in frozen_set], before, masks)
+    version_before = session.trainer_version()
+    with _phase(phases, "update", clock, log):
+        update = session.supervised_update(examples)
+    updated = session.lora_digests()
+    version_after = session.trainer_version()
+    with _phase(phases, "score_after_update", clock, log):
+        after = session.trainer_logprobs(frozen_set)
+    with _phase(phases, "weight_sync", clock, log):
+        session.weight_sync(version_after)
+    engine_version = session.engine_version()
+    with _phase(phases, "post_sync_generation", clock, log):
+        probe_samples = session.generate(probe_requests)
+    probe = annotate_rollouts(probe_samples, probe_requests, tasks, engine_version)
+    with _phase(phases, "post_sync_scoring", clock, log):
+        probe_trainer = session.trainer_logprobs(probe)
+    probe_error = max_abs_error([r["behaviour_logprobs"] for r in probe], probe_trainer,
+                                [r["action_mask"] for r in probe])
+    changed = changed_tensor_names(initial, updated)
+    events = list(session.events)
+    same_tokens = [g["response_token_ids"] for g in generated] == [f["response_token_ids"] for f in frozen_set]
+    return {
+        "group": group,
+        "free_cache_engine": release,
+        "phases": phases,
+        "worker_events": events,
+        "release_calls": sum(e["event"] == "engine_release" for e in events),
+        "resume_calls": sum(e["event"] == "engine_resume" for e in events),
+        "initial_lora_sha256": lora_state_sha256(initial),
+        "updated_lora_sha256": lora_state_sha256(updated),
+        "lora_tensor_count": len(updated),
+        "changed_tensor_count": len(changed),
+        "changed_tensors": changed,
+        "trainer_version_before_update": version_before,
+        "trainer_version_after_update": version_after,
+        "engine_version_at_generation": generation_version,
+        "engine_version_after_sync": engine_version,
+        "generation": generated,
+        "generation_sha256": rollouts_sha256(generated),
+        "generation_vs_frozen": {
+            "token_ids_equal": same_tokens,
+            "max_abs_logprob_difference": max_abs_error([f["behaviour_logprobs"] for f in frozen_set],
+                                                        [g["behaviour_logprobs"] for g in generated],
+                                                        [f["action_mask"] for f in frozen_set]) if same_tokens else None,
+        },
+        "frozen_sha256": rollouts_sha256(frozen_set),
+        "frozen_rollouts": frozen_set if frozen is None else None,
+        "update": update,
+        "same_version_before_update": {"compared": "trainer log-probs at the frozen rollouts' policy version vs "
+                                                   "their behaviour log-probs",
+                                       "max_abs_error": before_error},
+        "same_version_after_sync": {"compared": "rollout engine log-probs after the weight sync vs the updated "
+                                                "trainer on the same tokens",
+                                    "max_abs_error": probe_error, "probe_sha256": rollouts_sha256(probe),
+                                    "probe_count": len(probe)},
+        "rescored": {"before_update": before, "after_update": after},
+        "admission": admission(frozen_set, after, config.behaviour_drift_threshold, version_after),
+    }
