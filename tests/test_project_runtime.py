@@ -26,8 +26,14 @@ def test_root_override_must_point_at_the_repository(monkeypatch, tmp_path):
         pr.resolve_project_root()
 
 
-def test_root_outside_the_repository_is_a_clear_error(monkeypatch, tmp_path):
+def test_outside_the_repository_the_package_checkout_is_used(monkeypatch, tmp_path):
     monkeypatch.delenv(pr.PROJECT_ROOT_ENV, raising=False)
+    assert pr.resolve_project_root(tmp_path) == REPO_ROOT
+
+
+def test_root_outside_any_checkout_is_a_clear_error(monkeypatch, tmp_path):
+    monkeypatch.delenv(pr.PROJECT_ROOT_ENV, raising=False)
+    monkeypatch.setattr(pr, "_package_checkout_root", lambda: None)
     with pytest.raises(ConfigError, match="cannot find the course repository"):
         pr.resolve_project_root(tmp_path)
 

@@ -47,11 +47,19 @@ def _is_project_root(path: Path) -> bool:
     return all((path / marker).exists() for marker in ROOT_MARKERS)
 
 
+def _package_checkout_root() -> Path | None:
+    """The checkout this `tools` package was imported from (editable install), if it is one."""
+    candidate = Path(__file__).resolve().parents[1]
+    return candidate if _is_project_root(candidate) else None
+
+
 def resolve_project_root(start: str | os.PathLike | None = None) -> Path:
     """Return the repository root.
 
     Order: the `COURSE_PROJECT_ROOT` environment variable, then `start` (default: the current
-    directory, which is the notebook's folder under JupyterLab and papermill) and its parents.
+    directory, which is the notebook's folder under JupyterLab and papermill) and its parents,
+    then the checkout the `tools` package was imported from (so a kernel started in a temporary
+    folder, e.g. by nbgrader's autograde, still finds the course).
     """
     configured = os.environ.get(PROJECT_ROOT_ENV)
     if configured:
@@ -66,6 +74,9 @@ def resolve_project_root(start: str | os.PathLike | None = None) -> Path:
     for candidate in (here, *here.parents):
         if _is_project_root(candidate):
             return candidate
+    package_root = _package_checkout_root()
+    if package_root is not None:
+        return package_root
     raise ConfigError(
         f"cannot find the course repository above {here}; open the notebook from the repository "
         f"or set {PROJECT_ROOT_ENV}=/path/to/the/repository."

@@ -1,0 +1,245 @@
+# %% hidden exercise=stamp_generation points=1 name=content_hash_ignores_ids_key_order_and_extra_fields
+# hint: the content hash covers only what the model learns from; it must not change with the sample's id, its other fields or the order of its keys.
+def _canonical_sha(value):
+    return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")).hexdigest()
+_template = "Compute {a} {symbol} {b}. Reply with the integer result only."
+_one = stamp_generation([{"sample_id": "r1/mul-3", "prompt": "Compute 21 * 4. Reply with the integer result only.",
+                          "response": "84", "task_id": "mul-3"}], "gen", _template, 3, "v1")
+_two = stamp_generation([{"task_id": "other", "response": "84", "sample_id": "r2/zzz",
+                          "prompt": "Compute 21 * 4. Reply with the integer result only."}], "gen", _template, 3, "v1")
+assert _one["samples"][0]["content_sha256"] == _two["samples"][0]["content_sha256"]
+assert _one["samples"][0]["content_sha256"] == _canonical_sha(
+    {"prompt": "Compute 21 * 4. Reply with the integer result only.", "response": "84"})
+assert _one["samples"][0]["task_id"] == "mul-3" and _two["samples"][0]["task_id"] == "other"
+_three = stamp_generation([{"sample_id": "r3", "prompt": "Compute 21 * 4. Reply with the integer result only.",
+                            "response": "85"}], "gen", _template, 3, "v1")
+assert _three["samples"][0]["content_sha256"] != _one["samples"][0]["content_sha256"]
+
+# %% hidden exercise=stamp_generation points=1 name=non_ascii_content_is_hashed_as_utf8
+# hint: the canonical JSON keeps non-ASCII characters as they are (UTF-8), it does not escape them; the docstring gives the exact json.dumps arguments.
+_prompt = "计算 12 + 30，只回复整数。"
+_result = stamp_generation([{"sample_id": "zh-0", "prompt": _prompt, "response": "42"}],
+                           "gen", "计算 {a} {symbol} {b}，只回复整数。", 0, "v1")
+_expected = hashlib.sha256(json.dumps({"prompt": _prompt, "response": "42"}, sort_keys=True, separators=(",", ":"),
+                                      ensure_ascii=False).encode("utf-8")).hexdigest()
+assert _result["samples"][0]["content_sha256"] == _expected
+assert _result["generation"]["template_sha256"] == hashlib.sha256("计算 {a} {symbol} {b}，只回复整数。".encode("utf-8")).hexdigest()
+
+# %% hidden exercise=stamp_generation points=1 name=every_identity_field_changes_the_generation_id
+# hint: the generation id must change when any one of generator, template, seed or version changes, and only the id, never a content hash.
+_samples = [{"sample_id": "x", "prompt": "Compute 3 + 4. Reply with the integer result only.", "response": "7"}]
+_base = stamp_generation(_samples, "gen", "T {a} {symbol} {b}", 5, "v1")
+_variants = [
+    stamp_generation(_samples, "gen2", "T {a} {symbol} {b}", 5, "v1"),
+    stamp_generation(_samples, "gen", "T {a} {symbol} {b}.", 5, "v1"),
+    stamp_generation(_samples, "gen", "T {a} {symbol} {b}", 6, "v1"),
+    stamp_generation(_samples, "gen", "T {a} {symbol} {b}", 5, "v2"),
+]
+_ids = {_base["generation"]["generation_id"]} | {v["generation"]["generation_id"] for v in _variants}
+assert len(_ids) == 5
+assert all(v["samples"][0]["content_sha256"] == _base["samples"][0]["content_sha256"] for v in _variants)
+assert _base["generation"]["seed"] == 5 and _base["generation"]["generator"] == "gen" and _base["generation"]["version"] == "v1"
+_again = stamp_generation(_samples, "gen", "T {a} {symbol} {b}", 5, "v1")
+assert _again["generation"] == _base["generation"]
+
+# %% hidden exercise=stamp_generation points=1 name=invalid_identity_and_samples_are_refused
+# hint: check every identity field and every sample before hashing: seeds are non-negative ints (not bools, not strings), prompts are not blank, responses are text or None.
+_good = {"sample_id": "ok", "prompt": "Compute 1 + 2.", "response": "3"}
+_cases = [
+    ([_good], "", "T", 1, "v1"),
+    ([_good], "gen", "", 1, "v1"),
+    ([_good], "gen", "T", 1, " "),
+    ([_good], "gen", "T", -1, "v1"),
+    ([_good], "gen", "T", "1", "v1"),
+    ([_good], "gen", "T", False, "v1"),
+    ([{"sample_id": "a", "prompt": "Compute 1 + 2."}], "gen", "T", 1, "v1"),
+    ([{"sample_id": "a", "prompt": "   ", "response": "3"}], "gen", "T", 1, "v1"),
+    ([{"sample_id": "a", "prompt": "Compute 1 + 2.", "response": 3}], "gen", "T", 1, "v1"),
+    ([{"sample_id": "", "prompt": "Compute 1 + 2.", "response": "3"}], "gen", "T", 1, "v1"),
+    (["not a dict"], "gen", "T", 1, "v1"),
+]
+for _case in _cases:
+    try:
+        stamp_generation(*_case)
+    except ValueError:
+        continue
+    raise AssertionError(f"invalid input accepted: {_case!r}")
+
+# %% hidden exercise=stamp_generation points=1 name=one_sample_one_generation_and_inputs_untouched
+# hint: a sample already stamped by a different generation must be refused, re-stamping with the same identity is fine, and the caller's dicts never change.
+_first = stamp_generation([{"sample_id": "a", "prompt": "Compute 1 + 2.", "response": "3"}], "gen", "T", 1, "v1")
+_stamped = _first["samples"][0]
+_snapshot = dict(_stamped)
+_same = stamp_generation([_stamped], "gen", "T", 1, "v1")
+assert _same["samples"][0]["generation_id"] == _stamped["generation_id"]
+try:
+    stamp_generation([_stamped], "gen", "T", 2, "v1")
+except ValueError:
+    pass
+else:
+    raise AssertionError("a sample of another generation was re-stamped")
+assert _stamped == _snapshot
+_empty = stamp_generation([], "gen", "T", 1, "v1")
+assert _empty["samples"] == [] and _empty["generation"]["generation_id"] == _first["generation"]["generation_id"]
+
+# %% hidden exercise=screen_overlap points=1 name=whitespace_case_and_fullwidth_variants_share_a_key
+# hint: after NFKC, casefold and whitespace folding, tabs, newlines, non-breaking and ideographic spaces, capitals and full-width punctuation all disappear as differences.
+_samples = [
+    {"sample_id": "p0", "prompt": "Compute 40 - 3. Reply with the integer result only."},
+    {"sample_id": "p1", "prompt": "\tCOMPUTE 40 - 3.\nReply with the integer result only.  "},
+    {"sample_id": "p2", "prompt": "compute\u00a040\u00a0-\u00a03．\u3000Reply with the integer result only．"},
+    {"sample_id": "p3", "prompt": "Compute ４０ － ３. Reply with the integer result only."},
+    {"sample_id": "p4", "prompt": "Compute 40 - 4. Reply with the integer result only."},
+]
+_report = screen_overlap(_samples, ["Compute 99 + 1. Reply with the integer result only."])
+assert _report["kept"] == ["p0", "p4"]
+assert _report["duplicates"] == {"p1": "p0", "p2": "p0", "p3": "p0"}
+assert _report["contaminated"] == [] and _report["eval_hits"] == []
+
+# %% hidden exercise=screen_overlap points=1 name=every_copy_of_an_evaluation_prompt_is_contaminated
+# hint: contamination is decided before duplication and for every copy; a repeated evaluation prompt never turns into a duplicate, and it does not become the first kept copy either.
+_eval = ["Compute 25 + 68. Reply with the integer result only.", "Compute 84 - 43. Reply with the integer result only."]
+_samples = [
+    {"sample_id": "e1", "prompt": "compute 84 - 43. reply with the integer result only."},
+    {"sample_id": "e2", "prompt": "Compute 84 - 43. Reply with the integer result only."},
+    {"sample_id": "k1", "prompt": "Compute 84 - 42. Reply with the integer result only."},
+    {"sample_id": "e3", "prompt": "COMPUTE 84 - 43. REPLY WITH THE INTEGER RESULT ONLY."},
+]
+_report = screen_overlap(_samples, _eval)
+assert _report["contaminated"] == ["e1", "e2", "e3"]
+assert _report["duplicates"] == {} and _report["kept"] == ["k1"]
+assert _report["eval_hits"] == [1]
+assert _report["counts"] == {"input": 4, "kept": 1, "duplicate": 0, "contaminated": 3}
+
+# %% hidden exercise=screen_overlap points=1 name=duplicates_point_at_the_first_kept_copy_in_order
+# hint: keep the first occurrence in input order; every later copy, however many, points at that first kept sample, and the kept list keeps the input order.
+_samples = [
+    {"sample_id": "z", "prompt": "Compute 5 * 9."},
+    {"sample_id": "y", "prompt": "Compute 6 * 9."},
+    {"sample_id": "x", "prompt": "compute 5 * 9."},
+    {"sample_id": "w", "prompt": "COMPUTE 5 * 9. "},
+    {"sample_id": "v", "prompt": "Compute 6 *  9."},
+    {"sample_id": "u", "prompt": "Compute 7 * 9."},
+]
+_report = screen_overlap(_samples, [])
+assert _report["kept"] == ["z", "y", "u"]
+assert _report["duplicates"] == {"x": "z", "w": "z", "v": "y"}
+assert _report["counts"] == {"input": 6, "kept": 3, "duplicate": 3, "contaminated": 0}
+
+# %% hidden exercise=screen_overlap points=1 name=eval_hits_list_every_matching_evaluation_index
+# hint: report the indices of all evaluation prompts that some sample matched, sorted and without repeats, including evaluation prompts that normalise to the same key.
+_eval = ["Compute 1 + 1.", "Compute 2 + 2.", "compute 1 + 1.", "Compute 3 + 3."]
+_samples = [{"sample_id": "a", "prompt": "Compute 3 + 3."}, {"sample_id": "b", "prompt": "COMPUTE 1 + 1."},
+            {"sample_id": "c", "prompt": "Compute 3 + 3."}]
+_report = screen_overlap(_samples, _eval)
+assert _report["eval_hits"] == [0, 2, 3]
+assert _report["contaminated"] == ["a", "b", "c"]
+_clean = screen_overlap([], _eval)
+assert _clean == {"kept": [], "duplicates": {}, "contaminated": [], "eval_hits": [],
+                  "counts": {"input": 0, "kept": 0, "duplicate": 0, "contaminated": 0}}
+
+# %% hidden exercise=screen_overlap points=1 name=reworded_problems_are_not_textual_matches
+# hint: the rule is an exact match of normalised text; a reworded question or a prompt that merely contains an evaluation prompt is not a match.
+_eval = ["Compute 12 + 30. Reply with the integer result only."]
+_samples = [
+    {"sample_id": "r1", "prompt": "What is 12 + 30?"},
+    {"sample_id": "r2", "prompt": "Compute 12 + 30. Reply with the integer result only. Then explain."},
+    {"sample_id": "r3", "prompt": "Compute 12 + 3. Reply with the integer result only."},
+    {"sample_id": "r4", "prompt": "Compute 1 2 + 30. Reply with the integer result only."},
+]
+_report = screen_overlap(_samples, _eval)
+assert _report["contaminated"] == [] and _report["kept"] == ["r1", "r2", "r3", "r4"]
+
+# %% hidden exercise=screen_overlap points=1 name=invalid_prompts_and_ids_are_refused
+# hint: validate before screening: every sample needs its own non-empty id, and a prompt or evaluation prompt must be text that is not empty after normalisation.
+_cases = [
+    ([{"sample_id": "a", "prompt": None}], []),
+    ([{"sample_id": "a", "prompt": " \u3000\n"}], []),
+    ([{"prompt": "Compute 1 + 1."}], []),
+    ([{"sample_id": "a", "prompt": "Compute 1 + 1."}], [""]),
+    ([{"sample_id": "a", "prompt": "Compute 1 + 1."}], [42]),
+    ([{"sample_id": "a", "prompt": "Compute 1 + 1."}, {"sample_id": "a", "prompt": "Compute 2 + 2."}], []),
+]
+for _samples, _eval in _cases:
+    try:
+        screen_overlap(_samples, _eval)
+    except ValueError:
+        continue
+    raise AssertionError(f"invalid input accepted: {_samples!r}, {_eval!r}")
+
+# %% hidden exercise=admit_by_verifier points=1 name=only_a_whole_integer_is_an_answer
+# hint: use the course's parse rule: the whole stripped response is one integer, optionally signed; anything else (extra words, decimals, spaces inside, empty, None) is not an integer answer.
+_labels = {"a": 42, "b": -7, "c": 42, "d": 42, "e": 42, "f": 42, "g": 42, "h": 5}
+_samples = [{"sample_id": "a", "response": "+42"}, {"sample_id": "b", "response": "  -7 "},
+            {"sample_id": "c", "response": "42.0"}, {"sample_id": "d", "response": "The answer is 42"},
+            {"sample_id": "e", "response": "4 2"}, {"sample_id": "f", "response": ""},
+            {"sample_id": "g", "response": None}, {"sample_id": "h", "response": "answer: 5"}]
+_report = admit_by_verifier(_samples, _labels, 0.0, 1.0)
+assert _report["admitted"] == ["a", "b"]
+assert _report["rejected"] == {"c": "not_integer", "d": "not_integer", "e": "not_integer", "f": "not_integer",
+                               "g": "not_integer", "h": "not_integer"}
+assert _report["counts"] == {"total": 8, "admitted": 2, "no_label": 0, "not_integer": 6, "wrong_answer": 0}
+
+# %% hidden exercise=admit_by_verifier points=1 name=first_reason_wins_and_every_count_is_reported
+# hint: a sample gets only the first matching reason in the documented order, and the counts always carry all five keys.
+_labels = {"k1": 10, "k2": 11}
+_samples = [{"sample_id": "m1", "response": "oops"}, {"sample_id": "m2", "response": "3"},
+            {"sample_id": "k1", "response": "10"}, {"sample_id": "k2", "response": "12"}]
+_report = admit_by_verifier(_samples, _labels, 0.0, 1.0)
+assert _report["rejected"] == {"m1": "no_label", "m2": "no_label", "k2": "wrong_answer"}
+assert _report["counts"] == {"total": 4, "admitted": 1, "no_label": 2, "not_integer": 0, "wrong_answer": 1}
+assert _report["pass_rate"] == 0.25 and _report["wrong_rate"] == 0.25
+_clean = admit_by_verifier([{"sample_id": "k1", "response": "10"}], _labels)
+assert _clean["counts"] == {"total": 1, "admitted": 1, "no_label": 0, "not_integer": 0, "wrong_answer": 0}
+assert _clean["decision"] == "accept" and _clean["reasons"] == [] and _clean["rejected"] == {}
+
+# %% hidden exercise=admit_by_verifier points=1 name=reject_lists_every_hard_failure_and_outranks_tune
+# hint: collect all hard failures in their documented order before deciding; when any exists the decision is reject and the tuning pressure is not listed.
+_labels = {f"s{i}": i for i in range(10)}
+_samples = [{"sample_id": f"s{i}", "response": str(i + 1)} for i in range(5)]
+_samples += [{"sample_id": "ghost", "response": "1"}]
+_report = admit_by_verifier(_samples, _labels)
+assert _report["decision"] == "reject"
+assert _report["reasons"] == ["unverifiable", "wrong_rate_above_max"]
+_wrong_only = admit_by_verifier([{"sample_id": "s1", "response": "1"}, {"sample_id": "s2", "response": "3"}], _labels)
+assert _wrong_only["decision"] == "reject" and _wrong_only["reasons"] == ["wrong_rate_above_max"]
+
+# %% hidden exercise=admit_by_verifier points=1 name=empty_batch_is_rejected_without_rates
+# hint: with no sample there is no rate to report (not zero) and nothing to admit; say why the batch cannot be accepted.
+_report = admit_by_verifier([], {"a": 1})
+assert _report["decision"] == "reject" and _report["reasons"] == ["empty_batch"]
+assert _report["pass_rate"] is None and _report["wrong_rate"] is None
+assert _report["counts"] == {"total": 0, "admitted": 0, "no_label": 0, "not_integer": 0, "wrong_answer": 0}
+assert _report["admitted"] == [] and _report["rejected"] == {}
+
+# %% hidden exercise=admit_by_verifier points=1 name=thresholds_are_inclusive_and_just_below_tunes
+# hint: a pass rate equal to the minimum passes, one just below it asks for tuning; a wrong rate equal to the maximum passes, one just above rejects.
+_labels = {f"t{i}": i for i in range(10)}
+_nine = [{"sample_id": f"t{i}", "response": str(i)} for i in range(9)] + [{"sample_id": "t9", "response": "nine"}]
+assert admit_by_verifier(_nine, _labels, min_pass_rate=0.9)["decision"] == "accept"
+_below = admit_by_verifier(_nine, _labels, min_pass_rate=0.91)
+assert _below["decision"] == "tune" and _below["reasons"] == ["pass_rate_below_min"]
+_one_wrong = [{"sample_id": f"t{i}", "response": str(i)} for i in range(9)] + [{"sample_id": "t9", "response": "8"}]
+assert admit_by_verifier(_one_wrong, _labels, min_pass_rate=0.9, max_wrong_rate=0.1)["decision"] == "accept"
+assert admit_by_verifier(_one_wrong, _labels, min_pass_rate=0.9, max_wrong_rate=0.09)["reasons"] == ["wrong_rate_above_max"]
+
+# %% hidden exercise=admit_by_verifier points=1 name=invalid_thresholds_labels_and_samples_are_refused
+# hint: thresholds are finite numbers in [0, 1]; labels are ints (a bool is not a label); every sample needs its own id and a text or None response.
+_ok = [{"sample_id": "a", "response": "1"}]
+_cases = [
+    (_ok, {"a": 1}, float("nan"), 0.05),
+    (_ok, {"a": 1}, 0.9, -0.1),
+    (_ok, {"a": 1}, True, 0.05),
+    (_ok, {"a": True}, 0.9, 0.05),
+    (_ok, {"a": "1"}, 0.9, 0.05),
+    (_ok, {"a": 1.0}, 0.9, 0.05),
+    ([{"sample_id": "a", "response": 1}], {"a": 1}, 0.9, 0.05),
+    ([{"response": "1"}], {"a": 1}, 0.9, 0.05),
+    (_ok + _ok, {"a": 1}, 0.9, 0.05),
+]
+for _samples, _labels, _min_pass, _max_wrong in _cases:
+    try:
+        admit_by_verifier(_samples, _labels, _min_pass, _max_wrong)
+    except ValueError:
+        continue
+    raise AssertionError(f"invalid input accepted: {_samples!r}, {_labels!r}, {_min_pass!r}, {_max_wrong!r}")
