@@ -88,10 +88,11 @@ def label_lock(root: Path, label: str) -> Iterator[Path]:
         lock.unlink(missing_ok=True)
 
 
-def _files_under(folder: Path | None) -> set[Path]:
+def _records_under(folder: Path | None) -> set[Path]:
+    """JSON records under `folder` (logs and other side files are not records)."""
     if folder is None or not folder.exists():
         return set()
-    return {path for path in folder.rglob("*") if path.is_file()}
+    return {path for path in folder.rglob("*.json") if path.is_file()}
 
 
 def unexpected_error(executed: Path) -> tuple[int, str] | None:
@@ -125,7 +126,7 @@ def run_chapter(root: Path, chapter: Chapter, *, run_mode: str, label: str, resu
     notebook = chapter.notebook_path(root)
     output_dir.mkdir(parents=True, exist_ok=True)
     output = output_dir / notebook.name
-    before = _files_under(results_dir)
+    before = _records_under(results_dir)
     started = time.perf_counter()
     parameters = {**(extra_parameters or {}), "RUN_MODE": run_mode, "RUN_LABEL": label,
                   "RESULTS_DIR": None if results_dir is None else str(results_dir)}
@@ -142,7 +143,7 @@ def run_chapter(root: Path, chapter: Chapter, *, run_mode: str, label: str, resu
         if unexpected is not None:
             status, (failed_cell, error) = "failed", unexpected
     written = sorted(str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
-                     for path in _files_under(results_dir) - before)
+                     for path in _records_under(results_dir) - before)
     return ChapterRun(chapter.id, run_mode, status, round(time.perf_counter() - started, 1), written,
                       str(output.relative_to(root)) if output.is_relative_to(root) else str(output), failed_cell, error)
 
