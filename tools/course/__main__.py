@@ -61,6 +61,31 @@ def cmd_grading_verify(args) -> int:
     return 0
 
 
+def cmd_grading_autograde(args) -> int:
+    from pathlib import Path
+
+    from tools.course.autograde_batch import autograde_chapter, course_cell_timeout, format_summary
+    from tools.course.catalog import select_chapters
+    from tools.course.grading_build import GRADING_DIR
+    from tools.course.sandbox import Limits
+
+    chapter = select_chapters([args.chapter], args.root)[0]
+    course = Path(args.course_dir) if args.course_dir else args.root / GRADING_DIR
+    cell_timeout = args.cell_timeout if args.cell_timeout is not None else course_cell_timeout(course)
+    limits = Limits(cell_timeout_s=cell_timeout, notebook_timeout_s=args.notebook_timeout,
+                    memory_mb=args.memory_mb or None, cpu_seconds=args.cpu_seconds or None,
+                    max_processes=args.max_processes or None, file_size_mb=args.file_size_mb or None)
+    report = autograde_chapter(args.root, chapter, course=course,
+                               jobs=args.jobs, limits=limits,
+                               output_dir=Path(args.output_dir) if args.output_dir else None,
+                               show_progress=not args.no_progress, require_isolation=args.require_isolation)
+    print(format_summary(report), flush=True)
+    if not report.passed:
+        print(f"grading autograde: {len(report.failures)} submission(s) not graded or without feedback")
+        return 1
+    return 0
+
+
 def cmd_run(args) -> int:
     from tools.course.catalog import select_chapters
     from tools.course.runner import format_summary, parse_parameters, run_chapters
@@ -119,6 +144,27 @@ def build_parser() -> argparse.ArgumentParser:
     verify = grading_commands.add_parser("verify", help="autograde planted submissions and check their scores")
     verify.add_argument("--chapter", action="append", help="chapter id or slug (repeatable; default: all)")
     verify.set_defaults(handler=cmd_grading_verify)
+    autograde = grading_commands.add_parser(
+        "autograde", help="grade every submission of a chapter in parallel sandboxed nbgrader workers, "
+                          "then merge, write feedback and a class report (exit 1 if any submission fails)")
+    autograde.add_argument("--chapter", required=True, help="chapter id or slug")
+    autograde.add_argument("--jobs", type=int, default=1, help="parallel workers (default 1)")
+    autograde.add_argument("--course-dir", help="nbgrader course folder (default: grading/); submissions in "
+                                                "<course>/submitted/<student>/<slug>/<slug>.ipynb")
+    autograde.add_argument("--cell-timeout", type=int, default=None,
+                           help="per-cell wall-clock limit in s (default: Execute.timeout of the course config)")
+    autograde.add_argument("--notebook-timeout", type=float, default=600.0,
+                           help="per-notebook wall-clock limit in s; the worker is killed after it (default 600)")
+    autograde.add_argument("--memory-mb", type=int, default=4096, help="kernel address-space limit, 0 = none")
+    autograde.add_argument("--cpu-seconds", type=int, default=600, help="kernel CPU-time limit, 0 = none")
+    autograde.add_argument("--max-processes", type=int, default=64,
+                           help="processes and threads of the kernel's uid, 0 = none")
+    autograde.add_argument("--file-size-mb", type=int, default=256, help="largest file the kernel may write, 0 = none")
+    autograde.add_argument("--output-dir", help="record, logs and class report (default: build/grading/autograde/...)")
+    autograde.add_argument("--require-isolation", action="store_true",
+                           help="refuse to run unless network/PID namespaces and a separate uid are available")
+    autograde.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    autograde.set_defaults(handler=cmd_grading_autograde)
 
     run = commands.add_parser("run", help="execute chapters headless with papermill")
     run.add_argument("--chapter", action="append", help="chapter id or slug (repeatable; default: all)")

@@ -1,0 +1,179 @@
+"""The grading sandbox on its own (no nbgrader): limits hold, isolation is real, and the record says so."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from chapter_factory import REPO_ROOT
+from tools.course import sandbox
+from tools.course.autograde_batch import remove_tree
+from tools.course.sandbox import LAUNCHER, HostIsolation, Limits, UidPool, WorkerSandbox, plan_masks, probe_host
+from tools.errors import ConfigError
+
+HOST = probe_host()
+needs_namespaces = pytest.mark.skipif(not HOST.namespaces, reason=f"no namespaces here: {HOST.reason}")
+
+PROBE = """
+import json, os, socket, sys, time
+report = {"uid": os.getuid()}
+try:
+    socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=3).close()
+    report["network"] = "connected"
+except OSError as error:
+    report["network"] = type(error).__name__
+report["repo_listing"] = sorted(os.listdir(sys.argv[2]))
+try:
+    block = bytearray(3 * 2 ** 30)
+    report["memory"] = "allocated"
+except MemoryError:
+    report["memory"] = "MemoryError"
+if sys.argv[3] == "fork":
+    children = 0
+    try:
+        for _ in range(500):
+            if os.fork() == 0:
+                time.sleep(60)
+                os._exit(0)
+            children += 1
+    except OSError as error:
+        report["fork"] = f"{type(error).__name__} after {children}"
+print(json.dumps(report))
+"""
+
+
+@pytest.fixture
+def worker():
+    """A worker folder the sandbox uid can pass through to (pytest's tmp_path is closed to other users)."""
+    root = Path(tempfile.mkdtemp(prefix="sandbox-test-"))
+    root.chmod(0o711)
+    (root / "worker").mkdir(mode=0o700)
+    yield root / "worker"
+    remove_tree(root)
+
+
+def run_probe(worker, host: HostIsolation, *, fork: bool, limits: Limits | None = None):
+    limits = limits or Limits(cell_timeout_s=5, notebook_timeout_s=60, memory_mb=1024, max_processes=16)
+    with UidPool(1 if host.separate_uid else 0) as uids:
+        return _run_probe(worker, host, fork, limits, uids.uids[0] if uids.uids else None)
+
+
+def _run_probe(worker, host, fork, limits, uid):
+    box = WorkerSandbox(worker, uid, limits, host, plan_masks(REPO_ROOT, REPO_ROOT / "grading"))
+    box.prepare()
+    probe = box.kernel_dir / "probe.py"
+    probe.write_text(PROBE, encoding="utf-8")
+    if box.uid is not None:
+        os.chown(probe, box.uid, box.uid)
+    server = socket.create_server(("127.0.0.1", 0))
+    try:
+        inner = [sys.executable, str(LAUNCHER), "kernel", "--plan", str(box.plan_path), "--",
+                 sys.executable, str(probe), str(server.getsockname()[1]), str(REPO_ROOT), "fork" if fork else "-"]
+        run = box.run(inner, worker / "log.txt")
+    finally:
+        server.close()
+    output = (worker / "log.txt").read_text(encoding="utf-8")
+    return run, json.loads(output.strip().splitlines()[-1]), box.enforced(), box
+
+
+def test_limits_refuse_bad_values():
+    with pytest.raises(ConfigError, match="cell timeout"):
+        Limits(cell_timeout_s=0)
+    with pytest.raises(ConfigError, match="must exceed"):
+        Limits(cell_timeout_s=30, notebook_timeout_s=30)
+    with pytest.raises(ConfigError, match="memory_mb"):
+        Limits(memory_mb=-1)
+
+
+def test_masks_hide_the_repository_but_keep_tools_and_merge_nested_folders(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    repo = home / "repo"
+    monkeypatch.setattr(sandbox, "interpreter_masks", lambda: [{"path": str(home), "keep": [str(home / "py")]}])
+    masks = plan_masks(repo, tmp_path / "course")
+    assert masks == [
+        {"path": str(home), "keep": sorted([str(home / "py"), str(repo / "tools")])},
+        {"path": str(tmp_path / "course"), "keep": []},
+    ] or masks == [
+        {"path": str(tmp_path / "course"), "keep": []},
+        {"path": str(home), "keep": sorted([str(home / "py"), str(repo / "tools")])},
+    ]
+    monkeypatch.setattr(sandbox, "interpreter_masks", lambda: [])
+    assert plan_masks(repo, repo / "grading") == [{"path": str(repo), "keep": [str(repo / "tools")]}]
+
+
+@needs_namespaces
+def test_namespaces_cut_the_network_hide_the_course_and_enforce_the_limits(worker):
+    run, report, enforced, box = run_probe(worker, HOST, fork=True)
+    assert run.returncode == 0 and not run.killed_at_notebook_timeout
+    assert report["uid"] == box.uid != 0
+    assert report["network"] == "ConnectionRefusedError"  # 127.0.0.1 is the namespace's own loopback
+    assert report["repo_listing"] == sorted(["tools"] + ([".venv"] if (REPO_ROOT / ".venv").is_dir() and
+                                                         sys.prefix.startswith(str(REPO_ROOT)) else []))
+    assert report["memory"] == "MemoryError"
+    assert report["fork"].startswith("BlockingIOError")
+    assert int(report["fork"].split()[-1]) < 16
+    assert enforced["network"] == "own network namespace, interfaces lo" and enforced["pid_namespace"]
+    assert enforced["kernel_uid"] == box.uid and enforced["memory_bytes"] == 1024 * 2 ** 20
+    assert enforced["max_processes"] == 16 and enforced["no_new_privs"] is True
+    assert str(REPO_ROOT) in enforced["masked_paths"]
+    assert enforced["leftover_processes_killed"] == 0  # the sleeping children died with the namespace
+
+
+@needs_namespaces
+def test_the_notebook_timeout_kills_the_whole_namespace(worker):
+    uids = UidPool(1)
+    box = WorkerSandbox(worker, uids.uids[0], Limits(cell_timeout_s=1, notebook_timeout_s=3), HOST,
+                        plan_masks(REPO_ROOT, REPO_ROOT / "grading"))
+    box.prepare()
+    sleeper = textwrap.dedent("""
+        import os, time
+        for _ in range(3):
+            if os.fork() == 0:
+                os.setsid()  # escape the process group: only the namespace can catch it
+                break
+        time.sleep(600)
+    """)
+    inner = [sys.executable, str(LAUNCHER), "kernel", "--plan", str(box.plan_path), "--", sys.executable, "-c", sleeper]
+    started = time.monotonic()
+    run = box.run(inner, worker / "log.txt")
+    assert run.killed_at_notebook_timeout and time.monotonic() - started < 20
+    time.sleep(0.5)
+    assert not [pid for pid in os.listdir("/proc") if pid.isdigit() and _uid(pid) == box.uid]
+    assert box.enforced()["killed_at_notebook_timeout"] is True
+    uids.release()
+
+
+@needs_namespaces
+def test_concurrent_pools_never_share_a_uid():
+    with UidPool(2) as first, UidPool(2) as second:
+        assert len(set(first.uids) | set(second.uids)) == 4
+
+
+def _uid(pid: str) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except FileNotFoundError:
+        return None
+
+
+def test_without_namespaces_the_rlimits_still_hold_and_the_record_says_what_is_missing(worker):
+    host = HostIsolation(False, False, "forced for this test")
+    run, report, enforced, _ = run_probe(worker, host, fork=False)
+    assert run.returncode == 0
+    assert report["uid"] == os.getuid()
+    assert report["network"] == "connected"  # honest: nothing blocked it, and the record says so
+    assert enforced["network"] == "not isolated" and enforced["isolation"] == "none"
+    assert enforced["kernel_uid"] is None and enforced["masked_paths"] == []
+    assert report["memory"] == "MemoryError" and enforced["memory_bytes"] == 1024 * 2 ** 20
+    if os.geteuid() == 0:
+        assert enforced["max_processes"] is None and enforced["max_processes_not_enforced"]
+    else:
+        assert enforced["max_processes"] > 16 and enforced["max_processes_counts_existing_tasks"]

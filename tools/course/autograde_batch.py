@@ -1,0 +1,630 @@
+"""Autograde every submission of one chapter through nbgrader, in parallel isolated workers.
+
+The course gradebook (sqlite) is not safe for concurrent writers, so each submission is graded
+in its own throw-away nbgrader course (a copy of the prepared gradebook with no students, the
+config and the source) by its own `nbgrader autograde` process inside a sandbox
+(`tools.course.sandbox`), up to `jobs` at a time. The main thread then merges each result into
+the course gradebook with nbgrader's Gradebook API, one student at a time, copies the
+autograded notebook, and writes the learner's feedback (`tools.course.feedback`). A submission
+that cannot be graded is recorded as failed and skipped; it never touches another student.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import nbformat
+
+from tools.course.catalog import Chapter
+from tools.course.cells import read_notebook
+from tools.course.class_report import score_summary, write_class_report
+from tools.course.feedback import (
+    FeedbackLeakError,
+    cell_results,
+    exercise_summary,
+    exercises_of,
+    feedback_record,
+    generate_feedback_html,
+    grade_cells,
+    sanitize_notebook,
+    secret_lines,
+    secrets_for,
+    write_feedback,
+)
+from tools.course.grading_build import GRADING_DIR, render_source_notebook
+from tools.course.grading_verify import GradingError, venv_environment
+from tools.course.sandbox import (
+    HostIsolation,
+    Limits,
+    UidPool,
+    WorkerSandbox,
+    blocked_ancestor,
+    kill_running,
+    limits_record,
+    plan_masks,
+    probe_host,
+)
+from tools.errors import ConfigError, RecordExistsError
+from tools.project_runtime import save_json_record_once, utc_timestamp
+
+BATCH_SCHEMA = "class-autograde/v1"
+LOG_TAIL_LINES = 12
+MAX_NOTEBOOK_BYTES = 64 * 2 ** 20
+
+
+@dataclass
+class Submission:
+    student: str
+    folder: Path
+    notebook: Path
+
+
+@dataclass
+class Outcome:
+    """What happened to one submission."""
+
+    student: str
+    status: str  # "graded" | "failed"
+    reason: str | None = None
+    score: float | None = None
+    max_score: float | None = None
+    exercises: list = field(default_factory=list)
+    enforced: dict | None = None
+    seconds: float | None = None
+    feedback: dict | None = None
+
+
+@dataclass
+class BatchReport:
+    chapter: str
+    slug: str
+    jobs: int
+    course_dir: str
+    limits: dict
+    host: dict
+    outcomes: list[Outcome] = field(default_factory=list)
+    wall_seconds: float | None = None
+    assignment: str | None = None
+    record_path: str | None = None
+    report_path: str | None = None
+    hardest_exercise: str | None = None
+
+    @property
+    def graded(self) -> list[Outcome]:
+        return [outcome for outcome in self.outcomes if outcome.status == "graded"]
+
+    @property
+    def failures(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.status != "graded" or not (o.feedback or {}).get("written")]
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.outcomes) and not self.failures
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data.update(schema_version=BATCH_SCHEMA, created_utc=utc_timestamp(), passed=self.passed,
+                    summary=score_summary(self.outcomes))
+        return data
+
+
+# ---------------------------------------------------------------------------
+# Inputs
+# ---------------------------------------------------------------------------
+
+def course_paths(course: Path, slug: str) -> dict[str, Path]:
+    return {
+        "config": course / "nbgrader_config.py",
+        "source": course / "source" / slug / f"{slug}.ipynb",
+        "release": course / "release" / slug / f"{slug}.ipynb",
+        "gradebook": course / "gradebook.db",
+        "submitted": course / "submitted",
+    }
+
+
+def check_inputs(root: Path, chapter: Chapter, course: Path) -> None:
+    """Refuse to start (ConfigError) unless the course folder holds an up-to-date source and config."""
+    paths = course_paths(course, chapter.slug)
+    if not paths["config"].is_file():
+        raise ConfigError(f"{paths['config']} does not exist; --course-dir must be an nbgrader course folder")
+    if not paths["source"].is_file():
+        raise ConfigError(f"{paths['source']} does not exist; run `python -m tools.course grading build`")
+    if paths["source"].read_text(encoding="utf-8") != render_source_notebook(root, chapter):
+        raise ConfigError(f"{paths['source']} is stale; run `python -m tools.course grading build`")
+
+
+def discover_submissions(course: Path, slug: str) -> list[Submission]:
+    """Every `submitted/<student>/<slug>/` folder, sorted by student id."""
+    submitted = course_paths(course, slug)["submitted"]
+    found = sorted(path for path in submitted.glob(f"*/{slug}")
+                   if path.is_dir() and not path.is_symlink() and not path.parent.is_symlink()) \
+        if submitted.is_dir() else []
+    if not found:
+        raise ConfigError(f"no submissions of {slug} under {submitted}/<student>/{slug}/")
+    return [Submission(path.parent.name, path, path / f"{slug}.ipynb") for path in found]
+
+
+def notebook_problem(path: Path) -> str | None:
+    """Why `path` cannot be graded (missing, a link, too large, not a notebook), or None."""
+    if path.is_symlink():
+        return f"{path.name} is a symbolic link, not a submitted file"
+    if not path.is_file():
+        return f"missing notebook {path.name}"
+    if path.stat().st_size > MAX_NOTEBOOK_BYTES:
+        return f"notebook larger than {MAX_NOTEBOOK_BYTES // 2 ** 20} MiB"
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = json.loads(text)
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        return f"corrupt notebook: not JSON ({error.__class__.__name__}: {str(error)[:80]})"
+    if not isinstance(data, dict) or not isinstance(data.get("cells"), list) or data.get("nbformat") != 4:
+        return "corrupt notebook: JSON, but not an nbformat-4 notebook"
+    try:
+        nbformat.reads(text, as_version=4)
+    except Exception as error:  # nbformat raises many types for malformed notebooks; all mean "corrupt"
+        return f"corrupt notebook: {error.__class__.__name__}: {str(error)[:80]}"
+    return None
+
+
+# ---------------------------------------------------------------------------
+# Preparing the assignment and the worker template
+# ---------------------------------------------------------------------------
+
+def _nbgrader(course: Path, args: list[str], log_path: Path) -> None:
+    command = [sys.executable, "-m", "nbgrader", *args]
+    completed = subprocess.run(command, cwd=course, capture_output=True, text=True, env=venv_environment())
+    log_path.write_text(f"$ {' '.join(command)}\n{completed.stdout}{completed.stderr}", encoding="utf-8")
+    if completed.returncode != 0:
+        tail = "\n".join((completed.stdout + completed.stderr).splitlines()[-LOG_TAIL_LINES:])
+        raise GradingError(f"`nbgrader {' '.join(args)}` exited {completed.returncode}:\n{tail}")
+
+
+def _has_assignment(gradebook: Path, slug: str) -> bool:
+    from nbgrader.api import Gradebook, MissingEntry
+
+    if not gradebook.is_file():
+        return False
+    with Gradebook(f"sqlite:///{gradebook}") as book:
+        try:
+            book.find_assignment(slug)
+        except MissingEntry:
+            return False
+    return True
+
+
+def ensure_assignment(course: Path, slug: str, log_dir: Path) -> str:
+    """Run `nbgrader generate_assignment` unless the gradebook and release are newer than the source."""
+    paths = course_paths(course, slug)
+    if _has_assignment(paths["gradebook"], slug) and paths["release"].is_file() \
+            and paths["release"].stat().st_mtime >= paths["source"].stat().st_mtime:
+        return "up to date"
+    _nbgrader(course, ["generate_assignment", slug, "--force"], log_dir / "generate_assignment.log")
+    return "generated"
+
+
+def make_template(course: Path, slug: str, batch_dir: Path) -> Path:
+    """A copy of the course gradebook holding only this assignment and no student: what each worker
+    starts from (no other student's grades, no other chapter's hidden tests)."""
+    from nbgrader.api import Gradebook
+
+    template = batch_dir / "template" / "gradebook.db"
+    template.parent.mkdir(mode=0o700)
+    shutil.copy(course / "gradebook.db", template)
+    with Gradebook(f"sqlite:///{template}") as book:
+        for student in list(book.students):
+            book.remove_student(student.id)
+        for assignment in list(book.assignments):
+            if assignment.name != slug:
+                book.remove_assignment(assignment.name)
+    return template
+
+
+def existing_extensions(course: Path, slug: str) -> dict:
+    """Extensions granted in the course gradebook, so that late penalties are computed as nbgrader would."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as book:
+        assignment = book.find_assignment(slug)
+        return {submission.student.id: submission.extension for submission in assignment.submissions
+                if submission.extension}
+
+
+# ---------------------------------------------------------------------------
+# One worker
+# ---------------------------------------------------------------------------
+
+@dataclass
+class WorkerResult:
+    student: str
+    worker_dir: Path  # removed after merging
+    course_dir: Path  # the worker's private nbgrader course inside it
+    status: str
+    reason: str | None
+    enforced: dict | None
+    seconds: float
+
+
+def _log_tail(path: Path) -> str:
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except FileNotFoundError:
+        return ""
+    interesting = [line for line in lines if "ERROR" in line or "Error" in line or "failed" in line]
+    return "\n".join((interesting or lines)[-LOG_TAIL_LINES:])
+
+
+@dataclass
+class WorkerContext:
+    course: Path
+    slug: str
+    template: Path
+    limits: Limits
+    host: HostIsolation
+    batch_dir: Path
+    log_dir: Path
+    masks: list[dict]
+    extensions: dict
+    kernel_name: str
+
+
+def grade_in_worker(submission: Submission, index: int, uid: int | None, context: WorkerContext) -> WorkerResult:
+    """Grade one submission in its own nbgrader course and sandbox; never writes the course folder.
+
+    Layout: `worker/` (passable, 0711) holds `course/` (the private nbgrader course, closed to the
+    kernel's uid), `kernel/` (the kernel's own home) and the sandbox's plan and reports.
+    """
+    started = time.monotonic()
+    worker = context.batch_dir / f"worker-{index:04d}"
+    worker.mkdir(mode=0o700)
+    private = worker / "course"
+    private.mkdir(mode=0o700)
+    shutil.copy(context.template, private / "gradebook.db")
+    shutil.copy(context.course / "nbgrader_config.py", private / "nbgrader_config.py")
+    shutil.copytree(context.course / "source" / context.slug, private / "source" / context.slug)
+    copy_regular_files(submission.folder, private / "submitted" / submission.student / context.slug)
+    if submission.student in context.extensions:
+        from nbgrader.api import Gradebook
+
+        with Gradebook(f"sqlite:///{private / 'gradebook.db'}") as book:
+            book.update_or_create_student(submission.student)
+            book.add_submission(context.slug, submission.student, extension=context.extensions[submission.student])
+    sandbox = WorkerSandbox(worker, uid, context.limits, context.host, context.masks, context.kernel_name)
+    sandbox.prepare()
+    # The kernel starts in its own folder: give it what nbgrader would put next to the notebook,
+    # the student's other files overwritten by the assignment's own.
+    for folder in (submission.folder, context.course / "source" / context.slug):
+        copy_regular_files(folder, sandbox.kernel_dir, skip_suffix=".ipynb", owner=sandbox.uid)
+    command = [sys.executable, "-m", "nbgrader", "autograde", context.slug, "--force",
+               f"--CourseDirectory.root={private}", f"--CourseDirectory.student_id={submission.student}",
+               f"--Execute.timeout={context.limits.cell_timeout_s}"]
+    log_path = context.log_dir / f"autograde_{index:04d}.log"
+    run = sandbox.run(command, log_path, cwd=private)
+    enforced = sandbox.enforced()
+    autograded = private / "autograded" / submission.student / context.slug / f"{context.slug}.ipynb"
+    seconds = round(time.monotonic() - started, 2)
+    if run.killed_at_notebook_timeout:
+        reason = f"killed at the per-notebook limit of {context.limits.notebook_timeout_s:g} s"
+    elif run.returncode != 0:
+        reason = f"nbgrader autograde exited {run.returncode}: {_log_tail(log_path)}"
+    elif not autograded.is_file():
+        reason = "nbgrader wrote no autograded notebook"
+    else:
+        return WorkerResult(submission.student, worker, private, "graded", None, enforced, seconds)
+    return WorkerResult(submission.student, worker, private, "failed", reason, enforced, seconds)
+
+
+# ---------------------------------------------------------------------------
+# Merging into the course (main thread only)
+# ---------------------------------------------------------------------------
+
+def copy_regular_files(source: Path, target: Path, *, skip_suffix: str | None = None,
+                       owner: int | None = None) -> None:
+    """Copy the regular files under `source` (never symbolic links or devices) into `target`."""
+    target.mkdir(parents=True, exist_ok=True)
+    for folder, _, names in os.walk(source):  # os.walk does not enter linked folders
+        for name in sorted(names):
+            path = Path(folder) / name
+            if path.is_symlink() or not path.is_file() or (skip_suffix and path.suffix == skip_suffix):
+                continue
+            destination = target / path.relative_to(source)
+            if not destination.parent.is_dir():
+                destination.parent.mkdir(parents=True)
+                if owner is not None:
+                    os.chown(destination.parent, owner, owner)
+            shutil.copyfile(path, destination)
+            if owner is not None:
+                os.chown(destination, owner, owner)
+
+
+def _worker_grades(worker: Path, slug: str, student: str) -> tuple:
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{worker / 'gradebook.db'}") as book:
+        submission = book.find_submission(slug, student)
+        notebooks = {}
+        for notebook in submission.notebooks:
+            grades = {grade.cell.name: (grade.auto_score, grade.needs_manual_grade) for grade in notebook.grades}
+            comments = {comment.cell.name: comment.auto_comment for comment in notebook.comments}
+            notebooks[notebook.name] = (grades, comments, notebook.late_submission_penalty)
+        return submission.timestamp, notebooks
+
+
+def _apply(book, slug: str, student: str, notebooks: dict) -> None:
+    for name, (grades, comments, penalty) in notebooks.items():
+        for cell, (auto_score, _) in grades.items():
+            grade = book.find_grade(cell, name, slug, student)
+            grade.auto_score = auto_score
+            grade.needs_manual_grade = grade.manual_score is not None or auto_score is None
+        for cell, auto_comment in comments.items():
+            book.find_comment(cell, name, slug, student).auto_comment = auto_comment
+        book.find_submission_notebook(name, slug, student).late_submission_penalty = penalty
+
+
+def merge_result(course: Path, slug: str, student: str, worker: Path) -> dict[str, tuple[float, float]]:
+    """Write one student's autograde result into the course gradebook; return grade_id -> (score, max).
+
+    Manual scores already in the course gradebook are kept, as `nbgrader autograde` keeps them.
+    """
+    from nbgrader.api import Gradebook, MissingEntry
+    from sqlalchemy.exc import SAWarning
+
+    timestamp, notebooks = _worker_grades(worker, slug, student)
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as book, warnings.catch_warnings():
+        # nbgrader's add_submission builds related rows before adding them to the session, which
+        # SQLAlchemy 2 reports on autoflush; `nbgrader autograde` prints the same warning. The
+        # rows are written (the scores are read back below).
+        warnings.filterwarnings("ignore", message=".*not in session, add operation along.*", category=SAWarning)
+        book.update_or_create_student(student)
+        extra = {"timestamp": timestamp} if timestamp else {}
+        try:
+            submission = book.find_submission(slug, student)
+        except MissingEntry:
+            book.add_submission(slug, student, **extra)
+        else:
+            if timestamp:
+                submission.timestamp = timestamp
+        try:
+            _apply(book, slug, student, notebooks)
+        except MissingEntry:
+            # The assignment's cells changed since this student's last grading: start the submission afresh.
+            book.db.rollback()
+            book.remove_submission(slug, student)
+            book.add_submission(slug, student, **extra)
+            _apply(book, slug, student, notebooks)
+        book.db.commit()
+        merged = book.find_submission_notebook(slug, slug, student)
+        return {grade.cell.name: (float(grade.score or 0.0), float(grade.max_score)) for grade in merged.grades}
+
+
+def copy_autograded(course: Path, worker: Path, slug: str, student: str) -> None:
+    source = worker / "autograded" / student / slug
+    target = course / "autograded" / student / slug
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(source, target)
+
+
+# ---------------------------------------------------------------------------
+# The batch
+# ---------------------------------------------------------------------------
+
+def _course_config(course: Path):
+    from traitlets.config.loader import PyFileConfigLoader
+
+    if not (course / "nbgrader_config.py").is_file():
+        raise ConfigError(f"{course / 'nbgrader_config.py'} does not exist; "
+                          "--course-dir must be an nbgrader course folder")
+    return PyFileConfigLoader("nbgrader_config.py", path=str(course)).load_config()
+
+
+def _course_id(course: Path) -> str:
+    return str(_course_config(course).CourseDirectory.get("course_id", "default_course"))
+
+
+def course_cell_timeout(course: Path) -> int:
+    """`Execute.timeout` of the course's nbgrader config (nbgrader's default, 30 s, when unset)."""
+    return int(_course_config(course).Execute.get("timeout", 30))
+
+
+def _batch_root(masks: list[dict], host: HostIsolation) -> Path:
+    """A private temporary folder for the workers, outside every folder hidden from submissions,
+    that the kernels' own uids can pass through to reach their folders."""
+    batch = Path(tempfile.mkdtemp(prefix="class-grading-"))
+    resolved = batch.resolve()
+    closed = blocked_ancestor(resolved)
+    if host.separate_uid and closed is not None:
+        remove_tree(batch)
+        raise ConfigError(f"the temporary folder {batch} lies inside {closed}, which other users cannot enter; "
+                          "set TMPDIR to a folder such as /tmp")
+    for mask in masks:
+        hidden = Path(mask["path"])
+        if (resolved == hidden or hidden in resolved.parents) and not any(
+                Path(kept) == resolved or Path(kept) in resolved.parents for kept in mask["keep"]):
+            remove_tree(batch)
+            raise ConfigError(f"the temporary folder {batch} lies inside {hidden}, which submissions must not see; "
+                              "set TMPDIR to another folder")
+    batch.chmod(0o711)
+    return batch
+
+
+def remove_tree(path: Path) -> None:
+    """Delete a worker's folder even where a submission left folders without permissions."""
+    for current, folders, _ in os.walk(path):
+        for folder in folders:
+            full = os.path.join(current, folder)
+            if not os.path.islink(full):
+                os.chmod(full, 0o700)
+    shutil.rmtree(path)
+
+
+def autograde_chapter(root: Path, chapter: Chapter, *, course: Path | None = None, jobs: int = 1,
+                      limits: Limits | None = None, output_dir: Path | None = None,
+                      show_progress: bool = True, require_isolation: bool = False,
+                      progress_stream=None) -> BatchReport:
+    """Grade every submission of `chapter`, merge, write feedback, the record and the class report."""
+    from tqdm import tqdm
+
+    course = (course or root / GRADING_DIR).resolve()
+    limits = limits or Limits()
+    if not isinstance(jobs, int) or jobs < 1:
+        raise ConfigError(f"--jobs must be a positive whole number, got {jobs!r}")
+    check_inputs(root, chapter, course)
+    submissions = discover_submissions(course, chapter.slug)
+    host = probe_host()
+    if require_isolation and not host.namespaces:
+        raise ConfigError(f"isolation required but unavailable: {host.reason}")
+    label = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{os.getpid()}"
+    output_dir = (output_dir or root / "build" / "grading" / "autograde" / chapter.slug / label).resolve()
+    record = output_dir / f"autograde_{chapter.slug}.json"
+    if record.exists():
+        raise RecordExistsError(f"{record} already exists; records are write-once, choose another --output-dir")
+    log_dir = output_dir / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    report = BatchReport(chapter.id, chapter.slug, jobs, str(course), limits_record(limits), asdict(host))
+    started = time.monotonic()
+    report.assignment = ensure_assignment(course, chapter.slug, log_dir)
+    source = read_notebook(course_paths(course, chapter.slug)["source"])
+    release = read_notebook(course_paths(course, chapter.slug)["release"])
+    cells, exercises = grade_cells(source), exercises_of(source)
+    secrets = secret_lines(source, release, read_notebook(chapter.notebook_path(root)))
+    course_id = _course_id(course)
+    masks = plan_masks(root, course)
+    batch_dir = _batch_root(masks, host)
+    try:
+        template = make_template(course, chapter.slug, batch_dir)
+        context = WorkerContext(course, chapter.slug, template, limits, host, batch_dir, log_dir, masks,
+                                existing_extensions(course, chapter.slug),
+                                source.metadata.get("kernelspec", {}).get("name", "python3"))
+        uid_pool = UidPool(jobs) if host.separate_uid else None
+        slots: queue.Queue = queue.Queue()
+        for uid in (uid_pool.uids if uid_pool else [None] * jobs):
+            slots.put(uid)
+
+        def work(index: int, submission: Submission) -> WorkerResult:
+            uid = slots.get()
+            try:
+                return grade_in_worker(submission, index, uid, context)
+            finally:
+                slots.put(uid)
+
+        bar = tqdm(total=len(submissions), desc=f"autograde {chapter.slug}", unit="nb", disable=not show_progress,
+                   file=progress_stream or sys.stderr)
+        pool = ThreadPoolExecutor(max_workers=jobs)
+        futures = {}
+        try:
+            for index, submission in enumerate(submissions):
+                problem = notebook_problem(submission.notebook)
+                if problem:
+                    report.outcomes.append(Outcome(submission.student, "failed", problem))
+                    bar.update(1)
+                    continue
+                futures[pool.submit(work, index, submission)] = submission
+            for future in as_completed(futures):
+                report.outcomes.append(_finish(future, futures[future], course, chapter, cells, exercises, secrets,
+                                               course_id))
+                bar.update(1)
+                bar.set_postfix(failures=len(report.failures))
+        except BaseException:
+            # Interrupted (Ctrl-C) or a bug in the merge loop: stop every running worker now.
+            pool.shutdown(wait=False, cancel_futures=True)
+            while not all(future.done() for future in futures):
+                kill_running()
+                time.sleep(0.2)
+            raise
+        finally:
+            pool.shutdown()
+            bar.close()
+            if uid_pool:
+                uid_pool.release()
+    finally:
+        remove_tree(batch_dir)
+    report.outcomes.sort(key=lambda outcome: outcome.student)
+    report.wall_seconds = round(time.monotonic() - started, 2)
+    report_path, hardest = write_class_report(report, exercises, output_dir)
+    report.report_path, report.hardest_exercise = str(report_path), hardest
+    save_json_record_once(record, report.to_json())
+    report.record_path = str(record)
+    return report
+
+
+def _finish(future, submission: Submission, course: Path, chapter: Chapter, cells, exercises, secrets,
+            course_id: str) -> Outcome:
+    """Merge one finished worker into the course and write its feedback; failures are recorded, not raised."""
+    try:
+        result = future.result()
+    except Exception as error:  # a bug or I/O error in one worker must not stop the batch; it is recorded
+        return Outcome(submission.student, "failed", f"worker error: {error.__class__.__name__}: {error}")
+    outcome = Outcome(result.student, result.status, result.reason, enforced=result.enforced, seconds=result.seconds)
+    try:
+        if result.status != "graded":
+            return outcome
+        try:
+            scores = merge_result(course, chapter.slug, result.student, result.course_dir)
+            copy_autograded(course, result.course_dir, chapter.slug, result.student)
+        except Exception as error:  # recorded: this student's grade is not merged, the others are untouched
+            outcome.status, outcome.reason = "failed", f"merge failed: {error.__class__.__name__}: {error}"
+            return outcome
+        results = cell_results(cells, scores)
+        outcome.exercises = exercise_summary(exercises, results)
+        outcome.score = sum(item["score"] for item in outcome.exercises)
+        outcome.max_score = sum(item["max_score"] for item in outcome.exercises)
+        outcome.feedback = _write_feedback(course, chapter, result, cells, exercises, results, secrets, course_id)
+        return outcome
+    finally:
+        remove_tree(result.worker_dir)
+
+
+def _write_feedback(course: Path, chapter: Chapter, result: WorkerResult, cells, exercises, results, secrets,
+                    course_id: str) -> dict:
+    slug, student = chapter.slug, result.student
+    try:
+        autograded = read_notebook(result.course_dir / "autograded" / student / slug / f"{slug}.ipynb")
+        secrets = secrets_for(secrets, autograded)
+        learner = sanitize_notebook(autograded, cells, results, secrets)
+        document = generate_feedback_html(result.course_dir, slug, student, learner,
+                                          f"sqlite:///{course / 'gradebook.db'}", course_id)
+        record = feedback_record(chapter=chapter.id, slug=slug, student=student, exercises=exercises,
+                                 results=results, autograded=autograded, enforced=result.enforced)
+        html_path, json_path = write_feedback(course / "feedback" / student / slug, slug, document, record, secrets)
+    except FeedbackLeakError as error:
+        return {"written": False, "error": str(error)}
+    except Exception as error:  # recorded per student: the grade stands, the feedback is reported missing
+        return {"written": False, "error": f"{error.__class__.__name__}: {error}"}
+    return {"written": True, "html": str(html_path), "json": str(json_path)}
+
+
+# ---------------------------------------------------------------------------
+# Summary
+# ---------------------------------------------------------------------------
+
+def format_summary(report: BatchReport) -> str:
+    summary = score_summary(report.outcomes)
+    lines = [f"{report.chapter}: {summary['submissions']} submissions, {summary['graded']} graded, "
+             f"{len(report.failures)} failure(s), in {report.wall_seconds:.1f} s with {report.jobs} job(s)"]
+    if summary["graded"]:
+        lines.append(f"score: mean {summary['mean']:g} / {summary['max_score']:g}, median {summary['median']:g}, "
+                     f"min {summary['min']:g}, max {summary['max']:g}, full marks {summary['full_marks']}")
+        lines.append("distribution: " + " | ".join(f"{band} {count}" for band, count in summary["distribution"].items()))
+    limits = report.limits
+    lines.append(f"limits: cell {limits['cell_timeout_s']} s, notebook {limits['notebook_timeout_s']:g} s, "
+                 f"memory {limits['memory_mb']} MiB, cpu {limits['cpu_seconds']} s, processes {limits['max_processes']}; "
+                 f"isolation: {report.host['reason']}")
+    for outcome in report.failures:
+        reason = outcome.reason or (outcome.feedback or {}).get("error", "feedback not written")
+        lines.append(f"FAILED {outcome.student}: {reason.splitlines()[0] if reason else ''}")
+    if report.hardest_exercise:
+        lines.append(f"hardest exercise: {report.hardest_exercise}")
+    lines.append(f"class report: {report.report_path}")
+    lines.append(f"record: {report.record_path}")
+    return "\n".join(lines)
