@@ -115,6 +115,8 @@ TOY_MUTANTS = {
     "always_three": ("add_rates", "hard-codes the visible answer", "def add_rates(a, b):\n    return 3\n"),
     "halve_plus": ("halve", "adds instead of dividing", "def halve(x):\n    return x - 2\n"),
     "raises": ("halve", "raises on every input", "def halve(x):\n    raise ValueError('x')\n"),
+    # an edit of the reference instead of a whole implementation (written as <name>.mutant)
+    "off_by_one": ("add_rates", "adds one too many", [("    return a + b", "    return a + b + 1")]),
 }
 
 
@@ -131,6 +133,10 @@ def make_toy_project(root: Path, notebook=None, hidden: str = TOY_HIDDEN, mutant
     mutant_dir = root / "grading" / "mutants" / "toy"
     mutant_dir.mkdir(parents=True, exist_ok=True)
     for name, (exercise, mistake, source) in (TOY_MUTANTS if mutants is None else mutants).items():
-        (mutant_dir / f"{name}.py").write_text(
-            f"# mutant: {name}\n# exercise: {exercise}\n# mistake: {mistake}\n{source}", encoding="utf-8")
+        header = f"# mutant: {name}\n# exercise: {exercise}\n# mistake: {mistake}\n"
+        if isinstance(source, list):
+            edits = "".join(f"@@ replace\n{old}\n@@ with\n{new}\n@@ end\n" for old, new in source)
+            (mutant_dir / f"{name}.mutant").write_text(header + edits, encoding="utf-8")
+        else:
+            (mutant_dir / f"{name}.py").write_text(header + source, encoding="utf-8")
     return root

@@ -138,7 +138,7 @@ def make_class(course: Path, chapter: Chapter, port: int, root: Path = REPO_ROOT
             missing = {exercises[(start + k) % len(exercises)] for k in range(size)}
             members.append(Member(f"partial_{'_'.join(sorted(missing))}", "partly correct",
                                   {name: stubs[name] if name in missing else reference[name] for name in exercises}))
-    mutants = load_mutants(mutants_dir(root, chapter))
+    mutants = load_mutants(mutants_dir(root, chapter), chapter_notebook)
     for mutant in mutants:
         members.append(Member(f"mutant_{mutant.name}", f"mutant: {mutant.mistake}",
                               {**reference, mutant.exercise: mutant.source}))

@@ -123,8 +123,8 @@ def test_the_class_is_large_enough_and_the_exit_code_reports_the_failures(graded
     kinds = {member.kind.split(":")[0].split(" code in")[0] for member in members}
     assert {"correct", "released stub", "partly correct", "mutant", "looping", "sleeping", "memory hungry",
             "socket opening", "forking", "corrupt file"} <= kinds
-    assert len([m for m in members if m.student.startswith("mutant_")]) == \
-        len(list(mutants_dir(REPO_ROOT, graded.chapter).glob("*.py")))
+    planted = [p for p in mutants_dir(REPO_ROOT, graded.chapter).iterdir() if p.suffix in (".py", ".mutant")]
+    assert len([m for m in members if m.student.startswith("mutant_")]) == len(planted)
     corrupt = [m.student for m in members if m.solutions is None]
     assert graded.completed.returncode == 1, graded.completed.stdout + graded.completed.stderr
     for student in corrupt:

@@ -12,8 +12,10 @@ from tools.course.grading_build import (
     BEGIN_SOLUTION,
     build_source_notebook,
     build_sources,
+    load_mutants,
     parse_hidden_tests,
 )
+from tools.course.cells import read_notebook
 from tools.errors import ConfigError
 
 
@@ -83,3 +85,35 @@ def test_the_committed_grading_sources_are_up_to_date():
     completed = subprocess.run([sys.executable, "-m", "tools.course", "grading", "build", "--check"],
                                cwd=REPO_ROOT, capture_output=True, text=True)
     assert completed.returncode == 0, completed.stdout + completed.stderr
+
+
+def test_edit_mutants_apply_to_the_reference_and_whole_ones_load_as_written(tmp_path):
+    root = make_toy_project(tmp_path)
+    mutants = {m.name: m for m in load_mutants(root / "grading/mutants/toy", read_notebook(root / "notebooks/toy.ipynb"))}
+    assert "return a + b + 1" in mutants["off_by_one"].source
+    assert mutants["off_by_one"].source.startswith("def add_rates(a, b):")
+    assert "math.isfinite" in mutants["off_by_one"].source  # the rest of the reference is kept
+    assert mutants["floor_division"].source.endswith("return x // 2\n")
+
+
+@pytest.mark.parametrize("edits,message", [
+    ([("    return a - b", "    return 0")], "matches the reference 0 times"),
+    ([], "has no edit"),
+    ([("    return a + b", "    return a + b")], "unchanged"),
+    ([("    return a + b", "    return (")], "does not parse"),
+])
+def test_broken_edit_mutants_are_refused(tmp_path, edits, message):
+    root = make_toy_project(tmp_path, mutants={"bad": ("add_rates", "m", edits)})
+    if not edits:
+        (root / "grading/mutants/toy/bad.mutant").write_text("# mutant: bad\n# exercise: add_rates\n# mistake: m\n",
+                                                              encoding="utf-8")
+    with pytest.raises(ConfigError, match=message):
+        load_mutants(root / "grading/mutants/toy", read_notebook(root / "notebooks/toy.ipynb"))
+
+
+def test_unclosed_edit_is_refused(tmp_path):
+    root = make_toy_project(tmp_path, mutants={})
+    (root / "grading/mutants/toy/bad.mutant").write_text(
+        "# mutant: bad\n# exercise: add_rates\n# mistake: m\n@@ replace\n    return a + b\n@@ with\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="not closed"):
+        load_mutants(root / "grading/mutants/toy", read_notebook(root / "notebooks/toy.ipynb"))

@@ -114,22 +114,102 @@ def parse_hidden_tests(path: Path) -> list[HiddenTest]:
     return tests
 
 
-def load_mutants(directory: Path) -> list[Mutant]:
-    """Every `<name>.py` under `directory`, with its `# mutant:`, `# exercise:`, `# mistake:` header."""
-    mutants = []
-    for path in sorted(directory.glob("*.py")):
-        text = path.read_text(encoding="utf-8")
-        header = dict(re.findall(r"^# (mutant|exercise|mistake): (.+)$", text, flags=re.MULTILINE))
-        missing = [key for key in ("mutant", "exercise", "mistake") if key not in header]
-        if missing:
-            raise ConfigError(f"{path}: header lacks {', '.join('# ' + key + ':' for key in missing)}")
-        if header["mutant"] != path.stem:
-            raise ConfigError(f"{path}: '# mutant: {header['mutant']}' must equal the file name")
-        functions = [node.name for node in ast.parse(text).body if isinstance(node, ast.FunctionDef)]
-        if header["exercise"] not in functions:
-            raise ConfigError(f"{path}: does not define the exercise function {header['exercise']}")
-        mutants.append(Mutant(path.stem, header["exercise"], header["mistake"], text, path))
-    return mutants
+MUTANT_SUFFIX = ".mutant"
+_REPLACE, _WITH, _END = "@@ replace", "@@ with", "@@ end"
+
+
+def parse_mutant_file(path: Path) -> tuple[dict, list[tuple[str, str]]]:
+    """The `# key: value` header and the `(old, new)` edits of a mutant file.
+
+    An edit is `@@ replace` + lines of the reference + `@@ with` + their replacement + `@@ end`.
+    """
+    header: dict[str, str] = {}
+    edits: list[tuple[str, str]] = []
+    part, old, new = None, [], []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        marker = line.strip()
+        if marker == _REPLACE and part is None:
+            part, old, new = "old", [], []
+        elif marker == _WITH and part == "old":
+            part = "new"
+        elif marker == _END and part == "new":
+            edits.append(("\n".join(old), "\n".join(new)))
+            part = None
+        elif marker in (_REPLACE, _WITH, _END):
+            raise ConfigError(f"{path}:{number}: unexpected {marker!r}; an edit is {_REPLACE} / {_WITH} / {_END}")
+        elif part == "old":
+            old.append(line)
+        elif part == "new":
+            new.append(line)
+        elif match := re.match(r"^# (mutant|exercise|mistake): (.+)$", line):
+            header[match.group(1)] = match.group(2).strip()
+        elif line.strip() and not line.startswith("#"):
+            raise ConfigError(f"{path}:{number}: text outside an edit block")
+    if part is not None:
+        raise ConfigError(f"{path}: the last edit is not closed with {_END}")
+    return header, edits
+
+
+def apply_edits(source: str, edits: list[tuple[str, str]], where: Path) -> str:
+    """Apply each `(old, new)` edit; `old` must stand exactly once in the current source."""
+    for index, (old, new) in enumerate(edits, start=1):
+        count = source.count(old) if old else 0
+        if count != 1:
+            raise ConfigError(f"{where}: edit {index} matches the reference {count} times (needs exactly once); "
+                              "the reference changed: update the mutant")
+        source = source.replace(old, new)
+    return source
+
+
+def _mutant_header(path: Path, header: dict) -> None:
+    missing = [key for key in ("mutant", "exercise", "mistake") if key not in header]
+    if missing:
+        raise ConfigError(f"{path}: header lacks {', '.join('# ' + key + ':' for key in missing)}")
+    if header["mutant"] != path.stem:
+        raise ConfigError(f"{path}: '# mutant: {header['mutant']}' must equal the file name")
+
+
+def _edited_reference(path: Path, chapter_notebook: NotebookNode) -> Mutant:
+    header, edits = parse_mutant_file(path)
+    _mutant_header(path, header)
+    if not edits:
+        raise ConfigError(f"{path}: has no edit, so it would be the reference itself")
+    reference = reference_source(chapter_notebook, header["exercise"])
+    source = apply_edits(reference, edits, path)
+    try:
+        ast.parse(source)
+    except SyntaxError as error:
+        raise ConfigError(f"{path}: the edited reference does not parse: {error}") from None
+    if source == reference:
+        raise ConfigError(f"{path}: the edits leave the reference unchanged")
+    return Mutant(path.stem, header["exercise"], header["mistake"], source, path)
+
+
+def _whole_implementation(path: Path) -> Mutant:
+    text = path.read_text(encoding="utf-8")
+    header = dict(re.findall(r"^# (mutant|exercise|mistake): (.+)$", text, flags=re.MULTILINE))
+    _mutant_header(path, header)
+    functions = [node.name for node in ast.parse(text).body if isinstance(node, ast.FunctionDef)]
+    if header["exercise"] not in functions:
+        raise ConfigError(f"{path}: does not define the exercise function {header['exercise']}")
+    return Mutant(path.stem, header["exercise"], header["mistake"], text, path)
+
+
+def load_mutants(directory: Path, chapter_notebook: NotebookNode) -> list[Mutant]:
+    """The planted wrong solutions of a chapter, in two forms.
+
+    `<name>.mutant`: the reference of one exercise with small edits applied (a slip in otherwise
+    correct code); stored as edits, not a copy, so it follows the reference and fails loudly when
+    the reference no longer contains what it changes. `<name>.py`: a whole wrong implementation,
+    written the way a learner with the wrong idea would write it.
+    """
+    mutants = [_edited_reference(path, chapter_notebook) for path in sorted(directory.glob(f"*{MUTANT_SUFFIX}"))]
+    mutants += [_whole_implementation(path) for path in sorted(directory.glob("*.py"))]
+    names = [mutant.name for mutant in mutants]
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise ConfigError(f"{directory}: mutant name(s) used twice: {', '.join(duplicates)}")
+    return sorted(mutants, key=lambda mutant: mutant.name)
 
 
 def reference_functions(notebook: NotebookNode) -> dict[str, tuple[str, ast.FunctionDef]]:

@@ -196,10 +196,10 @@ def _judge(submission: Submission, per_exercise: dict[str, float], total: float,
 def verify_chapter(root: Path, chapter: Chapter, *, log_dir: Path | None = None,
                    progress: Callable[[str], None] | None = None) -> VerifyReport:
     """Autograde the planted submissions of `chapter` and judge every score."""
-    mutants = load_mutants(mutants_dir(root, chapter))
+    chapter_notebook = read_notebook(chapter.notebook_path(root))
+    mutants = load_mutants(mutants_dir(root, chapter), chapter_notebook)
     if len(mutants) < MIN_MUTANTS:
         raise GradingError(f"{chapter.id}: {len(mutants)} mutant(s) in {mutants_dir(root, chapter)}, need >= {MIN_MUTANTS}")
-    chapter_notebook = read_notebook(chapter.notebook_path(root))
     source = build_source_notebook(root, chapter)
     log_dir = log_dir or root / "build" / "grading"
     log_dir.mkdir(parents=True, exist_ok=True)
