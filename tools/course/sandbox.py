@@ -43,7 +43,9 @@ KERNEL_ENV = {
 }
 """Fixed environment of every kernel: nothing of the grader's environment (tokens, paths) leaks in.
 Math libraries get one thread each, so N parallel workers do not oversubscribe the CPUs."""
-KERNEL_PASS_ENV = ("NBGRADER_EXECUTION", "JPY_PARENT_PID")
+KERNEL_PASS_ENV = ("NBGRADER_EXECUTION", "JPY_PARENT_PID", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+"""Passed through when set. The OpenBLAS pair is set on machines whose processors make older OpenBLAS
+builds crash or compute wrong results; a kernel must see the same setting as the grader."""
 
 
 @dataclass(frozen=True)
