@@ -93,20 +93,52 @@ def test_limits_refuse_bad_values():
         Limits(memory_mb=-1)
 
 
-def test_masks_hide_the_repository_but_keep_tools_and_merge_nested_folders(tmp_path, monkeypatch):
-    home = tmp_path / "home"
-    repo = home / "repo"
-    monkeypatch.setattr(sandbox, "interpreter_masks", lambda: [{"path": str(home), "keep": [str(home / "py")]}])
-    masks = plan_masks(repo, tmp_path / "course")
-    assert masks == [
-        {"path": str(home), "keep": sorted([str(home / "py"), str(repo / "tools")])},
-        {"path": str(tmp_path / "course"), "keep": []},
-    ] or masks == [
-        {"path": str(tmp_path / "course"), "keep": []},
-        {"path": str(home), "keep": sorted([str(home / "py"), str(repo / "tools")])},
-    ]
-    monkeypatch.setattr(sandbox, "interpreter_masks", lambda: [])
-    assert plan_masks(repo, repo / "grading") == [{"path": str(repo), "keep": [str(repo / "tools")]}]
+@pytest.fixture
+def layout():
+    """A folder others may pass through, holding a private folder with a checkout (a name with a space),
+    a symbolic link to it, a private folder with a site folder, and a course folder."""
+    base = Path(tempfile.mkdtemp(prefix="mask-test-"))
+    base.chmod(0o711)
+    private = base / "private"
+    repo = private / "my course"
+    for folder in (repo / ".venv", repo / "tools", base / "elsewhere" / "site", base / "course"):
+        folder.mkdir(parents=True)
+    private.chmod(0o700)
+    (base / "elsewhere").chmod(0o700)
+    (private / "link").symlink_to(repo)
+    yield base
+    remove_tree(base)
+
+
+def test_masks_hide_private_folders_and_the_repository_but_keep_what_the_kernel_needs(layout, monkeypatch):
+    private, repo = layout / "private", layout / "private" / "my course"
+    needs = [repo / ".venv", private / "link" / "tools", layout / "elsewhere" / "site"]
+    monkeypatch.setattr(sandbox, "kernel_paths", lambda repo_root=None: needs)
+    masks = {entry["path"]: entry for entry in plan_masks(repo, layout / "course")}
+    assert set(masks) == {str(private), str(layout / "elsewhere"), str(layout / "course")}
+    # the repository is hidden by the private folder around it; only what the kernel needs comes back
+    assert masks[str(private)]["keep"] == sorted([str(repo / ".venv"), str(repo / "tools")])
+    assert masks[str(private)]["links"] == [{"path": str(private / "link"), "target": str(repo)}]
+    assert masks[str(layout / "elsewhere")]["keep"] == [str(layout / "elsewhere" / "site")]
+    assert masks[str(layout / "course")]["keep"] == []
+
+
+def test_a_kept_folder_never_uncovers_the_repository_inside_it(layout, monkeypatch):
+    private = layout / "private"
+    monkeypatch.setattr(sandbox, "kernel_paths", lambda repo_root=None: [private / "my course"])
+    repo = private / "my course" / "tools"  # a repository inside what the kernel needs
+    plan = plan_masks(repo, layout / "course")
+    paths = [entry["path"] for entry in plan]
+    assert paths.index(str(private)) < paths.index(str(repo))  # the inner mask is applied after the outer one
+
+
+def test_kernel_paths_never_include_the_repository_or_a_folder_around_it(monkeypatch):
+    monkeypatch.setattr(sys, "path", [str(REPO_ROOT), str(REPO_ROOT / "notebooks"), str(REPO_ROOT.parent), *sys.path])
+    paths = [path.resolve() for path in sandbox.kernel_paths(REPO_ROOT)]
+    assert REPO_ROOT not in paths and REPO_ROOT / "notebooks" not in paths and REPO_ROOT.parent not in paths
+    import tools
+
+    assert Path(tools.__file__).parent.resolve() in paths and Path(sys.prefix).resolve() in paths
 
 
 @needs_namespaces
@@ -123,7 +155,7 @@ def test_namespaces_cut_the_network_hide_the_course_and_enforce_the_limits(worke
     assert enforced["network"] == "own network namespace, interfaces lo" and enforced["pid_namespace"]
     assert enforced["kernel_uid"] == box.uid and enforced["memory_bytes"] == 1024 * 2 ** 20
     assert enforced["max_processes"] == 16 and enforced["no_new_privs"] is True
-    assert str(REPO_ROOT) in enforced["masked_paths"]
+    assert any(Path(path) == REPO_ROOT or Path(path) in REPO_ROOT.parents for path in enforced["masked_paths"])
     assert enforced["leftover_processes_killed"] == 0  # the sleeping children died with the namespace
 
 

@@ -98,7 +98,7 @@ def probe_host() -> HostIsolation:
     if os.geteuid() != 0:
         return HostIsolation(False, False, "not root: no network namespace, kernel shares the grader's uid")
     # Without a mount namespace an unprivileged uid can only run this Python if no folder above it is closed.
-    own_uid = not interpreter_masks()
+    own_uid = not kernel_needs_masks()
     unshare = shutil.which("unshare")
     if unshare is None:
         return HostIsolation(False, own_uid, "root, but `unshare` (util-linux) is not installed")
@@ -119,37 +119,98 @@ def blocked_ancestor(path: Path) -> Path | None:
     return None
 
 
-def interpreter_masks() -> list[dict]:
-    """Mask entries that make this Python usable by an unprivileged uid (e.g. a pyenv under /root)."""
-    masks: dict[Path, set] = {}
-    for prefix in {Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve(), Path(sys.executable).resolve().parent}:
-        blocked = blocked_ancestor(prefix)
-        if blocked is not None:
-            masks.setdefault(blocked, set()).add(str(prefix))
-    return [{"path": str(path), "keep": sorted(keep)} for path, keep in masks.items()]
+def _inside(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
+def kernel_paths(repo_root: Path | None = None) -> list[Path]:
+    """What a kernel started with this interpreter must reach, as absolute (unresolved) paths.
+
+    The interpreter's prefixes and bin folder, the `tools` package actually imported (the
+    launcher lives there) and every folder on `sys.path` (site-packages, `.pth` entries) except
+    the repository itself, folders inside it and folders around it: those would expose hidden
+    tests. Nothing here is guessed from where a checkout usually keeps its venv.
+    """
+    import tools
+
+    executable_dir = Path(os.path.abspath(sys.executable)).parent
+    found = [Path(sys.base_prefix), Path(sys.prefix), executable_dir, Path(tools.__file__).parent]
+    repo = repo_root.resolve() if repo_root is not None else None
+    for entry in sys.path:
+        if not entry or not os.path.isdir(entry):
+            continue
+        path = Path(os.path.abspath(entry))
+        resolved = path.resolve()
+        if repo is not None and (_inside(resolved, repo) or repo in resolved.parents or _inside(repo, resolved)):
+            continue
+        found.append(path)
+    unique: list[Path] = []
+    for path in found:
+        path = Path(os.path.abspath(path))
+        if path not in unique:
+            unique.append(path)
+    return unique
+
+
+def symlinks_on(path: Path) -> list[tuple[str, str]]:
+    """`(location, target)` of every symbolic link on the way to `path`, locations resolved up to
+    the link itself, so that a masked folder can show the same link again."""
+    links, current = [], Path("/")
+    for part in path.parts[1:]:
+        candidate = current / part
+        if os.path.islink(candidate):
+            links.append((str(candidate), os.path.realpath(candidate)))
+            current = Path(os.path.realpath(candidate))
+        else:
+            current = candidate
+    return links
 
 
 def plan_masks(repo_root: Path, course: Path) -> list[dict]:
-    """What submissions must not see: the repository (hidden tests, gradebooks, git history) except
-    `tools/` and a virtual environment inside it, the course folder, and unreadable homes.
+    """What submissions must not see, and what must stay visible inside it.
 
-    Nested entries are merged: an inner masked folder disappears with the outer one, and what it
-    keeps is bound back by the outer one.
+    Hidden: the repository (hidden tests, gradebooks, git history), the course folder, and every
+    folder above what the kernel needs (`kernel_paths`) that other users cannot enter, such as a
+    private home or a `mktemp -d` folder holding the checkout. Kept (bound back read-only): what
+    the kernel needs, plus each symbolic link on the way to it that a mask would hide, recreated.
+
+    An entry nested in another merges into it unless one of the outer entry's kept folders holds
+    it; such an entry is applied on its own after the outer one, so a kept folder never uncovers
+    what must stay hidden.
     """
     repo_root, course = repo_root.resolve(), course.resolve()
-    keep = [repo_root / "tools"] + [prefix for prefix in {Path(sys.prefix).resolve()} if repo_root in prefix.parents]
-    entries = [{"path": str(repo_root), "keep": sorted(str(path) for path in keep)}]
-    if repo_root not in course.parents and course != repo_root:
-        entries.append({"path": str(course), "keep": []})
-    entries += interpreter_masks()
+    needs = kernel_paths(repo_root)
+    entries = [{"path": repo_root, "keep": set()}]
+    if not _inside(course, repo_root):
+        entries.append({"path": course, "keep": set()})
+    for need in needs:
+        resolved = need.resolve()
+        if _inside(resolved, repo_root):
+            entries[0]["keep"].add(resolved)
+        blocked = blocked_ancestor(resolved)
+        if blocked is not None:
+            entries.append({"path": blocked, "keep": {resolved}})
+    links = {link for need in needs for link in symlinks_on(need)}
     merged: list[dict] = []
-    for entry in sorted(entries, key=lambda item: len(Path(item["path"]).parts)):
-        outer = next((m for m in merged if Path(m["path"]) in Path(entry["path"]).parents), None)
+    for entry in sorted(entries, key=lambda item: len(item["path"].parts)):
+        outer = next((m for m in merged if _inside(entry["path"], m["path"])
+                      and not any(_inside(entry["path"], kept) for kept in m["keep"])), None)
         if outer is None:
-            merged.append({"path": entry["path"], "keep": list(entry["keep"])})
+            merged.append({"path": entry["path"], "keep": set(entry["keep"])})
         else:
-            outer["keep"] = sorted(set(outer["keep"]) | set(entry["keep"]))
-    return merged
+            outer["keep"] |= entry["keep"]
+    plan = []
+    for entry in merged:
+        hidden_links = sorted((location, target) for location, target in links
+                              if _inside(Path(location), entry["path"]) and Path(location) != entry["path"])
+        plan.append({"path": str(entry["path"]), "keep": sorted(str(path) for path in entry["keep"]),
+                     "links": [{"path": location, "target": target} for location, target in hidden_links]})
+    return plan
+
+
+def kernel_needs_masks(repo_root: Path | None = None) -> bool:
+    """True when some folder the kernel needs lies under a folder other users cannot enter."""
+    return any(blocked_ancestor(path.resolve()) is not None for path in kernel_paths(repo_root))
 
 
 def _uid_in_use(uid: int) -> bool:

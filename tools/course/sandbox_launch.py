@@ -73,8 +73,9 @@ def loopback_up() -> list[str]:
     return sorted(name for _, name in socket.if_nameindex())
 
 
-def mask_path(path: str, keep: list[str], staging: str) -> None:
-    """Cover `path` with an empty tmpfs, then bind each folder of `keep` (under `path`) back read-only."""
+def mask_path(path: str, keep: list[str], staging: str, links: list[dict] | None = None) -> None:
+    """Cover `path` with an empty tmpfs, bind each folder of `keep` (under `path`) back read-only,
+    and recreate each symbolic link of `links` (`{"path", "target"}`) that the tmpfs hid."""
     staged = []
     for index, kept in enumerate(keep):
         stage = os.path.join(staging, f"keep-{index}")
@@ -87,6 +88,10 @@ def mask_path(path: str, keep: list[str], staging: str) -> None:
         _mount(stage, kept, None, _MS_BIND | _MS_REC)
         _mount(None, kept, None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY)
         _umount(stage)
+    for link in links or []:
+        if not os.path.lexists(link["path"]):
+            os.makedirs(os.path.dirname(link["path"]), exist_ok=True)
+            os.symlink(link["target"], link["path"])
 
 
 def _write_report(path: str, report: dict) -> None:
@@ -106,7 +111,8 @@ def run_init(plan: dict, command: list[str]) -> int:
             raise SetupError(f"the network namespace is not empty: {report['interfaces']}")
     for entry in plan.get("mask", []):
         if os.path.isdir(entry["path"]):
-            mask_path(entry["path"], [kept for kept in entry.get("keep", []) if os.path.isdir(kept)], plan["staging"])
+            mask_path(entry["path"], [kept for kept in entry.get("keep", []) if os.path.isdir(kept)], plan["staging"],
+                      entry.get("links", []))
             report["masked"].append(entry["path"])
     os.umask(0o077)  # what the grader writes stays private to it
     report["umask"] = "077"
