@@ -49,6 +49,15 @@ def test_ties_go_to_the_lower_mean_score_then_to_notebook_order():
     assert hardest_exercise(exercise_statistics([outcome("x", status="failed")], EXERCISES)) is None
 
 
+def test_a_class_with_full_marks_everywhere_has_no_hardest_exercise(tmp_path):
+    outcomes = [outcome("a"), outcome("b"), outcome("x", status="failed")]
+    assert hardest_exercise(exercise_statistics(outcomes, EXERCISES)) is None
+    report = SimpleNamespace(chapter="TOY", slug="toy", outcomes=outcomes, jobs=1, wall_seconds=1.0)
+    path, hardest = write_class_report(report, EXERCISES, tmp_path)
+    text = path.read_text(encoding="utf-8")
+    assert hardest is None and "**Hardest exercise: none**" in text and "Hardest exercise: `" not in text
+
+
 def test_failing_tests_are_ranked_by_how_many_submissions_fail_them():
     outcomes = [outcome("a", ["h_beta", "test_gamma"]), outcome("b", ["h_beta"]), outcome("c", ["test_alpha"])]
     ranked = failing_tests(outcomes, EXERCISES)

@@ -15,7 +15,6 @@ import json
 import os
 import queue
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,20 +29,15 @@ from tools.course.catalog import Chapter
 from tools.course.cells import read_notebook
 from tools.course.class_report import score_summary, write_class_report
 from tools.course.feedback import (
-    FeedbackLeakError,
     cell_results,
     exercise_summary,
     exercises_of,
-    feedback_record,
-    generate_feedback_html,
     grade_cells,
-    sanitize_notebook,
     secret_lines,
-    secrets_for,
-    write_feedback,
+    write_student_feedback,
 )
 from tools.course.grading_build import GRADING_DIR, render_source_notebook
-from tools.course.grading_verify import GradingError, venv_environment
+from tools.course.nbgrader_cli import run_nbgrader
 from tools.course.sandbox import (
     HostIsolation,
     Limits,
@@ -181,15 +175,6 @@ def notebook_problem(path: Path) -> str | None:
 # Preparing the assignment and the worker template
 # ---------------------------------------------------------------------------
 
-def _nbgrader(course: Path, args: list[str], log_path: Path) -> None:
-    command = [sys.executable, "-m", "nbgrader", *args]
-    completed = subprocess.run(command, cwd=course, capture_output=True, text=True, env=venv_environment())
-    log_path.write_text(f"$ {' '.join(command)}\n{completed.stdout}{completed.stderr}", encoding="utf-8")
-    if completed.returncode != 0:
-        tail = "\n".join((completed.stdout + completed.stderr).splitlines()[-LOG_TAIL_LINES:])
-        raise GradingError(f"`nbgrader {' '.join(args)}` exited {completed.returncode}:\n{tail}")
-
-
 def _has_assignment(gradebook: Path, slug: str) -> bool:
     from nbgrader.api import Gradebook, MissingEntry
 
@@ -209,7 +194,7 @@ def ensure_assignment(course: Path, slug: str, log_dir: Path) -> str:
     if _has_assignment(paths["gradebook"], slug) and paths["release"].is_file() \
             and paths["release"].stat().st_mtime >= paths["source"].stat().st_mtime:
         return "up to date"
-    _nbgrader(course, ["generate_assignment", slug, "--force"], log_dir / "generate_assignment.log")
+    run_nbgrader(course, ["generate_assignment", slug, "--force"], log_dir / "generate_assignment.log")
     return "generated"
 
 
@@ -587,21 +572,9 @@ def _finish(future, submission: Submission, course: Path, chapter: Chapter, cell
 
 def _write_feedback(course: Path, chapter: Chapter, result: WorkerResult, cells, exercises, results, secrets,
                     course_id: str) -> dict:
-    slug, student = chapter.slug, result.student
-    try:
-        autograded = read_notebook(result.course_dir / "autograded" / student / slug / f"{slug}.ipynb")
-        secrets = secrets_for(secrets, autograded)
-        learner = sanitize_notebook(autograded, cells, results, secrets)
-        document = generate_feedback_html(result.course_dir, slug, student, learner,
-                                          f"sqlite:///{course / 'gradebook.db'}", course_id)
-        record = feedback_record(chapter=chapter.id, slug=slug, student=student, exercises=exercises,
-                                 results=results, autograded=autograded, enforced=result.enforced)
-        html_path, json_path = write_feedback(course / "feedback" / student / slug, slug, document, record, secrets)
-    except FeedbackLeakError as error:
-        return {"written": False, "error": str(error)}
-    except Exception as error:  # recorded per student: the grade stands, the feedback is reported missing
-        return {"written": False, "error": f"{error.__class__.__name__}: {error}"}
-    return {"written": True, "html": str(html_path), "json": str(json_path)}
+    autograded = result.course_dir / "autograded" / result.student / chapter.slug / f"{chapter.slug}.ipynb"
+    return write_student_feedback(course, chapter, result.student, autograded, result.course_dir, cells, exercises,
+                                  results, secrets, course_id, result.enforced)
 
 
 # ---------------------------------------------------------------------------
@@ -625,6 +598,8 @@ def format_summary(report: BatchReport) -> str:
         lines.append(f"FAILED {outcome.student}: {reason.splitlines()[0] if reason else ''}")
     if report.hardest_exercise:
         lines.append(f"hardest exercise: {report.hardest_exercise}")
+    elif report.graded:
+        lines.append("hardest exercise: none (full marks on every exercise)")
     lines.append(f"class report: {report.report_path}")
     lines.append(f"record: {report.record_path}")
     return "\n".join(lines)

@@ -51,8 +51,10 @@ def exercise_statistics(outcomes: list, exercises: list[str]) -> list[dict]:
 
 
 def hardest_exercise(rows: list[dict]) -> str | None:
+    """The exercise fewest submissions pass in full; None when none was graded or every graded
+    submission earned full marks on every exercise (then no exercise is harder than another)."""
     ranked = [row for row in rows if row["pass_rate"] is not None]
-    if not ranked:
+    if not ranked or all(row["pass_rate"] == 1 for row in ranked):
         return None
     return min(ranked, key=lambda row: (row["pass_rate"], row["mean_fraction"], row["order"]))["exercise"]
 
@@ -119,6 +121,8 @@ def write_class_report(report, exercises: list[str], output_dir: Path) -> tuple[
         lines.append(f"**Hardest exercise: `{hardest}`**: {100 * row['pass_rate']:.0f}% of graded submissions "
                      f"earn all of its points (mean {100 * row['mean_fraction']:.0f}% of its points).")
         lines.append("")
+    elif summary["graded"]:
+        lines += ["**Hardest exercise: none**: every graded submission earned full marks on every exercise.", ""]
     lines.append(f"![pass rates and failing tests]({png.name})")
     lines.append("")
     if summary["graded"]:
