@@ -23,3 +23,7 @@ class UpstreamRecordError(CourseError, FileNotFoundError):
 
 class ModelCacheMissingError(CourseError, FileNotFoundError):
     """The requested model is not in the local cache; the message says how to download it."""
+
+
+class GradingError(CourseError):
+    """nbgrader or the grading oracle failed, or a planted submission scored what it must not."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tools.errors import CourseError
+from tools.errors import CourseError, GradingError
 from tools.project_runtime import RUN_MODES, resolve_project_root
 
 
@@ -51,14 +51,48 @@ def cmd_grading_verify(args) -> int:
 
     failed = []
     for chapter in select_chapters(args.chapter, args.root):
-        report = verify_chapter(args.root, chapter, progress=lambda message: print(message, flush=True))
+        report = verify_chapter(args.root, chapter, full=args.full, progress=lambda message: print(message, flush=True))
         print(format_matrix(report), flush=True)
         if not report.passed:
             failed.append(chapter.id)
+    if not args.full:
+        print("endless-loop probe: run with --full (the test suite probes it once, on its toy chapter)")
     if failed:
         print(f"grading verify FAILED for {', '.join(failed)}")
         return 1
     return 0
+
+
+def _course_dir(args):
+    from pathlib import Path
+
+    from tools.course.grading_build import GRADING_DIR
+
+    return Path(args.course_dir).resolve() if args.course_dir else args.root / GRADING_DIR
+
+
+def cmd_grading_release(args) -> int:
+    from tools.course.catalog import select_chapters
+    from tools.course.instructor import release_assignment
+
+    for chapter in select_chapters(args.chapter, args.root):
+        release = release_assignment(args.root, chapter, _course_dir(args), args.root / "build" / "grading")
+        print(f"released {chapter.id}: {release}")
+    return 0
+
+
+def cmd_grading_feedback(args) -> int:
+    from tools.course.catalog import select_chapters
+    from tools.course.instructor import regenerate_feedback
+
+    chapter = select_chapters([args.chapter], args.root)[0]
+    run = regenerate_feedback(args.root, chapter, _course_dir(args))
+    for path in run.written:
+        print(f"wrote {path}")
+    for student, error in run.failed.items():
+        print(f"FAILED {student}: {error}")
+    print(f"feedback for {chapter.id}: {len(run.written)} written, {len(run.failed)} failed")
+    return 1 if run.failed else 0
 
 
 def cmd_grading_autograde(args) -> int:
@@ -143,7 +177,20 @@ def build_parser() -> argparse.ArgumentParser:
     build.set_defaults(handler=cmd_grading_build)
     verify = grading_commands.add_parser("verify", help="autograde planted submissions and check their scores")
     verify.add_argument("--chapter", action="append", help="chapter id or slug (repeatable; default: all)")
+    verify.add_argument("--full", action="store_true",
+                        help="grade every planted submission through nbgrader too (and an endless loop), and require "
+                             "the oracle to agree with nbgrader test for test; run before a release")
     verify.set_defaults(handler=cmd_grading_verify)
+    release = grading_commands.add_parser("release", help="nbgrader generate_assignment: the learners' release")
+    release.add_argument("--chapter", action="append", help="chapter id or slug (repeatable; default: all)")
+    release.add_argument("--course-dir", help="nbgrader course folder (default: grading/)")
+    release.set_defaults(handler=cmd_grading_release)
+    feedback = grading_commands.add_parser(
+        "feedback", help="rewrite every autograded student's leak-free feedback from the gradebook "
+                         "(e.g. after manual grading) into <course>/feedback/<student>/<slug>/")
+    feedback.add_argument("--chapter", required=True, help="chapter id or slug")
+    feedback.add_argument("--course-dir", help="nbgrader course folder (default: grading/)")
+    feedback.set_defaults(handler=cmd_grading_feedback)
     autograde = grading_commands.add_parser(
         "autograde", help="grade every submission of a chapter in parallel sandboxed nbgrader workers, "
                           "then merge, write feedback and a class report (exit 1 if any submission fails)")
@@ -191,6 +238,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args.root = resolve_project_root()
         return args.handler(args)
+    except GradingError as error:  # nbgrader or the oracle failed: the work did not complete
+        print(f"ERROR {error}", file=sys.stderr)
+        return 1
     except CourseError as error:
         print(f"ERROR {error}", file=sys.stderr)
         return 2

@@ -22,6 +22,7 @@ from pathlib import Path
 import nbformat
 from nbformat import NotebookNode
 
+from tools.course.cells import read_notebook
 from tools.course.grading_build import BEGIN_HIDDEN, END_HIDDEN
 from tools.errors import CourseError
 
@@ -273,3 +274,29 @@ def write_feedback(target_dir: Path, slug: str, html_document: str, record: dict
     html_path.write_text(html_document, encoding="utf-8")
     json_path.write_text(payload, encoding="utf-8")
     return html_path, json_path
+
+
+def write_student_feedback(course: Path, chapter, student: str, autograded_path: Path, work_dir: Path,
+                           cells: list[GradedTest], exercises: list[str], results: list[dict], secrets: list[str],
+                           course_id: str, enforced: dict | None) -> dict:
+    """Sanitize one student's autograded notebook, render it in `work_dir` (a private nbgrader course
+    folder whose `autograded/` copy is replaced) and write `course/feedback/<student>/<slug>.{html,json}`.
+
+    Returns `{"written": True, "html", "json"}` or `{"written": False, "error"}`: a failure is
+    recorded for this student, never raised, so one notebook cannot stop a class.
+    """
+    slug = chapter.slug
+    try:
+        autograded = read_notebook(autograded_path)
+        own_secrets = secrets_for(secrets, autograded)
+        learner = sanitize_notebook(autograded, cells, results, own_secrets)
+        document = generate_feedback_html(work_dir, slug, student, learner, f"sqlite:///{course / 'gradebook.db'}",
+                                          course_id)
+        record = feedback_record(chapter=chapter.id, slug=slug, student=student, exercises=exercises,
+                                 results=results, autograded=autograded, enforced=enforced)
+        html_path, json_path = write_feedback(course / "feedback" / student / slug, slug, document, record, own_secrets)
+    except FeedbackLeakError as error:
+        return {"written": False, "error": str(error)}
+    except Exception as error:  # recorded per student: the grade stands, the feedback is reported missing
+        return {"written": False, "error": f"{error.__class__.__name__}: {error}"}
+    return {"written": True, "html": str(html_path), "json": str(json_path)}
