@@ -29,7 +29,7 @@ from chapter_factory import REPO_ROOT
 from tools.course.catalog import Chapter
 from tools.course.cells import read_notebook, write_notebook
 from tools.course.grading_build import load_mutants, mutants_dir, reference_source, render_source_notebook
-from tools.course.grading_verify import venv_environment
+from tools.course.nbgrader_cli import venv_environment
 
 UNDEFINED = None
 """A solution cell that fails before defining anything (hostile code at its top)."""

@@ -1,19 +1,25 @@
-"""Prove the graders' strength by autograding planted submissions through nbgrader.
+"""Prove the graders' strength: planted submissions must score what their rule says.
 
-For one chapter, in a throw-away copy of the course root: generate the release with
-`nbgrader generate_assignment`, write submissions made from it (the stub, the reference, each
-planted wrong solution, tampered test cells, an endless loop), autograde them all with
-`nbgrader autograde`, and compare each score with what it must be.
+For one chapter, in a throw-away copy of the course root, `nbgrader generate_assignment` makes
+the release; submissions are made from it and from the reference:
+
+* through `nbgrader autograde` (the pipeline proof): the released stub (0), the reference (full
+  marks) and the stub with every other test cell edited into `assert True` and the rest deleted
+  (0), so the release, the locked cells and the restored tests work;
+* through the grading oracle (`tools.course.grading_oracle`, one forked process per submission):
+  every planted wrong solution, which must lose points on its own exercise, plus the stub and the
+  reference, whose per-cell scores must equal nbgrader's (a drift check on every chapter).
+
+`full=True` (`grading verify --full`, before a release) grades every submission through nbgrader
+as well, adds a tampered mutant and an endless loop, and requires the oracle to agree with
+nbgrader test for test on every submission both graded.
 """
 
 from __future__ import annotations
 
 import copy
-import os
 import json
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -31,32 +37,27 @@ from tools.course.grading_build import (
     mutants_dir,
     reference_source,
 )
-from tools.errors import CourseError
+from tools.course.grading_oracle import run_oracle
+from tools.course.nbgrader_cli import gradebook_scores, run_nbgrader
+from tools.errors import GradingError
 
 MIN_MUTANTS = 5
 ENDLESS_LOOP = "while True:  # a submission that never finishes\n    pass\n"
+NBGRADER, ORACLE = "nbgrader", "oracle"
 
-
-def venv_environment() -> dict:
-    """The current environment with this interpreter's bin folder first on PATH (nbgrader runs `alembic`)."""
-    env = dict(os.environ)
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    return env
-
-
-class GradingError(CourseError):
-    """nbgrader failed, or a planted submission scored what it must not."""
+Scores = dict[str, tuple[float, float]]
 
 
 @dataclass
 class Submission:
-    """A planted submission and the rule its score must satisfy."""
+    """A planted submission, the rule its score must satisfy, and who grades it."""
 
     student: str
     kind: str
     notebook: NotebookNode
     expectation: str
     target_exercise: str | None = None
+    graders: tuple[str, ...] = (NBGRADER,)
 
 
 @dataclass
@@ -64,6 +65,7 @@ class Outcome:
     student: str
     kind: str
     expectation: str
+    graded_by: str
     per_exercise: dict[str, float]
     total: float
     max_total: float
@@ -76,17 +78,23 @@ class VerifyReport:
     chapter: str
     exercises: list[str]
     max_per_exercise: dict[str, float]
+    mode: str = "fast"
     outcomes: list[Outcome] = field(default_factory=list)
-    autograde_seconds: float = 0.0
+    disagreements: list[str] = field(default_factory=list)
+    nbgrader_submissions: int = 0
+    nbgrader_seconds: float = 0.0
+    oracle_submissions: int = 0
+    oracle_seconds: float = 0.0
 
     @property
     def passed(self) -> bool:
-        return bool(self.outcomes) and all(outcome.passed for outcome in self.outcomes)
+        return bool(self.outcomes) and all(outcome.passed for outcome in self.outcomes) and not self.disagreements
 
     def to_json(self) -> dict:
         data = asdict(self)
         data["passed"] = self.passed
-        data["seconds_per_submission"] = round(self.autograde_seconds / max(len(self.outcomes), 1), 2)
+        data["nbgrader_seconds_per_submission"] = round(self.nbgrader_seconds / max(self.nbgrader_submissions, 1), 2)
+        data["oracle_seconds_per_submission"] = round(self.oracle_seconds / max(self.oracle_submissions, 1), 3)
         return data
 
 
@@ -94,13 +102,16 @@ class VerifyReport:
 # Planted submissions
 # ---------------------------------------------------------------------------
 
+def _meta(cell: NotebookNode) -> dict:
+    return cell.metadata.get("nbgrader", {})
+
+
 def _solution_cells(notebook: NotebookNode) -> dict[str, NotebookNode]:
-    return {cell.metadata["nbgrader"]["grade_id"]: cell for cell in notebook.cells
-            if cell.metadata.get("nbgrader", {}).get("solution")}
+    return {_meta(cell)["grade_id"]: cell for cell in notebook.cells if _meta(cell).get("solution")}
 
 
 def _grade_cells(notebook: NotebookNode) -> list[NotebookNode]:
-    return [cell for cell in notebook.cells if cell.metadata.get("nbgrader", {}).get("grade")]
+    return [cell for cell in notebook.cells if _meta(cell).get("grade")]
 
 
 def _with_solutions(release: NotebookNode, sources: dict[str, str]) -> NotebookNode:
@@ -111,65 +122,68 @@ def _with_solutions(release: NotebookNode, sources: dict[str, str]) -> NotebookN
     return notebook
 
 
-def _emptied_tests(notebook: NotebookNode) -> NotebookNode:
+def _edited_tests(notebook: NotebookNode) -> NotebookNode:
     tampered = copy.deepcopy(notebook)
     for index, cell in enumerate(_grade_cells(tampered)):
         cell.source = "pass" if index % 2 else "assert True  # edited test"
     return tampered
 
 
-def planted_submissions(release: NotebookNode, chapter_notebook: NotebookNode, mutants: list) -> list[Submission]:
-    """The stub, the reference, one per mutant, two tampered and one endless-loop submission."""
+def _edited_and_deleted_tests(notebook: NotebookNode) -> NotebookNode:
+    """Every other test cell edited into `assert True`, the others deleted: neither may earn a point."""
+    tampered = copy.deepcopy(notebook)
+    kept, tests_seen = [], 0
+    for cell in tampered.cells:
+        if _meta(cell).get("grade"):
+            tests_seen += 1
+            if tests_seen % 2 == 0:
+                continue  # deleted
+            cell.source = "assert True  # edited test"
+        kept.append(cell)
+    tampered.cells = kept
+    return tampered
+
+
+def solutions_of(notebook: NotebookNode) -> dict[str, str]:
+    """`exercise -> source` of every solution cell of a submission notebook."""
+    return {name: cell.source for name, cell in _solution_cells(notebook).items()}
+
+
+def planted_submissions(release: NotebookNode, chapter_notebook: NotebookNode, mutants: list, *,
+                        full: bool = False, endless_loop: bool = True) -> list[Submission]:
+    """What verification grades, each with its rule and its graders (see the module docstring)."""
     exercises = list(_solution_cells(release))
     reference = {name: reference_source(chapter_notebook, name) for name in exercises}
+    both = (NBGRADER, ORACLE)
     submissions = [
-        Submission("stub", "released stub", copy.deepcopy(release), "zero"),
-        Submission("reference", "reference solution", _with_solutions(release, reference), "full"),
+        Submission("stub", "released stub", copy.deepcopy(release), "zero", graders=both),
+        Submission("reference", "reference solution", _with_solutions(release, reference), "full", graders=both),
+        Submission("tampered_stub", "stub with test cells edited or deleted", _edited_and_deleted_tests(release),
+                   "zero"),
     ]
+    planted = []
     for mutant in mutants:
         if mutant.exercise not in exercises:
             raise GradingError(f"mutant {mutant.name} targets unknown exercise {mutant.exercise}")
         notebook = _with_solutions(release, {**reference, mutant.exercise: mutant.source})
-        submissions.append(Submission(f"mutant_{mutant.name}", f"mutant: {mutant.mistake}", notebook,
-                                      "loses_points", mutant.exercise))
-    if mutants:
-        first = submissions[2]
-        submissions.append(Submission(f"tampered_{first.student}", "mutant with edited/emptied test cells",
-                                      _emptied_tests(first.notebook), f"same_as:{first.student}"))
-    submissions.append(Submission("tampered_stub", "stub with edited/emptied test cells",
-                                  _emptied_tests(release), "zero"))
-    looping = copy.deepcopy(release)
-    first_solution = next(iter(_solution_cells(looping).values()))
-    first_solution.source = ENDLESS_LOOP + first_solution.source
-    submissions.append(Submission("endless_loop", "stub whose first exercise cell never finishes", looping, "zero"))
+        planted.append(Submission(f"mutant_{mutant.name}", f"mutant: {mutant.mistake}", notebook, "loses_points",
+                                  mutant.exercise, graders=both if full else (ORACLE,)))
+    submissions += planted
+    if full and planted:
+        first = planted[0]
+        submissions.append(Submission(f"tampered_{first.student}", "mutant with edited test cells",
+                                      _edited_tests(first.notebook), f"same_as:{first.student}"))
+    if full and endless_loop:
+        submissions.append(endless_loop_submission(release))
     return submissions
 
 
-# ---------------------------------------------------------------------------
-# nbgrader
-# ---------------------------------------------------------------------------
-
-def _nbgrader(course: Path, *args: str, log) -> None:
-    command = [sys.executable, "-m", "nbgrader", *args]
-    completed = subprocess.run(command, cwd=course, capture_output=True, text=True, check=False,
-                               env=venv_environment())
-    log.write(f"$ {' '.join(command)}\n{completed.stdout}{completed.stderr}\n")
-    if completed.returncode != 0:
-        tail = "\n".join((completed.stdout + completed.stderr).splitlines()[-15:])
-        raise GradingError(f"`nbgrader {' '.join(args)}` exited {completed.returncode}:\n{tail}")
-
-
-def _scores(course: Path, slug: str, student: str) -> dict[str, tuple[float, float]]:
-    from nbgrader.api import Gradebook
-
-    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
-        submission = gradebook.find_submission_notebook(slug, slug, student)
-        return {grade.cell.name: (float(grade.score), float(grade.max_score)) for grade in submission.grades}
-
-
-def _exercise_of_grade_cells(source: NotebookNode) -> dict[str, str]:
-    return {cell.metadata["nbgrader"]["grade_id"]: cell.metadata.get("course", {}).get("exercise")
-            for cell in _grade_cells(source)}
+def endless_loop_submission(release: NotebookNode) -> Submission:
+    """The stub whose first exercise cell never finishes: the per-cell timeout must stop it."""
+    looping = copy.deepcopy(release)
+    first_solution = next(iter(_solution_cells(looping).values()))
+    first_solution.source = ENDLESS_LOOP + first_solution.source
+    return Submission("endless_loop", "stub whose first exercise cell never finishes", looping, "zero")
 
 
 # ---------------------------------------------------------------------------
@@ -193,48 +207,120 @@ def _judge(submission: Submission, per_exercise: dict[str, float], total: float,
     raise GradingError(f"unknown expectation {rule}")
 
 
-def verify_chapter(root: Path, chapter: Chapter, *, log_dir: Path | None = None,
-                   progress: Callable[[str], None] | None = None) -> VerifyReport:
-    """Autograde the planted submissions of `chapter` and judge every score."""
+def disagreements(nbgrader: dict[str, Scores], oracle: dict[str, Scores]) -> list[str]:
+    """Every grade cell where the oracle's score differs from nbgrader's, for students both graded."""
+    found = []
+    for student in sorted(set(nbgrader) & set(oracle)):
+        for cell in sorted(set(nbgrader[student]) | set(oracle[student])):
+            ours, theirs = oracle[student].get(cell), nbgrader[student].get(cell)
+            if ours != theirs:
+                found.append(f"{student} {cell}: oracle {ours} vs nbgrader {theirs}")
+    return found
+
+
+# ---------------------------------------------------------------------------
+# Verification
+# ---------------------------------------------------------------------------
+
+@dataclass
+class PreparedChapter:
+    """A throw-away nbgrader course holding one chapter's source and release."""
+
+    course: Path
+    source: NotebookNode
+    release: NotebookNode
+    chapter_notebook: NotebookNode
+    mutants: list
+
+
+def prepare_course(root: Path, chapter: Chapter, course: Path, log_path: Path) -> PreparedChapter:
+    """Copy the config, write the source notebook and run `nbgrader generate_assignment`."""
     chapter_notebook = read_notebook(chapter.notebook_path(root))
     mutants = load_mutants(mutants_dir(root, chapter), chapter_notebook)
     if len(mutants) < MIN_MUTANTS:
         raise GradingError(f"{chapter.id}: {len(mutants)} mutant(s) in {mutants_dir(root, chapter)}, need >= {MIN_MUTANTS}")
     source = build_source_notebook(root, chapter)
+    shutil.copy(root / GRADING_DIR / "nbgrader_config.py", course / "nbgrader_config.py")
+    write_notebook(source, course / "source" / chapter.slug / f"{chapter.slug}.ipynb")
+    run_nbgrader(course, ["generate_assignment", chapter.slug, "--force"], log_path)
+    release = read_notebook(course / "release" / chapter.slug / f"{chapter.slug}.ipynb")
+    return PreparedChapter(course, source, release, chapter_notebook, mutants)
+
+
+def autograde_planted(prepared: PreparedChapter, slug: str, submissions: list[Submission],
+                      log_path: Path) -> dict[str, Scores]:
+    """Autograde `submissions` in one `nbgrader autograde` run; return each student's cell scores."""
+    if not submissions:
+        return {}
+    for submission in submissions:
+        write_notebook(submission.notebook, prepared.course / "submitted" / submission.student / slug / f"{slug}.ipynb")
+    run_nbgrader(prepared.course, ["autograde", slug, "--force"], log_path)
+    return {submission.student: gradebook_scores(prepared.course, slug, submission.student)
+            for submission in submissions}
+
+
+def oracle_planted(prepared: PreparedChapter, submissions: list[Submission], cell_timeout_s: int) -> dict[str, Scores]:
+    if not submissions:
+        return {}
+    results = run_oracle(prepared.source, {s.student: solutions_of(s.notebook) for s in submissions},
+                         cell_timeout_s=cell_timeout_s)
+    return {student: result.scores for student, result in results.items()}
+
+
+def course_cell_timeout(root: Path) -> int:
+    from traitlets.config.loader import PyFileConfigLoader
+
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(root / GRADING_DIR)).load_config()
+    return int(config.Execute.get("timeout", 30))
+
+
+def verify_chapter(root: Path, chapter: Chapter, *, full: bool = False, endless_loop: bool = True,
+                   log_dir: Path | None = None, progress: Callable[[str], None] | None = None) -> VerifyReport:
+    """Grade the planted submissions of `chapter` and judge every score.
+
+    `endless_loop=False` leaves the endless-loop submission out of a full run (it waits for the
+    whole per-cell timeout; one chapter proves it for the course)."""
+    say = progress or (lambda _: None)
     log_dir = log_dir or root / "build" / "grading"
     log_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=f"verify-{chapter.slug}-") as temp, \
-            open(log_dir / f"verify_{chapter.slug}.log", "w", encoding="utf-8") as log:
-        course = Path(temp)
-        shutil.copy(root / GRADING_DIR / "nbgrader_config.py", course / "nbgrader_config.py")
-        write_notebook(source, course / "source" / chapter.slug / f"{chapter.slug}.ipynb")
-        (progress or (lambda _: None))(f"{chapter.id}: generate_assignment")
-        _nbgrader(course, "generate_assignment", chapter.slug, "--force", log=log)
-        release = read_notebook(course / "release" / chapter.slug / f"{chapter.slug}.ipynb")
-        submissions = planted_submissions(release, chapter_notebook, mutants)
-        for submission in submissions:
-            write_notebook(submission.notebook,
-                           course / "submitted" / submission.student / chapter.slug / f"{chapter.slug}.ipynb")
-        (progress or (lambda _: None))(f"{chapter.id}: autograde {len(submissions)} submissions")
+    log_path = log_dir / f"verify_{chapter.slug}.log"
+    log_path.write_text("", encoding="utf-8")
+    with tempfile.TemporaryDirectory(prefix=f"verify-{chapter.slug}-") as temp:
+        say(f"{chapter.id}: generate_assignment")
+        prepared = prepare_course(root, chapter, Path(temp), log_path)
+        submissions = planted_submissions(prepared.release, prepared.chapter_notebook, prepared.mutants, full=full,
+                                          endless_loop=endless_loop)
+        by_nbgrader = [s for s in submissions if NBGRADER in s.graders]
+        by_oracle = [s for s in submissions if ORACLE in s.graders]
+        say(f"{chapter.id}: nbgrader autograde {len(by_nbgrader)}, oracle {len(by_oracle)} submissions")
         started = time.perf_counter()
-        _nbgrader(course, "autograde", chapter.slug, "--force", log=log)
-        elapsed = time.perf_counter() - started
-        exercise_of = _exercise_of_grade_cells(source)
-        exercises = list(_solution_cells(source))
-        report = VerifyReport(chapter.id, exercises, {}, autograde_seconds=round(elapsed, 2))
-        scored = {submission.student: _scores(course, chapter.slug, submission.student) for submission in submissions}
-    any_scores = next(iter(scored.values()))
-    report.max_per_exercise = {name: sum(m for cell, (_, m) in any_scores.items() if exercise_of[cell] == name)
-                               for name in exercises}
+        nbgrader_scores = autograde_planted(prepared, chapter.slug, by_nbgrader, log_path)
+        nbgrader_seconds = time.perf_counter() - started
+        started = time.perf_counter()
+        oracle_scores = oracle_planted(prepared, by_oracle, course_cell_timeout(root))
+        oracle_seconds = time.perf_counter() - started
+        source = prepared.source
+    exercise_of = {_meta(cell)["grade_id"]: cell.metadata.get("course", {}).get("exercise")
+                   for cell in _grade_cells(source)}
+    exercises = list(_solution_cells(source))
+    report = VerifyReport(chapter.id, exercises, {}, "full" if full else "fast",
+                          nbgrader_submissions=len(by_nbgrader), nbgrader_seconds=round(nbgrader_seconds, 2),
+                          oracle_submissions=len(by_oracle), oracle_seconds=round(oracle_seconds, 2))
+    report.max_per_exercise = {name: sum(float(_meta(cell)["points"]) for cell in _grade_cells(source)
+                                         if exercise_of[_meta(cell)["grade_id"]] == name) for name in exercises}
     max_total = sum(report.max_per_exercise.values())
+    scored = {**oracle_scores, **nbgrader_scores}  # nbgrader's word counts where both graded
     totals = {student: sum(score for score, _ in cells.values()) for student, cells in scored.items()}
     for submission in submissions:
         cells = scored[submission.student]
-        per_exercise = {name: sum(s for cell, (s, _) in cells.items() if exercise_of[cell] == name) for name in exercises}
+        per_exercise = {name: sum(s for cell, (s, _) in cells.items() if exercise_of.get(cell) == name)
+                        for name in exercises}
         passed, detail = _judge(submission, per_exercise, totals[submission.student], max_total,
                                 report.max_per_exercise, totals)
-        report.outcomes.append(Outcome(submission.student, submission.kind, submission.expectation, per_exercise,
-                                       totals[submission.student], max_total, passed, detail))
+        report.outcomes.append(Outcome(submission.student, submission.kind, submission.expectation,
+                                       "+".join(submission.graders), per_exercise, totals[submission.student],
+                                       max_total, passed, detail))
+    report.disagreements = disagreements(nbgrader_scores, oracle_scores)
     (log_dir / f"verify_{chapter.slug}.json").write_text(
         json.dumps(report.to_json(), ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
     return report
@@ -242,17 +328,19 @@ def verify_chapter(root: Path, chapter: Chapter, *, log_dir: Path | None = None,
 
 def format_matrix(report: VerifyReport) -> str:
     """The verification matrix as a fixed-width table."""
-    headers = ["submission", *report.exercises, "total", "rule", "ok"]
+    headers = ["submission", "graded by", *report.exercises, "total", "rule", "ok"]
     rows = []
     for outcome in report.outcomes:
-        rows.append([outcome.student, *(f"{outcome.per_exercise[name]:g}/{report.max_per_exercise[name]:g}"
-                                        for name in report.exercises),
+        rows.append([outcome.student, outcome.graded_by,
+                     *(f"{outcome.per_exercise[name]:g}/{report.max_per_exercise[name]:g}" for name in report.exercises),
                      f"{outcome.total:g}/{outcome.max_total:g}", outcome.detail, "PASS" if outcome.passed else "FAIL"])
     widths = [max(len(str(row[i])) for row in [headers, *rows]) for i in range(len(headers))]
     lines = ["  ".join(str(value).ljust(width) for value, width in zip(headers, widths))]
     lines.append("  ".join("-" * width for width in widths))
     lines.extend("  ".join(str(value).ljust(width) for value, width in zip(row, widths)) for row in rows)
-    per = report.autograde_seconds / max(len(report.outcomes), 1)
-    lines.append(f"{report.chapter}: {len(report.outcomes)} submissions autograded in {report.autograde_seconds:.1f} s "
-                 f"({per:.1f} s each) -> {'PASS' if report.passed else 'FAIL'}")
+    lines.extend(f"DISAGREE {item}" for item in report.disagreements)
+    lines.append(f"{report.chapter} ({report.mode}): nbgrader {report.nbgrader_submissions} submissions in "
+                 f"{report.nbgrader_seconds:.1f} s, oracle {report.oracle_submissions} in {report.oracle_seconds:.1f} s, "
+                 f"{len(report.disagreements)} disagreement(s) -> {'PASS' if report.passed else 'FAIL'}")
     return "\n".join(lines)
+
