@@ -9,6 +9,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 BROWSER_STAMP := $(VENV)/.browser-deps-stamp
 RUN_ARGS ?=
+TEST_WORKERS ?= 2
 # Debian packages of the browser test: the browser, and fonts so screenshots show Chinese and emoji.
 BROWSER_APT := chromium fonts-noto-cjk fonts-noto-color-emoji
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -42,8 +43,9 @@ browser-deps: $(BROWSER_STAMP)
 run: setup
 	$(PY) -m tools.course run --run-mode cpu_smoke $(RUN_ARGS)
 
+# Two workers on a 2-core machine; tests sharing a module fixture stay on one worker (tests/conftest.py).
 test: setup browser-deps
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=15
 
 check: setup
 	$(PY) -m tools.course check

@@ -7,15 +7,17 @@ change nothing; the default RUN_STAGE (auto) must refuse the used label before a
 
 import json
 import math
+import shutil
 
 import pytest
 
 from chapter_factory import REPO_ROOT
+from conftest import COURSE_LABEL
 from tools.course.catalog import find_chapter
 from tools.course.runner import run_chapter
 from tools.project_runtime import sha256_file
 
-LABEL = "pytest_ch76_stages"
+LABEL = COURSE_LABEL
 STRATEGIES = ("baseline", "checkpoint", "offload", "hybrid")
 
 
@@ -23,13 +25,20 @@ def _snapshot(folder):
     return {path.name: path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
 
 
+pytestmark = pytest.mark.xdist_group("course_run")
+
+
 @pytest.fixture(scope="module")
-def staged_run(tmp_path_factory):
+def staged_run(course_smoke_run, tmp_path_factory):
+    """The course run's chapter 76 (RUN_STAGE auto on a fresh label runs every stage); then, on a copy
+    of its records, the same label again with RUN_STAGE=all and once more with the default stage."""
     chapter = find_chapter("76", REPO_ROOT)
     base = tmp_path_factory.mktemp("ch76")
     results = base / "results"
-    first = run_chapter(REPO_ROOT, chapter, run_mode="cpu_smoke", label=LABEL, results_dir=results,
-                        output_dir=base / "first", extra_parameters={"RUN_STAGE": "all"})
+    results.mkdir()
+    for path in course_smoke_run.results.glob(f"7[36]_*{LABEL}.json"):
+        shutil.copy2(path, results / path.name)
+    first = course_smoke_run.outcomes["76"]
     assert first.status == "passed", f"cell {first.failed_cell}: {first.error}"
     before = _snapshot(results)
     second = run_chapter(REPO_ROOT, chapter, run_mode="cpu_smoke", label=LABEL, results_dir=results,

@@ -1,6 +1,7 @@
 """Every implemented chapter executes headless with papermill in dry_run and cpu_smoke."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -19,18 +20,17 @@ def test_chapter_runs_in_dry_run_and_writes_nothing(chapter, tmp_path):
     assert outcome.records_written == []
 
 
+@pytest.mark.xdist_group("course_run")
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=[chapter.id for chapter in CHAPTERS])
-def test_chapter_runs_in_cpu_smoke_and_records_say_so(chapter, tmp_path):
-    results = tmp_path / "results"
-    outcome = run_chapter(REPO_ROOT, chapter, run_mode="cpu_smoke", label="pytest_smoke", results_dir=results,
-                          output_dir=tmp_path / "out")
+def test_chapter_runs_in_cpu_smoke_and_records_say_so(chapter, course_smoke_run, tmp_path):
+    outcome = course_smoke_run.outcomes[chapter.id]
     assert outcome.status == "passed", f"cell {outcome.failed_cell}: {outcome.error}"
-    for path in results.rglob("*.json"):
-        record = json.loads(path.read_text(encoding="utf-8"))
+    for path in outcome.records_written:
+        record = json.loads(Path(path).read_text(encoding="utf-8"))
         if "evidence_level" in record:
             assert record["evidence_level"] == "cpu_smoke" and record["run_mode"] == "cpu_smoke", path
-    rerun = run_chapter(REPO_ROOT, chapter, run_mode="cpu_smoke", label="pytest_smoke", results_dir=results,
-                        output_dir=tmp_path / "again")
+    rerun = run_chapter(REPO_ROOT, chapter, run_mode="cpu_smoke", label=course_smoke_run.label,
+                        results_dir=course_smoke_run.results, output_dir=tmp_path / "again")
     if outcome.records_written:
         assert rerun.status == "failed", "a reused label must be refused"
         assert rerun.records_written == []

@@ -10,6 +10,7 @@ import hashlib
 from pathlib import Path
 
 import nbformat
+import pytest
 
 from chapter_factory import REPO_ROOT
 from tools.course.catalog import load_catalog
@@ -38,14 +39,13 @@ def files_under(folder):
     return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()) if folder.exists() else []
 
 
-def test_lifecycle_runs_the_shared_record_and_system_reads_it(tmp_path):
-    results, label = tmp_path / "results", "pytest_shared_verl"
+@pytest.mark.xdist_group("course_run")
+def test_lifecycle_runs_the_shared_record_and_system_reads_it(course_smoke_run):
+    results, label = course_smoke_run.results, course_smoke_run.label
     shared = results / SHARED_FOLDER / f"{label}.json"
 
-    first = run_chapter(REPO_ROOT, chapter("PT-ROLLOUT-LIFECYCLE"), run_mode="cpu_smoke", label=label,
-                        results_dir=results, output_dir=tmp_path / "lifecycle")
+    first = course_smoke_run.outcomes["PT-ROLLOUT-LIFECYCLE"]
     assert first.status == "passed", f"cell {first.failed_cell}: {first.error}"
-    assert sorted(p.name for p in (results / SHARED_FOLDER).glob("*.json")) == [shared.name]
     assert str(shared) in first.records_written
     first_text = gpu_stage_text(first)
     assert RAN_LINE in first_text and READ_LINE not in first_text
@@ -54,8 +54,7 @@ def test_lifecycle_runs_the_shared_record_and_system_reads_it(tmp_path):
     page_record = results / "pt-rollout-lifecycle" / f"pt-rollout-lifecycle_admission_recheck_{label}.json"
     assert page_record.is_file() and str(page_record) in first.records_written
 
-    second = run_chapter(REPO_ROOT, chapter("PT-RL-SYSTEM"), run_mode="cpu_smoke", label=label,
-                         results_dir=results, output_dir=tmp_path / "system")
+    second = course_smoke_run.outcomes["PT-RL-SYSTEM"]
     assert second.status == "passed", f"cell {second.failed_cell}: {second.error}"
     assert not [path for path in second.records_written if f"/{SHARED_FOLDER}/" in path], second.records_written
     assert second.records_written == [str(results / "pt-rl-system" / f"pt-rl-system_ledger_{label}.json")]
