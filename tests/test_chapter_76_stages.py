@@ -104,6 +104,7 @@ def test_every_path_is_verified_from_evidence(staged_run):
 
 def test_decision_is_scoped_honest_and_bound_by_sha256(staged_run):
     results, decision = staged_run["results"], staged_run["records"]["close"]
+    assert decision["source_g0"]["path"] == f"76_cpu_smoke_memory_{LABEL}.json"  # relative to the results root
     assert decision["source_g0"]["sha256"] == sha256_file(results / f"76_cpu_smoke_memory_{LABEL}.json")
     assert decision["source_g1"]["sha256"] == sha256_file(results / f"76_cpu_smoke_memory_boundary_{LABEL}.json")
     assert decision["source_input_manifest"]["sha256"] == sha256_file(

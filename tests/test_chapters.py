@@ -34,3 +34,20 @@ def test_chapter_runs_in_cpu_smoke_and_records_say_so(chapter, course_smoke_run,
     if outcome.records_written:
         assert rerun.status == "failed", "a reused label must be refused"
         assert rerun.records_written == []
+
+
+def _absolute_paths(value, where=""):
+    if isinstance(value, dict):
+        return [found for key, item in value.items() for found in _absolute_paths(item, f"{where}.{key}")]
+    if isinstance(value, list):
+        return [found for index, item in enumerate(value) for found in _absolute_paths(item, f"{where}[{index}]")]
+    return [f"{where} = {value}"] if isinstance(value, str) and (value.startswith("/") or "\\\\" in value) else []
+
+
+@pytest.mark.xdist_group("course_run")
+def test_no_record_carries_a_machine_path(course_smoke_run):
+    """Records are committed from cloud GPUs: paths in them are relative to the results root, or names."""
+    records = sorted(course_smoke_run.results.rglob("*.json"))
+    assert len(records) >= len(CHAPTERS)
+    found = {path.name: _absolute_paths(json.loads(path.read_text(encoding="utf-8"))) for path in records}
+    assert not {name: paths for name, paths in found.items() if paths}

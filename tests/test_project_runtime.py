@@ -128,10 +128,25 @@ def test_record_header_validates_before_work():
         pr.record_header(schema_version="s/v1", chapter="C", stage="s", run_mode="gpu", run_label="lab_1")
 
 
-def test_lineage_entry_has_relative_path_and_sha(tmp_path):
-    path = tmp_path / "a" / "r.json"
-    digest = pr.save_json_record_once(path, {"k": 1})
-    assert pr.lineage_entry(path, tmp_path) == {"path": "a/r.json", "sha256": digest}
+def test_lineage_entry_is_relative_to_the_results_root_and_reads_back(tmp_path):
+    path = tmp_path / "results" / "a" / "r.json"
+    digest = pr.save_json_record_once(path, {"schema_version": "s/v1", "k": 1})
+    entry = pr.lineage_entry(path, tmp_path / "results")
+    assert entry == {"path": "a/r.json", "sha256": digest}
+    moved = tmp_path / "elsewhere"  # a committed record read in another checkout
+    (tmp_path / "results").rename(moved)
+    assert pr.resolve_lineage(entry, moved, schema_version="s/v1")["k"] == 1
+
+
+def test_lineage_refuses_machine_paths_and_changed_records(tmp_path):
+    path = tmp_path / "outside.json"
+    pr.save_json_record_once(path, {"k": 1})
+    with pytest.raises(ConfigError, match="outside the results root"):
+        pr.lineage_entry(path, tmp_path / "results")
+    with pytest.raises(UpstreamRecordError, match="relative"):
+        pr.resolve_lineage({"path": str(path), "sha256": "0" * 64}, tmp_path)
+    with pytest.raises(UpstreamRecordError, match="expected"):
+        pr.resolve_lineage({"path": "outside.json", "sha256": "0" * 64}, tmp_path)
 
 
 def test_preflight_ready_with_installed_pins(tmp_path):

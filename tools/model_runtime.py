@@ -716,7 +716,7 @@ def model_identity(path: str | os.PathLike) -> dict:
     config = json.loads(config_path.read_text(encoding="utf-8"))
     config_sha256 = sha256_file(config_path)
     summary = {
-        "path": str(folder.resolve()),
+        "folder": folder.resolve().name,  # a name, not a machine path: records are committed from other machines
         "config_sha256": config_sha256,
         "architecture": (config.get("architectures") or [None])[0],
         "model_type": config.get("model_type"),

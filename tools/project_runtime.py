@@ -219,16 +219,30 @@ def load_record(path: str | os.PathLike, *, schema_version: str | None = None,
     return record
 
 
-def lineage_entry(path: str | os.PathLike, root: Path | None = None) -> dict:
-    """The `{path, sha256}` reference a downstream record stores for an upstream file."""
-    source = Path(path).resolve()
-    shown = source
-    if root is not None:
-        try:
-            shown = source.relative_to(Path(root).resolve())
-        except ValueError:
-            shown = source
-    return {"path": str(shown), "sha256": sha256_file(source)}
+def lineage_entry(path: str | os.PathLike, results_root: str | os.PathLike) -> dict:
+    """The `{path, sha256}` a downstream record stores for an upstream file.
+
+    `path` is relative to the results root (POSIX form), never a machine path: a record written on
+    a cloud GPU and committed stays valid in every checkout. An upstream file outside the results
+    root is refused (ConfigError).
+    """
+    source, root = Path(path).resolve(), Path(results_root).resolve()
+    try:
+        shown = source.relative_to(root)
+    except ValueError:
+        raise ConfigError(f"upstream record {source} lies outside the results root {root}; "
+                          "keep every record of a run under one results folder.") from None
+    return {"path": shown.as_posix(), "sha256": sha256_file(source)}
+
+
+def resolve_lineage(entry: Mapping, results_root: str | os.PathLike, *, schema_version: str | None = None) -> dict:
+    """Read the upstream record a lineage entry names, relative to `results_root`, checking its sha256."""
+    if not isinstance(entry, Mapping) or not entry.get("path") or not entry.get("sha256"):
+        raise UpstreamRecordError(f"lineage entry {entry!r} needs a path and a sha256.")
+    relative = Path(entry["path"])
+    if relative.is_absolute() or ".." in relative.parts:
+        raise UpstreamRecordError(f"lineage path {entry['path']!r} must be relative to the results root.")
+    return load_record(Path(results_root) / relative, schema_version=schema_version, expected_sha256=entry["sha256"])
 
 
 def utc_timestamp() -> str:
@@ -274,7 +288,8 @@ def runtime_snapshot(root: Path | None = None) -> dict:
     snapshot: dict[str, Any] = {
         "python": platform.python_version(),
         "platform": platform.platform(),
-        "executable": sys.executable,
+        "executable": Path(sys.executable).name,  # not the machine path: records are committed
+        "virtualenv": sys.prefix != sys.base_prefix,
         "torch": None,
         "cuda_build": None,
         "cuda_available": False,

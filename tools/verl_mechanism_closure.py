@@ -157,6 +157,14 @@ class ClosureConfig:
         data["run_mode"] = self.run_mode
         return data
 
+    def record_view(self) -> dict:
+        """The config as stored in the record: folders by name only, never machine paths."""
+        data = self.public()
+        data["output"] = self.output.name
+        data["verl_root"] = None if self.verl_root is None else self.verl_root.name
+        data["model_cache"] = None if self.model_cache is None else self.model_cache.name
+        return data
+
 
 def validate_config(config: ClosureConfig) -> ClosureConfig:
     """Raise ConfigError on any invalid field; nothing is done before this passes."""
@@ -482,7 +490,7 @@ def build_record(*, config: ClosureConfig, pool: TaskPool, groups: Mapping[str, 
         "device": config.device,
         "model": dict(model),
         "runtime": dict(runtime),
-        "config": config.public(),
+        "config": config.record_view(),
         "group_settings": {name: dict(value) for name, value in settings.items()},
         "verl_overrides": None if overrides is None else {k: list(v) for k, v in overrides.items()},
         "backend_details": dict(backend_details),
