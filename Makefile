@@ -2,6 +2,8 @@
 #   make run    execute every chapter headless (papermill, cpu_smoke) and print a per-chapter summary
 #   make test   run the whole test suite
 #   make lab    open JupyterLab on the course
+#   make verify-full  the whole grader-strength matrix through nbgrader (before a release)
+#   make bench  time running, verifying and grading every chapter, and the test suite
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -14,7 +16,7 @@ TEST_WORKERS ?= 2
 BROWSER_APT := chromium fonts-noto-cjk fonts-noto-color-emoji
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup run test lab check clean browser-deps
+.PHONY: setup run test lab check clean browser-deps verify-full bench
 
 $(STAMP): requirements-cpu.txt pyproject.toml environment/verl-config-check.txt
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +48,13 @@ run: setup
 # Two workers on a 2-core machine; tests sharing a module fixture stay on one worker (tests/conftest.py).
 test: setup browser-deps
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=15
+
+# Before a release: every planted submission through nbgrader too, the endless loop, oracle agreement.
+verify-full: setup
+	$(PY) -m tools.course grading verify --full
+
+bench: setup
+	$(PY) -m tools.course bench --suite
 
 check: setup
 	$(PY) -m tools.course check

@@ -104,6 +104,30 @@ def test_a_snooping_submission_sees_no_course_files_and_its_echo_is_withheld(toy
     assert "output withheld" in page and "assert halve(3) == 1.5" not in page
 
 
+def test_feedback_is_rewritten_from_the_gradebook_after_manual_grading(toy_run, monkeypatch, capsys):
+    from nbgrader.api import Gradebook
+
+    root, course, _, _ = toy_run
+    feedback = course / "feedback" / "ref" / "toy" / "toy.json"
+    before = json.loads(feedback.read_text(encoding="utf-8"))
+    assert before["score"] == 5.0 and before["limits"] is not None
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as book:  # the instructor takes a point away
+        book.find_grade("test_halve", "toy", "toy", "ref").manual_score = 0.0
+        book.db.commit()
+    monkeypatch.setenv("COURSE_PROJECT_ROOT", str(root))
+    try:
+        assert main(["grading", "feedback", "--chapter", "toy"]) == 0
+    finally:
+        with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as book:
+            book.find_grade("test_halve", "toy", "toy", "ref").manual_score = None
+            book.db.commit()
+    after = json.loads(feedback.read_text(encoding="utf-8"))
+    assert after["score"] == 4.0 and after["limits"] == before["limits"]
+    assert "feedback for TOY" in capsys.readouterr().out
+    page = (course / "feedback" / "ref" / "toy" / "toy.html").read_text(encoding="utf-8")
+    assert "assert halve(3) == 1.5" not in page  # still no hidden-test source
+
+
 @pytest.mark.parametrize("content,problem", [
     (None, "missing notebook"),
     (b"\xff\xfe binary", "not JSON"),

@@ -138,6 +138,27 @@ def cmd_run(args) -> int:
     return 0
 
 
+def cmd_bench(args) -> int:
+    import json
+    import time
+
+    from tools.course.bench import BENCH_SCHEMA, bench_chapter, bench_suite, format_bench
+    from tools.course.catalog import select_chapters
+
+    chapters = [bench_chapter(args.root, chapter, copies=args.copies, grading=not args.no_grading)
+                for chapter in select_chapters(args.chapter, args.root)]
+    suite = bench_suite(args.root, args.workers) if args.suite else None
+    record = {"schema_version": BENCH_SCHEMA, "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+              "chapters": chapters, "suite": suite}
+    folder = args.root / "build" / "bench"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"bench_{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
+    path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    print(format_bench(chapters, suite))
+    print(f"bench record: {path}")
+    return 0
+
+
 def cmd_preflight(args) -> int:
     from tools.course.profiles import find_profile, profile_preflight
     from tools.project_runtime import format_preflight, preflight_exit_code
@@ -225,6 +246,15 @@ def build_parser() -> argparse.ArgumentParser:
     registry = commands.add_parser("registry", help="generate benchmarks/results/REGISTRY.md from catalog and records")
     registry.add_argument("--check", action="store_true", help="fail if the registry is stale instead of writing")
     registry.set_defaults(handler=cmd_registry)
+
+    bench = commands.add_parser("bench", help="time running, verifying and class-grading each chapter "
+                                              "(and optionally the test suite); JSON in build/bench/")
+    bench.add_argument("--chapter", action="append", help="chapter id or slug (repeatable; default: all)")
+    bench.add_argument("--copies", type=int, default=6, help="submissions graded per chapter and grader (default 6)")
+    bench.add_argument("--no-grading", action="store_true", help="skip the plain-nbgrader vs class-grader comparison")
+    bench.add_argument("--suite", action="store_true", help="also run the test suite with --durations=0")
+    bench.add_argument("--workers", type=int, default=2, help="pytest-xdist workers for --suite (default 2)")
+    bench.set_defaults(handler=cmd_bench)
 
     preflight = commands.add_parser("preflight", help="check an environment profile (exit 0 ready, 4 model cache only, 3 blocked)")
     preflight.add_argument("--profile", required=True, help="profile name or alias (see environment/profiles.toml)")

@@ -52,7 +52,7 @@ def regenerate_feedback(root: Path, chapter: Chapter, course: Path) -> FeedbackR
     paths = course_paths(course, slug)
     if not paths["release"].is_file():
         raise ConfigError(f"{paths['release']} does not exist; release and autograde the chapter first")
-    students = sorted(path.parent.name for path in (course / "autograded").glob(f"*/{slug}/{slug}.ipynb"))
+    students = sorted(path.parent.parent.name for path in (course / "autograded").glob(f"*/{slug}/{slug}.ipynb"))
     if not students:
         raise ConfigError(f"no autograded notebooks of {slug} under {course / 'autograded'}; "
                           f"run `python -m tools.course grading autograde --chapter {chapter.id}` first")
