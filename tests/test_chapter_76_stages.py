@@ -15,7 +15,7 @@ from chapter_factory import REPO_ROOT
 from conftest import COURSE_LABEL
 from tools.course.catalog import find_chapter
 from tools.course.runner import run_chapter
-from tools.project_runtime import sha256_file
+from tools.core.records import sha256_file
 
 LABEL = COURSE_LABEL
 STRATEGIES = ("baseline", "checkpoint", "offload", "hybrid")

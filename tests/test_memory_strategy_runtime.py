@@ -7,7 +7,7 @@ import torch
 
 from tools import memory_strategy_runtime as msr
 from tools.errors import ConfigError
-from tools.model_runtime import load_causal_lm, resolve_model
+from tools.models.loading import load_causal_lm, resolve_model
 
 BATCH, SEQ = 4, 64
 

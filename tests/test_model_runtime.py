@@ -1,4 +1,5 @@
-"""Tests of tools/model_runtime.py: cache lookup, the tiny offline model, random_init, sampling kwargs."""
+"""Tests of the course models (`tools.models`, used through its product name `tools.model_runtime`):
+cache lookup, the tiny offline model, random_init, sampling kwargs."""
 
 from __future__ import annotations
 
@@ -15,8 +16,10 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from tools import model_runtime as mr
+from tools.models import builders
 from tools.errors import ConfigError, ModelCacheMissingError
-from tools.project_runtime import preflight_exit_code, preflight_report, sha256_file
+from tools.core.preflight import preflight_exit_code, preflight_report
+from tools.core.records import sha256_file
 
 QWEN = mr.QWEN25_05B_INSTRUCT
 SAMPLE_TEXTS = (
@@ -223,7 +226,7 @@ def test_tiny_tokenizer_is_the_same_in_another_process():
 
 
 def test_losing_a_concurrent_build_keeps_the_winner(tmp_path, monkeypatch):
-    real_writer = mr._write_tiny
+    real_writer = builders._write_tiny
     winner = tmp_path / "tiny-qwen2"
 
     def writer_that_loses_the_race(temp: Path) -> None:
@@ -233,7 +236,7 @@ def test_losing_a_concurrent_build_keeps_the_winner(tmp_path, monkeypatch):
         os.rename(rival, winner)  # another process finishes first
         real_writer(temp)
 
-    monkeypatch.setattr(mr, "_write_tiny", writer_that_loses_the_race)
+    monkeypatch.setattr(builders, "_write_tiny", writer_that_loses_the_race)
     assert mr.build_tiny_model(tmp_path) == winner
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny-qwen2"]
     assert mr.model_identity(winner)["model_id"] == "tiny"
@@ -244,7 +247,7 @@ def test_failed_build_leaves_nothing(tmp_path, monkeypatch):
         (temp / "config.json").write_text("{}", encoding="utf-8")
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(mr, "_write_tiny", broken_writer)
+    monkeypatch.setattr(builders, "_write_tiny", broken_writer)
     with pytest.raises(RuntimeError, match="disk full"):
         mr.build_tiny_model(tmp_path)
     assert list(tmp_path.iterdir()) == []
@@ -305,7 +308,7 @@ def test_tokenizer_trained_without_qwen2_pipeline_reloads_with_other_ids(tmp_pat
         vocab_size=mr.TINY_TOKENIZER_VOCAB_TARGET, min_frequency=2, special_tokens=list(mr.SPECIAL_TOKENS),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
     plain = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<|im_end|>", pad_token="<|endoftext|>")
-    mr._save_tokenizer(plain, tmp_path)
+    builders._save_tokenizer(plain, tmp_path)
     reloaded = AutoTokenizer.from_pretrained(tmp_path)
     assert any(reloaded(t)["input_ids"] != plain(t)["input_ids"] for t in SAMPLE_TEXTS)
 

@@ -1,4 +1,5 @@
-"""Tests of tools.project_runtime: root discovery, run parameters, records, preflight, snapshot."""
+"""Tests of the core runtime through its product name `tools.project_runtime` (a facade over
+`tools.core`): root discovery, run parameters, records, preflight, snapshot."""
 
 import json
 import math
@@ -8,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from tools import project_runtime as pr
+from tools.core import paths as core_paths
+from tools.core import records as core_records
 from tools.errors import ConfigError, RecordExistsError, UpstreamRecordError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -33,7 +36,7 @@ def test_outside_the_repository_the_package_checkout_is_used(monkeypatch, tmp_pa
 
 def test_root_outside_any_checkout_is_a_clear_error(monkeypatch, tmp_path):
     monkeypatch.delenv(pr.PROJECT_ROOT_ENV, raising=False)
-    monkeypatch.setattr(pr, "_package_checkout_root", lambda: None)
+    monkeypatch.setattr(core_paths, "_package_checkout_root", lambda: None)
     with pytest.raises(ConfigError, match="cannot find the course repository"):
         pr.resolve_project_root(tmp_path)
 
@@ -102,7 +105,7 @@ def test_write_race_loser_gets_record_exists(tmp_path, monkeypatch):
         Path(target).write_text("{}", encoding="utf-8")  # another writer wins between check and link
         return real_link(source, target)
 
-    monkeypatch.setattr(pr.os, "link", racing_link)
+    monkeypatch.setattr(core_records.os, "link", racing_link)
     with pytest.raises(RecordExistsError):
         pr.save_json_record_once(path, {"value": 1})
     assert path.read_text(encoding="utf-8") == "{}"

@@ -13,7 +13,7 @@ from chapter_factory import REPO_ROOT
 from tools.course.catalog import load_catalog
 from tools.course.profiles import find_profile, load_profiles
 from tools.course.registry import render_registry, write_registry
-from tools.project_runtime import save_json_record_once
+from tools.core.records import save_json_record_once
 from tools.errors import ConfigError
 
 SEED_001_ENTRIES = ["13", "14", "15", "16", "17", "18", "26", "30", "31", "32", "33", "50", "51", "PT-SYNTHETIC-DATA",
@@ -115,7 +115,7 @@ def test_cuda_profiles_are_blocked_here_with_the_reason_and_fix(profile, tmp_pat
 
 
 def test_requirements_verl_matches_verl_091_vllm_extra():
-    from tools.project_runtime import read_pins
+    from tools.core.environment import read_pins
 
     pins = read_pins(REPO_ROOT / "requirements-verl.txt")
     assert pins["verl"] == "0.9.1" and pins["vllm"] == "0.24.0"

@@ -13,7 +13,7 @@ import pytest
 from packaging.requirements import Requirement
 
 from chapter_factory import REPO_ROOT
-from tools.project_runtime import read_pins
+from tools.core.environment import read_pins
 
 MAKEFILE = (REPO_ROOT / "Makefile").read_text(encoding="utf-8")
 INSTALLED_FILES = sorted(set(re.findall(r"-r ([\w./-]+\.txt)", MAKEFILE)))

@@ -7,7 +7,7 @@ import pytest
 
 from tools import training_baseline as tb
 from tools.errors import ConfigError, RecordExistsError, UpstreamRecordError
-from tools.project_runtime import sha256_file
+from tools.core.records import sha256_file
 
 LABEL = "pytest_baseline_v1"
 

@@ -10,7 +10,7 @@ import pytest
 
 from tools import verl_mechanism_closure as vmc
 from tools.errors import ConfigError
-from tools.project_runtime import installed_version
+from tools.core.environment import installed_version
 
 REQUIRED = {"hydra": "hydra-core", "omegaconf": "omegaconf", "verl": "verl"}
 MISSING = sorted(dist for module, dist in REQUIRED.items() if importlib.util.find_spec(module) is None)

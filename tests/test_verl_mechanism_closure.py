@@ -14,7 +14,7 @@ import pytest
 from tools import closure_torch_backend as torch_backend
 from tools import verl_mechanism_closure as vmc
 from tools.errors import ConfigError, RecordExistsError, UpstreamRecordError
-from tools.resource_sampler import ResourceSampler
+from tools.measure.sampler import ResourceSampler
 
 FAKE_GPU_MB, FAKE_HOST_MB = 512.0, 1024.0
 

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
-from tools.arithmetic_tasks import ArithmeticTask, TaskPool, prompt_sha256, score_response, task_sha256
+from tools.data.arithmetic import ArithmeticTask, TaskPool, prompt_sha256, score_response, task_sha256
 
 GROUPS = ("release", "retain")
 FREE_CACHE_ENGINE = {"release": True, "retain": False}

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from tools.errors import ConfigError
-from tools.project_runtime import sha256_file
+from tools.core.records import sha256_file
 
 ENGINE_DESCRIPTION = {
     "engine": "separate transformers model copy serving merged LoRA weights (float32)",
@@ -27,7 +27,7 @@ ENGINE_DESCRIPTION = {
     "resume": "engine weights re-allocated on the device (to_empty) and buffers restored; the weight sync "
               "then writes the trainer's merged weights",
     "sampling": "one batched generate call per phase, seeded with torch.manual_seed(seed); behaviour "
-                "log-probs from the processed scores (model_runtime.sampling_generation_kwargs)",
+                "log-probs from the processed scores (tools.models.loading.sampling_generation_kwargs)",
     "trainer": "peft LoRA on the base model, AdamW, one token-mean NLL step on the answers",
 }
 
@@ -37,13 +37,13 @@ ENGINE_DESCRIPTION = {
 # ---------------------------------------------------------------------------
 
 def resolve_model_path(config) -> Path:
-    from tools.model_runtime import resolve_model
+    from tools.models.loading import resolve_model
 
     return Path(resolve_model(config.model, source=config.model_source, cache_dir=config.model_cache))
 
 
 def model_identity_for(path: Path) -> dict:
-    from tools.model_runtime import model_identity
+    from tools.models.loading import model_identity
 
     return model_identity(path)
 
@@ -83,7 +83,7 @@ def initial_adapter(model_path: Path, config, seed: int, workspace: Path) -> Pat
     import torch
     from peft import LoraConfig, get_peft_model
 
-    from tools.model_runtime import load_causal_lm
+    from tools.models.loading import load_causal_lm
 
     folder = Path(workspace) / f"initial_lora_seed{seed}"
     if (folder / "adapter_config.json").is_file():
@@ -189,7 +189,7 @@ class TorchTrainer:
         import torch
         from peft import PeftModel
 
-        from tools.model_runtime import load_causal_lm
+        from tools.models.loading import load_causal_lm
 
         base, _ = load_causal_lm(model_path, dtype=torch.float32, device="cpu")
         self.model = PeftModel.from_pretrained(base, str(adapter), is_trainable=True).to(device)
@@ -273,7 +273,7 @@ class TorchRolloutEngine:
     def __init__(self, model_path: Path, device: str, tokenizer: PromptTokenizer):
         import torch
 
-        from tools.model_runtime import load_causal_lm
+        from tools.models.loading import load_causal_lm
 
         model, _ = load_causal_lm(model_path, dtype=torch.float32, device=device)
         model.eval()
@@ -335,7 +335,7 @@ class TorchRolloutEngine:
     def generate(self, requests, *, temperature: float, max_new_tokens: int, seed: int) -> list[dict]:
         import torch
 
-        from tools.model_runtime import sampling_generation_kwargs
+        from tools.models.loading import sampling_generation_kwargs
 
         if self.state != "serving":
             raise RuntimeError(f"engine cannot generate in state {self.state!r}; sync weights first")

@@ -53,7 +53,7 @@ def runtime_context(config):
 
 
 def details(config, adapters: Mapping[str, Path]) -> dict:
-    from tools.project_runtime import installed_version
+    from tools.core.environment import installed_version
 
     return {**ENGINE_DESCRIPTION, "initial_adapter_sha256": {g: adapter_sha256(p) for g, p in adapters.items()},
             "versions": {name: installed_version(name) for name in ("verl", "vllm", "ray", "torch")}}
@@ -73,7 +73,7 @@ def execute_group(*, group: str, config, model_path: Path, adapter: Path, overri
     """
     if clock is not time.monotonic:
         raise ValueError("the verl backend needs clock=time.monotonic (events come from other processes)")
-    from tools.project_runtime import resolve_project_root
+    from tools.core.paths import resolve_project_root
 
     spec = {
         "group": group,
@@ -144,7 +144,7 @@ class VerlGroupSession:
         from verl.workers.utils.losses import sft_loss
 
         from tools.closure_verl_worker import ClosureActorRolloutWorker
-        from tools.project_runtime import resolve_project_root
+        from tools.core.paths import resolve_project_root
         from tools.verl_mechanism_closure import compose_verl_config
 
         cfg = compose_verl_config(self.overrides, self.config.verl_root)
@@ -310,7 +310,7 @@ class VerlGroupSession:
 # ---------------------------------------------------------------------------
 
 def _child(spec_path: Path, result_path: Path) -> int:
-    from tools.arithmetic_tasks import build_task_pool
+    from tools.data.arithmetic import build_task_pool
     from tools.closure_protocol import Request, SupervisedExample, run_group
     from tools.verl_mechanism_closure import ClosureConfig
 

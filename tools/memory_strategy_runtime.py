@@ -36,7 +36,7 @@ import torch
 from torch import nn
 
 from tools.errors import ConfigError
-from tools.training_memory_runtime import MIB, free_device_memory, measure_training_run
+from tools.measure.training import MIB, free_device_memory, measure_training_run
 
 STRATEGIES = ("baseline", "checkpoint", "offload", "hybrid")
 STRATEGY_PATHS = {
@@ -712,7 +712,7 @@ def summarize_memory_strategy_candidates(candidates: Sequence[Mapping[str, Any]]
                                          quality_floor: Mapping[str, Any]) -> dict:
     """Judge each non-baseline candidate against the baseline and the budget: accept / tune / reject.
 
-    `candidates` are aggregated records (see `training_memory_runtime.aggregate_runs`) and must
+    `candidates` are aggregated records (see `tools.measure.training.aggregate_runs`) and must
     hold exactly one `baseline`. `budget`: memory_cap_mb, min_samples_per_s, min_memory_saving_mb,
     min_throughput_ratio. `quality_floor`: max_val_loss.
     reject: OOM or failed (a missing peak is never a saving), unverified path, missing throughput

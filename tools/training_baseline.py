@@ -24,18 +24,11 @@ from typing import Any, Mapping, Sequence
 
 from tools.errors import ConfigError, CourseError, ModelCacheMissingError, RecordExistsError, UpstreamRecordError
 from tools.memory_strategy_runtime import TrainingWorkload, run_memory_strategy
-from tools.project_runtime import (
-    default_results_dir,
-    load_record,
-    record_header,
-    resolve_project_root,
-    runtime_snapshot,
-    save_json_record_once,
-    sha256_file,
-    validate_run_label,
-    validate_run_mode,
-)
-from tools.training_memory_runtime import run_with_oom_guard
+from tools.core.environment import runtime_snapshot
+from tools.core.paths import default_results_dir, resolve_project_root
+from tools.core.records import load_record, record_header, save_json_record_once, sha256_file
+from tools.core.runs import validate_run_label, validate_run_mode
+from tools.measure.training import run_with_oom_guard
 
 BASELINE_SCHEMA_VERSION = "training-performance-baseline/v1"
 MANIFEST_SCHEMA_VERSION = "memory-strategy-input-manifest/v1"
@@ -112,7 +105,7 @@ def run_training_baseline(*, run_mode: str, label: str, results_dir: str | Path 
     plan = _plan(run_mode, label, Path(results_dir) if results_dir is not None else None, model_id, weights)
     import torch
 
-    from tools.model_runtime import load_causal_lm, model_identity, resolve_model
+    from tools.models.loading import load_causal_lm, model_identity, resolve_model
 
     model_path = resolve_model(plan["model_id"], source=plan["weights"])
     identity = model_identity(model_path)

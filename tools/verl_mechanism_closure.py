@@ -50,16 +50,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from tools.arithmetic_tasks import DEFAULT_TASK_SEED, TaskPool, build_task_pool
+from tools.data.arithmetic import DEFAULT_TASK_SEED, TaskPool, build_task_pool
 from tools.closure_protocol import (FREE_CACHE_ENGINE, GROUPS, INITIALISATION_PHASE, PHASES, RELEASE_ONLY_PHASES,
                                     GroupSession, Request, SupervisedExample, admission, build_examples,
                                     build_requests, expected_phases, rollouts_sha256, run_group)
 from tools.errors import ConfigError, ModelCacheMissingError, RecordExistsError
-from tools.project_runtime import (PREFLIGHT_EXIT_MODEL_CACHE, format_preflight, installed_version, load_record,
-                                   preflight_exit_code, preflight_report, record_header, require_finite,
-                                   resolve_project_root, runtime_snapshot, save_json_record_once,
-                                   validate_run_label)
-from tools.resource_sampler import DEFAULT_INTERVAL_S, ResourceSampler, align_to_phases, peaks, samples_as_dicts
+from tools.core.environment import installed_version, runtime_snapshot
+from tools.core.paths import resolve_project_root
+from tools.core.preflight import PREFLIGHT_EXIT_MODEL_CACHE, format_preflight, preflight_exit_code, preflight_report
+from tools.core.records import load_record, record_header, save_json_record_once
+from tools.core.runs import require_finite, validate_run_label
+from tools.measure.sampler import DEFAULT_INTERVAL_S, ResourceSampler, align_to_phases, peaks, samples_as_dicts
 
 __all__ = [
     "SCHEMA", "GROUPS", "FREE_CACHE_ENGINE", "PHASES", "RELEASE_ONLY_PHASES", "SUMMARY_PAGES", "ClosureConfig",
@@ -662,7 +663,7 @@ def _backend_checks(config: ClosureConfig) -> list[dict]:
 
 def preflight(config: ClosureConfig) -> dict:
     """Check (never load or install) what a run needs; returns a project_runtime preflight report."""
-    from tools.model_runtime import model_cache_check
+    from tools.models.cache import model_cache_check
 
     validate_config(config)
     checks = _backend_checks(config)

@@ -10,7 +10,8 @@ import argparse
 import sys
 
 from tools.errors import CourseError, GradingError
-from tools.project_runtime import RUN_MODES, resolve_project_root
+from tools.core.paths import resolve_project_root
+from tools.core.runs import RUN_MODES
 
 
 def cmd_check(args) -> int:
@@ -161,7 +162,7 @@ def cmd_bench(args) -> int:
 
 def cmd_preflight(args) -> int:
     from tools.course.profiles import find_profile, profile_preflight
-    from tools.project_runtime import format_preflight, preflight_exit_code
+    from tools.core.preflight import format_preflight, preflight_exit_code
 
     profile = find_profile(args.profile, args.root)
     report = profile_preflight(profile, args.root, cache_dir=args.cache_dir)

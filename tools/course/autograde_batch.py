@@ -50,7 +50,7 @@ from tools.course.sandbox import (
     probe_host,
 )
 from tools.errors import ConfigError, RecordExistsError
-from tools.project_runtime import save_json_record_once, utc_timestamp
+from tools.core.records import save_json_record_once, utc_timestamp
 
 BATCH_SCHEMA = "class-autograde/v1"
 LOG_TAIL_LINES = 12

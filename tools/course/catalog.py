@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tools.errors import ConfigError
-from tools.project_runtime import resolve_project_root
+from tools.core.paths import resolve_project_root
 
 CATALOG_PATH = Path("notebooks/catalog.toml")
 STATUSES = ("implemented", "planned")

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tools.errors import ConfigError
-from tools.project_runtime import preflight_report, resolve_project_root
+from tools.core.paths import resolve_project_root
+from tools.core.preflight import preflight_report
 
 PROFILES_PATH = Path("environment/profiles.toml")
 
@@ -89,7 +90,7 @@ def _unverified_check(profile: Profile) -> list[dict]:
 
 def profile_preflight(profile: Profile, root: Path | None = None, cache_dir: Path | None = None) -> dict:
     """The preflight report of `profile` on this machine."""
-    from tools.model_runtime import model_cache_check
+    from tools.models.cache import model_cache_check
 
     root = root or resolve_project_root()
     model_checks = [model_cache_check(model_id, cache_dir) for model_id in profile.models]

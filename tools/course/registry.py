@@ -13,7 +13,8 @@ from pathlib import Path
 
 from tools.course.catalog import Chapter, load_catalog
 from tools.course.profiles import load_profiles
-from tools.project_runtime import read_pins, sha256_file
+from tools.core.environment import read_pins
+from tools.core.records import sha256_file
 
 RESULTS_DIR = Path("benchmarks/results")
 REGISTRY_PATH = RESULTS_DIR / "REGISTRY.md"

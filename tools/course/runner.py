@@ -19,11 +19,8 @@ from typing import Iterator
 from tools.course.catalog import Chapter
 from tools.course.cells import read_notebook, tags, write_notebook
 from tools.errors import ConfigError, CourseError
-from tools.project_runtime import (
-    default_results_dir,
-    validate_run_label,
-    validate_run_mode,
-)
+from tools.core.paths import default_results_dir
+from tools.core.runs import validate_run_label, validate_run_mode
 
 RUNS_DIR = Path("build/runs")
 LOCKS_DIR = Path("build/locks")

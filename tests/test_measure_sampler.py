@@ -1,11 +1,11 @@
-"""Tests of tools.resource_sampler: injectable probe and clock, the thread, phase alignment."""
+"""Tests of tools.measure.sampler: injectable probe and clock, the thread, phase alignment."""
 
 import threading
 import time
 
 import pytest
 
-from tools import resource_sampler as rs
+from tools.measure import sampler as rs
 from tools.errors import ConfigError
 
 

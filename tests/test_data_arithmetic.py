@@ -1,11 +1,11 @@
-"""Tests of tools.arithmetic_tasks: the fixed pool, its identity, labels and the response parser."""
+"""Tests of tools.data.arithmetic: the fixed pool, its identity, labels and the response parser."""
 
 import operator
 import re
 
 import pytest
 
-from tools import arithmetic_tasks as at
+from tools.data import arithmetic as at
 from tools.errors import ConfigError
 
 # Independent reference for the labels (not the module's own table).

@@ -1,4 +1,4 @@
-"""Tests of tools.training_memory_runtime: measurement, OOM as a status, repeated-run aggregation."""
+"""Tests of tools.measure.training (product name tools.training_memory_runtime): measurement, OOM as a status, repeated-run aggregation."""
 
 import gc
 import types
@@ -7,7 +7,7 @@ import weakref
 import pytest
 import torch
 
-from tools import training_memory_runtime as tmr
+from tools.measure import training as tmr
 from tools.errors import ConfigError
 
 
