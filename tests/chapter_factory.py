@@ -80,7 +80,7 @@ def toy_notebook(cells=None):
     notebook = nbformat.v4.new_notebook()
     notebook.cells = toy_cells() if cells is None else cells
     notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    notebook.metadata["course"] = {"chapter_id": "TOY", "slug": "toy"}
+    notebook.metadata["course"] = {"schema_version": 1, "chapter_id": "TOY", "slug": "toy"}
     return notebook
 
 
@@ -91,7 +91,6 @@ slug = "toy"
 kind = "mechanism"
 title_zh = "玩具"
 title_en = "Toy"
-notebook = "notebooks/toy.ipynb"
 status = "implemented"
 '''
 

@@ -26,7 +26,7 @@ from pathlib import Path
 import nbformat
 
 from chapter_factory import REPO_ROOT
-from tools.course.catalog import Chapter
+from tools.core.catalog import Chapter
 from tools.course.cells import read_notebook, write_notebook
 from tools.course.grading_build import load_mutants, mutants_dir, reference_source, render_source_notebook
 from tools.course.nbgrader_cli import venv_environment
@@ -235,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     and print the grading command (used to time `--jobs 1` against `--jobs 2` outside the test suite)."""
     import argparse
 
-    from tools.course.catalog import find_chapter
+    from tools.core.catalog import find_chapter
 
     parser = argparse.ArgumentParser(description=main.__doc__.splitlines()[0])
     parser.add_argument("folder")

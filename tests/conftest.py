@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from chapter_factory import REPO_ROOT
-from tools.course.catalog import implemented_chapters
+from tools.core.catalog import implemented_chapters
 from tools.course.runner import ChapterRun, run_chapter
 
 COURSE_LABEL = "pytest_course"

@@ -10,7 +10,7 @@ import pytest
 from chapter_factory import make_toy_project, toy_notebook
 from tools.course.__main__ import main
 from tools.course.autograde_batch import copy_regular_files, ensure_assignment, notebook_problem
-from tools.course.catalog import load_catalog
+from tools.core.catalog import load_catalog
 from tools.course.cells import read_notebook, write_notebook
 from tools.course.grading_build import build_sources
 

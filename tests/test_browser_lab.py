@@ -19,7 +19,7 @@ import pytest
 from traitlets.config.loader import PyFileConfigLoader
 
 import lab_browser
-from tools.course.catalog import find_chapter
+from tools.core.catalog import find_chapter
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 COURSE_DIR = REPO_ROOT / "grading"

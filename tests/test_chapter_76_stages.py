@@ -13,7 +13,7 @@ import pytest
 
 from chapter_factory import REPO_ROOT
 from conftest import COURSE_LABEL
-from tools.course.catalog import find_chapter
+from tools.core.catalog import find_chapter
 from tools.course.runner import run_chapter
 from tools.core.records import sha256_file
 

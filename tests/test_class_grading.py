@@ -26,7 +26,7 @@ import pytest
 
 from chapter_factory import REPO_ROOT
 from class_factory import make_class, oracle_scores
-from tools.course.catalog import find_chapter
+from tools.core.catalog import find_chapter
 from tools.course.grading_build import hidden_tests_path, mutants_dir, parse_hidden_tests
 
 CHAPTER_SLUG = "pt-rl-system"

@@ -9,7 +9,7 @@ import pytest
 
 from chapter_factory import make_toy_project
 from tools.course import feedback
-from tools.course.catalog import load_catalog
+from tools.core.catalog import load_catalog
 from tools.course.grading_build import BEGIN_HIDDEN, END_HIDDEN, build_source_notebook
 
 

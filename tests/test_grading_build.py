@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from chapter_factory import REPO_ROOT, make_toy_project, toy_notebook
-from tools.course.catalog import load_catalog
+from tools.core.catalog import load_catalog
 from tools.course.grading_build import (
     BEGIN_HIDDEN,
     BEGIN_SOLUTION,

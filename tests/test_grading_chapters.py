@@ -5,7 +5,7 @@ import re
 import pytest
 
 from chapter_factory import REPO_ROOT
-from tools.course.catalog import implemented_chapters, select_chapters
+from tools.core.catalog import implemented_chapters, select_chapters
 from tools.course.cells import read_notebook
 from tools.course.grading_build import hidden_tests_path, load_mutants, mutants_dir, parse_hidden_tests
 from tools.course.grading_verify import format_matrix, verify_chapter

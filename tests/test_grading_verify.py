@@ -5,7 +5,7 @@ import time
 import pytest
 
 from chapter_factory import TOY_MUTANTS, make_toy_project
-from tools.course.catalog import load_catalog
+from tools.core.catalog import load_catalog
 from tools.course.grading_oracle import _shell, execute_cell, run_oracle, score_cell
 from tools.course.grading_verify import (
     GradingError,

@@ -91,7 +91,7 @@ def plain_env() -> dict:
 
 def plant_submissions(checkout: Path) -> None:
     """A reference and a stub submission of pt-rl-system, as learners would hand them in."""
-    from tools.course.catalog import find_chapter
+    from tools.core.catalog import find_chapter
     from tools.course.cells import read_notebook, write_notebook
     from tools.course.grading_build import reference_source
 

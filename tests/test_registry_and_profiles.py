@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from chapter_factory import REPO_ROOT
-from tools.course.catalog import load_catalog
+from tools.core.catalog import load_catalog
 from tools.course.profiles import find_profile, load_profiles
 from tools.course.registry import render_registry, write_registry
 from tools.core.records import save_json_record_once

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from chapter_factory import code, make_toy_project, toy_cells, toy_notebook
-from tools.course.catalog import load_catalog
+from tools.core.catalog import load_catalog
 from tools.course.runner import LabelLockedError, format_summary, label_lock, run_chapters
 from tools.errors import ConfigError
 

@@ -13,7 +13,7 @@ import nbformat
 import pytest
 
 from chapter_factory import REPO_ROOT
-from tools.course.catalog import load_catalog
+from tools.core.catalog import load_catalog
 from tools.course.runner import run_chapter
 from tools.verl_mechanism_closure import SCHEMA, read_summary
 

@@ -1,1 +1,17 @@
-"""Shared code of the post-training systems course: runtime, models, grading and batch runs."""
+"""The shared code of the post-training systems course, in layers.
+
+    errors                         every error class the tools raise on purpose
+    core                           run modes and labels, paths, catalog, write-once records, preflight
+    models | data | measure        the course's models; fixed inputs; resource sampling and timing
+    experiments.<name>             one subpackage per GPU experiment (verl closure, memory strategies, ...)
+    chapters | course              what notebooks call; the command line, grading and batch runs
+
+Dependency rule (checked by tests/test_layers.py): a module imports only from a lower layer or from
+its own subpackage. Packages of one layer do not import each other (models, data and measure are
+independent, and so are the experiments). Library code never prints unless a caller asks it to.
+
+Facades keep the names the course and its seeds use (`tools.project_runtime`,
+`tools.model_runtime`, `tools.training_memory_runtime`, `tools.verl_mechanism_closure`,
+`tools.memory_strategy_runtime`): they only re-export, and nothing inside `tools` imports them.
+ARCHITECTURE.md explains the layers and how data flows from a notebook parameter to a record.
+"""

@@ -62,3 +62,19 @@ def default_results_dir(run_mode: str, root: Path | None = None) -> Path | None:
     if relative is None:
         return None
     return (root or resolve_project_root()) / relative
+
+
+def chapter_record_path(results_root: Path, slug: str, stage: str, run_label: str) -> Path:
+    """`<results root>/<slug>/<slug>_<stage>_<label>.json`: where a chapter stage's record lives."""
+    return Path(results_root) / slug / f"{slug}_{stage}_{run_label}.json"
+
+
+def results_root_for(run_mode: str, results_dir: str | os.PathLike | None, root: Path | None = None) -> Path | None:
+    """The results folder of a run: `results_dir` (relative to the project root when not absolute),
+    else the default of the run mode; None for dry_run, which writes nothing."""
+    if validate_run_mode(run_mode) == "dry_run":
+        return None
+    if results_dir:
+        folder = Path(results_dir).expanduser()
+        return folder if folder.is_absolute() else (root or resolve_project_root()) / folder
+    return default_results_dir(run_mode, root)

@@ -66,3 +66,10 @@ def require_finite(name: str, value: Any, *, minimum: float | None = None, posit
     if minimum is not None and number < minimum:
         raise ConfigError(f"{name} must be >= {minimum}, got {value!r}")
     return number
+
+
+def validate_choice(name: str, value: Any, options: tuple | list) -> Any:
+    """Return `value` if it is one of `options`, else raise ConfigError naming the parameter."""
+    if value not in options:
+        raise ConfigError(f"unknown {name} {value!r}; choose one of {', '.join(map(repr, options))}.")
+    return value

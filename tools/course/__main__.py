@@ -28,7 +28,7 @@ def cmd_check(args) -> int:
 
 
 def cmd_grading_build(args) -> int:
-    from tools.course.catalog import select_chapters
+    from tools.core.catalog import select_chapters
     from tools.course.grading_build import build_sources
 
     chapters = select_chapters(args.chapter, args.root)
@@ -47,7 +47,7 @@ def cmd_grading_build(args) -> int:
 
 
 def cmd_grading_verify(args) -> int:
-    from tools.course.catalog import select_chapters
+    from tools.core.catalog import select_chapters
     from tools.course.grading_verify import format_matrix, verify_chapter
 
     failed = []
@@ -73,7 +73,7 @@ def _course_dir(args):
 
 
 def cmd_grading_release(args) -> int:
-    from tools.course.catalog import select_chapters
+    from tools.core.catalog import select_chapters
     from tools.course.instructor import release_assignment
 
     for chapter in select_chapters(args.chapter, args.root):
@@ -83,7 +83,7 @@ def cmd_grading_release(args) -> int:
 
 
 def cmd_grading_feedback(args) -> int:
-    from tools.course.catalog import select_chapters
+    from tools.core.catalog import select_chapters
     from tools.course.instructor import regenerate_feedback
 
     chapter = select_chapters([args.chapter], args.root)[0]
@@ -100,7 +100,7 @@ def cmd_grading_autograde(args) -> int:
     from pathlib import Path
 
     from tools.course.autograde_batch import autograde_chapter, course_cell_timeout, format_summary
-    from tools.course.catalog import select_chapters
+    from tools.core.catalog import select_chapters
     from tools.course.grading_build import GRADING_DIR
     from tools.course.sandbox import Limits
 
@@ -122,7 +122,7 @@ def cmd_grading_autograde(args) -> int:
 
 
 def cmd_run(args) -> int:
-    from tools.course.catalog import select_chapters
+    from tools.core.catalog import select_chapters
     from tools.course.runner import format_summary, parse_parameters, run_chapters
 
     extra = parse_parameters(args.param)
@@ -144,7 +144,7 @@ def cmd_bench(args) -> int:
     import time
 
     from tools.course.bench import BENCH_SCHEMA, bench_chapter, bench_suite, format_bench
-    from tools.course.catalog import select_chapters
+    from tools.core.catalog import select_chapters
 
     chapters = [bench_chapter(args.root, chapter, copies=args.copies, grading=not args.no_grading)
                 for chapter in select_chapters(args.chapter, args.root)]

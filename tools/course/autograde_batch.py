@@ -25,7 +25,7 @@ from pathlib import Path
 
 import nbformat
 
-from tools.course.catalog import Chapter
+from tools.core.catalog import Chapter
 from tools.course.cells import read_notebook
 from tools.course.class_report import score_summary, write_class_report
 from tools.course.feedback import (

@@ -22,7 +22,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from tools.course.catalog import Chapter
+from tools.core.catalog import Chapter
 from tools.course.cells import read_notebook, write_notebook
 from tools.course.grading_build import GRADING_DIR, build_source_notebook, reference_source
 from tools.course.nbgrader_cli import run_nbgrader

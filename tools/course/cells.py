@@ -22,6 +22,9 @@ KNOWN_TAGS = ROLE_TAGS + AUXILIARY_TAGS
 
 SOLUTION_PLACEHOLDER = "# YOUR CODE HERE"
 
+COURSE_METADATA_VERSION = 1
+"""Version of the `metadata.course` block of a chapter notebook (chapter_id, slug, cell roles)."""
+
 
 def read_notebook(path: str | Path) -> NotebookNode:
     """Read a notebook as nbformat v4 (UTF-8)."""

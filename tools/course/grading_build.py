@@ -18,7 +18,7 @@ from typing import Callable
 import nbformat
 from nbformat import NotebookNode
 
-from tools.course.catalog import Chapter
+from tools.core.catalog import Chapter
 from tools.course.cells import (
     SOLUTION_PLACEHOLDER,
     cells_with_role,

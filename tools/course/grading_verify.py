@@ -28,7 +28,7 @@ from typing import Callable
 
 from nbformat import NotebookNode
 
-from tools.course.catalog import Chapter
+from tools.core.catalog import Chapter
 from tools.course.cells import read_notebook, write_notebook
 from tools.course.grading_build import (
     GRADING_DIR,

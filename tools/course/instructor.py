@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tools.course.autograde_batch import check_inputs, course_paths
-from tools.course.catalog import Chapter
+from tools.core.catalog import Chapter
 from tools.course.cells import read_notebook
 from tools.course.feedback import cell_results, exercises_of, grade_cells, secret_lines, write_student_feedback
 from tools.course.nbgrader_cli import gradebook_scores, run_nbgrader

@@ -15,8 +15,9 @@ from typing import Callable, Iterable
 import nbformat
 from nbformat import NotebookNode
 
-from tools.course.catalog import Chapter, load_catalog
+from tools.core.catalog import Chapter, load_catalog
 from tools.course.cells import (
+    COURSE_METADATA_VERSION,
     KNOWN_TAGS,
     SOLUTION_PLACEHOLDER,
     cells_with_role,
@@ -59,6 +60,9 @@ def rule_metadata(notebook, chapter):
     if not kernelspec.get("name"):
         yield "notebook metadata", "kernelspec.name is not set (use 'python3')"
     meta = chapter_meta(notebook)
+    if meta.get("schema_version") != COURSE_METADATA_VERSION:
+        yield "notebook metadata", (f"course.schema_version is {meta.get('schema_version')!r}, expected "
+                                    f"{COURSE_METADATA_VERSION} (see notebooks/AUTHORING.md)")
     if meta.get("chapter_id") != chapter.id or meta.get("slug") != chapter.slug:
         yield "notebook metadata", (f"course.chapter_id/slug are {meta.get('chapter_id')!r}/{meta.get('slug')!r}, "
                                     f"catalog says {chapter.id!r}/{chapter.slug!r}")
@@ -264,8 +268,6 @@ def check_course(root: Path) -> list[Problem]:
             continue
         path = chapter.notebook_path(root)
         listed.add(path.resolve())
-        if path.name != f"{chapter.slug}.ipynb":
-            problems.append(Problem(chapter.notebook, "file", f"must be named {chapter.slug}.ipynb"))
         problems.extend(check_notebook(path, chapter, root))
     for path in sorted((root / "notebooks").glob("*.ipynb")):
         if path.resolve() not in listed:

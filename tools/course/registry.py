@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from tools.course.catalog import Chapter, load_catalog
+from tools.core.catalog import Chapter, load_catalog
 from tools.course.profiles import load_profiles
 from tools.core.environment import read_pins
 from tools.core.records import sha256_file

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterator
 
-from tools.course.catalog import Chapter
+from tools.core.catalog import Chapter
 from tools.course.cells import read_notebook, tags, write_notebook
 from tools.errors import ConfigError, CourseError
 from tools.core.paths import default_results_dir

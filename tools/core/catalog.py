@@ -9,7 +9,8 @@ from pathlib import Path
 from tools.errors import ConfigError
 from tools.core.paths import resolve_project_root
 
-CATALOG_PATH = Path("notebooks/catalog.toml")
+NOTEBOOKS_DIR = "notebooks"
+CATALOG_PATH = Path(NOTEBOOKS_DIR) / "catalog.toml"
 STATUSES = ("implemented", "planned")
 KINDS = ("mechanism", "project", "neighbour")
 REQUIRED_FIELDS = ("id", "slug", "kind", "title_zh", "title_en", "status")
@@ -30,12 +31,16 @@ class Chapter:
     profiles: tuple[str, ...] = ()
     fixed_inputs: str = ""
     compared_variable: str = ""
-    notebook: str | None = None
     extra: dict = field(default_factory=dict, compare=False)
 
     @property
     def implemented(self) -> bool:
         return self.status == "implemented"
+
+    @property
+    def notebook(self) -> str | None:
+        """`notebooks/<slug>.ipynb` for an implemented chapter (the name follows from the slug)."""
+        return f"{NOTEBOOKS_DIR}/{self.slug}.ipynb" if self.implemented else None
 
     def notebook_path(self, root: Path) -> Path:
         if not self.notebook:
@@ -56,10 +61,10 @@ def _chapter_from_entry(entry: dict, index: int) -> Chapter:
     for name in ("prerequisites", "profiles"):
         values[name] = tuple(values.get(name, ()))
     values["extra"] = {name: value for name, value in entry.items() if name not in known}
-    chapter = Chapter(**values)
-    if chapter.implemented and not chapter.notebook:
-        raise ConfigError(f"{CATALOG_PATH} entry {chapter.id}: an implemented chapter needs a notebook path")
-    return chapter
+    if "notebook" in values["extra"]:
+        raise ConfigError(f"{CATALOG_PATH} entry {entry['id']}: drop `notebook`; the notebook is "
+                          f"{NOTEBOOKS_DIR}/<slug>.ipynb")
+    return Chapter(**values)
 
 
 def load_catalog(root: Path | None = None) -> list[Chapter]:

@@ -1,0 +1,86 @@
+"""The dependency rule of `tools` (its package docstring) holds for every module."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import tools
+from chapter_factory import REPO_ROOT
+
+TOOLS = REPO_ROOT / "tools"
+LAYERS = {"errors": 0, "core": 1, "models": 2, "data": 2, "measure": 2, "experiments": 3, "chapters": 4, "course": 4}
+FACADES = {"project_runtime", "model_runtime", "training_memory_runtime", "verl_mechanism_closure",
+           "memory_strategy_runtime"}
+
+
+def package_of(module: str) -> str:
+    """`tools.experiments.verl_closure.record` -> `experiments.verl_closure`; `tools.core.paths` -> `core`."""
+    parts = module.split(".")[1:]
+    if not parts:
+        return ""
+    return ".".join(parts[:2]) if parts[0] == "experiments" and len(parts) > 1 else parts[0]
+
+
+def layer_of(package: str) -> int | None:
+    return LAYERS.get(package.split(".")[0])
+
+
+def module_name(path: Path) -> str:
+    relative = path.relative_to(REPO_ROOT).with_suffix("")
+    parts = relative.parts[:-1] if relative.name == "__init__" else relative.parts
+    return ".".join(parts)
+
+
+def imports_of(path: Path) -> list[tuple[int, str]]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+            found += [(node.lineno, name) for name in names if name.startswith("tools.") or name == "tools"]
+        elif isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names if alias.name.startswith("tools")]
+    return found
+
+
+def violations() -> list[str]:
+    problems = []
+    for path in sorted(TOOLS.rglob("*.py")):
+        name = module_name(path)
+        own = package_of(name)
+        if own in FACADES or name == "tools":
+            continue
+        own_layer = layer_of(own)
+        if own_layer is None:
+            problems.append(f"{name}: not in a layer ({', '.join(LAYERS)}); move it into one")
+            continue
+        for line, imported in imports_of(path):
+            target = package_of(imported)
+            if target in FACADES:
+                problems.append(f"{name}:{line} imports the facade tools.{target}; import its real module")
+                continue
+            if not target or target == own or target.split(".")[0] not in LAYERS:
+                continue  # `import tools`, its own subpackage, or a module-level name of tools/
+            target_layer = layer_of(target)
+            if target_layer > own_layer or (target_layer == own_layer and target.split(".")[0] != own.split(".")[0]) \
+                    or (target_layer == own_layer and own.startswith("experiments.") and target != own):
+                problems.append(f"{name}:{line} imports {imported} (layer {target_layer} from layer {own_layer})")
+    return problems
+
+
+def test_every_module_follows_the_dependency_rule():
+    assert violations() == []
+
+
+def test_the_rule_is_the_one_the_package_documents():
+    for package in ("errors", "core", "models | data | measure", "experiments.<name>", "chapters | course"):
+        assert package in tools.__doc__
+
+
+def test_a_violation_is_reported(tmp_path, monkeypatch):
+    bad = TOOLS / "core" / "_layer_probe.py"
+    bad.write_text("from tools.course.cells import read_notebook\n", encoding="utf-8")
+    try:
+        assert any("tools.core._layer_probe:1 imports tools.course.cells" in p for p in violations())
+    finally:
+        bad.unlink()
