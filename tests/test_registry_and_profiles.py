@@ -14,7 +14,8 @@ from tools.core.catalog import load_catalog
 from tools.course.profiles import find_profile, load_profiles
 from tools.course.registry import render_registry, write_registry
 from tools.core.records import save_json_record_once
-from tools.errors import ConfigError
+from tools.core.reported import load_reported
+from tools.errors import ConfigError, UpstreamRecordError
 
 SEED_001_ENTRIES = ["13", "14", "15", "16", "17", "18", "26", "30", "31", "32", "33", "50", "51", "PT-SYNTHETIC-DATA",
                     "PT-KTO", "PT-RLOO", "PT-REWARD-MODEL", "PT-REWARD-SIGNAL", "PT-ROLLOUT-LIFECYCLE", "PT-RL-SYSTEM",
@@ -77,16 +78,50 @@ def test_registry_reads_results_from_records_and_keeps_cpu_smoke_apart(tmp_path)
 def test_unreadable_record_is_an_error(tmp_path):
     root = course_copy(tmp_path)
     (root / "benchmarks/results/bad.json").write_text("{not json", encoding="utf-8")
-    with pytest.raises(ValueError, match="bad.json"):
+    with pytest.raises(UpstreamRecordError, match="bad.json"):
         render_registry(root)
 
 
-def test_profiles_cover_the_seed_and_mark_multi_worker_unverified():
+def test_reported_figures_stand_apart_and_meet_our_records_only_as_a_ratio(tmp_path):
+    figures = load_reported(REPO_ROOT)
+    shared = [f for f in figures if "PT-RL-SYSTEM" in f.chapters]
+    assert {f.quantity for f in shared} >= {"update_phase_sampled_peak_mib.release", "update_phase_seconds.retain",
+                                             "whole_segment_sampled_peak_mib.retain", "admitted_rejected_per_group"}
+    assert all(f.hardware.startswith("NVIDIA RTX 5070 Ti") and f.source_row for f in figures)
+    root = course_copy(tmp_path)
+    row = lambda text: next(line for line in text.split("## Mechanism experiments")[1].splitlines()  # noqa: E731
+                            if "PT-RL-SYSTEM ·" in line)
+    before = row(render_registry(root))
+    assert "update_phase_sampled_peak_mib.release 6392 MiB (`rtx5070ti_verl_mechanism_closure_v2`)" in before
+    assert "ours ÷ reported" not in before and "no real_gpu record yet" in before
+    save_json_record_once(root / "benchmarks/results/x/gpu.json", {
+        "schema_version": "x/v1", "chapters": ["PT-ROLLOUT-LIFECYCLE", "PT-RL-SYSTEM"], "run_label": "h200_v1",
+        "run_mode": "real_gpu", "evidence_level": "real_gpu",
+        "comparable": {"update_phase_sampled_peak_mib.release": 3196.0}})
+    assert "ours ÷ reported = 0.50 (`h200_v1`)" in row(render_registry(root))
+    bad = (root / "benchmarks/reported/original_course.toml")
+    bad.write_text(bad.read_text(encoding="utf-8").replace("course-reported-figures/v1", "v0"), encoding="utf-8")
+    with pytest.raises(ConfigError, match="schema_version"):
+        load_reported(root)
+
+
+def test_profiles_cover_the_seed_and_their_state_comes_from_records(tmp_path):
     profiles = load_profiles(REPO_ROOT)
     assert set(PROFILES) <= set(profiles)
     assert find_profile("BASE-CPU", REPO_ROOT).name == "PT-CPU"
-    unverified = [p for p in profiles.values() if not p.verified]
-    assert [p.name for p in unverified] == ["MULTI-WORKER"] and unverified[0].min_gpus >= 2
+    assert profiles["MULTI-WORKER"].min_gpus >= 2
+    assert "verified" not in (REPO_ROOT / "environment/profiles.toml").read_text(encoding="utf-8").replace(
+        "(not yet verified)", "")  # typed states are gone: the registry derives them
+    root = course_copy(tmp_path)
+    state = lambda name: next(line for line in render_registry(root).split("## Mechanism")[0].splitlines()  # noqa: E731
+                              if line.startswith(f"| {name}"))
+    assert "not yet verified here (no real_gpu record)" in state("PT-VERL-CUDA")
+    assert "original course reported" in state("PT-VERL-CUDA")
+    save_json_record_once(root / "benchmarks/results/x/gpu.json", {
+        "schema_version": "x/v1", "chapter": "PT-RL-SYSTEM", "run_label": "h200_v1", "run_mode": "real_gpu",
+        "evidence_level": "real_gpu"})
+    assert "verified by real_gpu record(s) `h200_v1`" in state("PT-VERL-CUDA")
+    assert "not yet verified" in state("PT-SFT-CUDA")
     for profile in profiles.values():
         assert profile.requires_cuda == (profile.name != "PT-CPU")
         assert (REPO_ROOT / profile.requirements).is_file()
@@ -124,3 +159,12 @@ def test_requirements_verl_matches_verl_091_vllm_extra():
     version = tuple(int(part) for part in cpu["transformers"].split("."))
     assert (5, 5, 3) <= version < (5, 11, 0) and version != (5, 6, 0)
     assert cpu["torch"] == "2.13.0"
+
+
+def test_a_chapter_shows_reported_figures_labelled_and_says_when_there_are_none():
+    from tools.chapters.evidence import HEADER, reported_block
+
+    block = reported_block("PT-RL-SYSTEM", REPO_ROOT)
+    assert block.startswith(HEADER) and "RTX 5070 Ti" in block and "6392 MiB" in block
+    assert "shared verl record table" in block and 'RUN_MODE = "cpu_smoke"' in block
+    assert "published no figure" in reported_block("76", REPO_ROOT)

@@ -260,6 +260,7 @@ class BuildContext:
     chapter: Chapter
     references: dict[str, tuple[str, ast.FunctionDef]]
     hidden_tests: list[HiddenTest]
+    reference_cells: str = ""
     exercises: list[str] = field(default_factory=list)
 
 
@@ -312,12 +313,26 @@ def mark_visible_tests(notebook: NotebookNode, context: BuildContext) -> Noteboo
     return notebook
 
 
-def hidden_test_cell(test: HiddenTest) -> NotebookNode:
+def uses_reference(code: str) -> bool:
+    """True when a hidden test reads the name `reference` (a differential test)."""
+    return any(isinstance(node, ast.Name) and node.id == "reference" for node in ast.walk(ast.parse(code)))
+
+
+def reference_preamble(reference_cells: str) -> str:
+    """The line that gives a differential hidden test the chapter's reference implementations."""
+    return ("from tools.course.differential import Reference\n"
+            f"reference = Reference({reference_cells!r}, globals())")
+
+
+def hidden_test_cell(test: HiddenTest, reference_cells: str = "") -> NotebookNode:
     """A locked grade cell whose body is removed from the release by nbgrader."""
+    code = test.source
+    if uses_reference(code):
+        code = reference_preamble(reference_cells) + "\n" + code
     source = "\n".join([
         f"# Hidden test `{test.name}` for {test.exercise} ({test.points:g} point(s)): runs when the instructor autogrades.",
         BEGIN_HIDDEN,
-        test.source,
+        code,
         END_HIDDEN,
     ])
     cell = nbformat.v4.new_code_cell(source)
@@ -339,7 +354,8 @@ def insert_hidden_tests(notebook: NotebookNode, context: BuildContext) -> Notebo
         cells.append(cell)
         for name, position in last_visible.items():
             if position == index:
-                cells.extend(hidden_test_cell(test) for test in context.hidden_tests if test.exercise == name)
+                cells.extend(hidden_test_cell(test, context.reference_cells) for test in context.hidden_tests
+                             if test.exercise == name)
     missing = [name for name in context.exercises if not any(t.exercise == name for t in context.hidden_tests)]
     if missing:
         raise ConfigError(f"exercise(s) without hidden tests: {', '.join(missing)}")
@@ -383,6 +399,7 @@ def build_source_notebook(root: Path, chapter: Chapter) -> NotebookNode:
         chapter=chapter,
         references=reference_functions(chapter_notebook),
         hidden_tests=parse_hidden_tests(hidden_tests_path(root, chapter)),
+        reference_cells="\n\n".join(cell.source for _, cell in cells_with_role(chapter_notebook, "reference-solution")),
     )
     notebook = copy.deepcopy(chapter_notebook)
     for step in BUILD_STEPS:

@@ -28,7 +28,6 @@ class Profile:
     requires_cuda: bool
     min_gpu_memory_gib: float
     models: tuple[str, ...]
-    verified: bool
     scope: str
     aliases: tuple[str, ...] = ()
     min_gpus: int = 1
@@ -47,7 +46,7 @@ def load_profiles(root: Path | None = None) -> dict[str, Profile]:
             profiles[name] = Profile(
                 name=name, title=entry["title"], requirements=entry["requirements"],
                 requires_cuda=bool(entry["requires_cuda"]), min_gpu_memory_gib=float(entry["min_gpu_memory_gib"]),
-                models=tuple(entry.get("models", ())), verified=bool(entry["verified"]), scope=entry["scope"],
+                models=tuple(entry.get("models", ())), scope=entry["scope"],
                 aliases=tuple(entry.get("aliases", ())), min_gpus=int(entry.get("min_gpus", 1)),
             )
         except KeyError as missing:
@@ -80,12 +79,15 @@ def _gpu_count_check(profile: Profile) -> list[dict]:
              "fix": None if ok else f"use a machine or cluster with at least {profile.min_gpus} GPUs"}]
 
 
-def _unverified_check(profile: Profile) -> list[dict]:
-    if profile.verified:
+def _unverified_check(profile: Profile, root: Path) -> list[dict]:
+    """A warning while no committed real_gpu record shows a course run in this profile."""
+    from tools.course.registry import profile_gpu_records
+
+    if not profile.requires_cuda or profile_gpu_records(root, profile):
         return []
     return [{"name": "profile_verified", "ok": False, "severity": "warning",
-             "detail": "this profile has not been verified by a course run yet",
-             "fix": "treat results as exploratory; record them under a new label"}]
+             "detail": "no real_gpu record of this profile's chapters is committed yet: no course run has verified it",
+             "fix": "treat results as the first run; record them under a new label and commit the records"}]
 
 
 def profile_preflight(profile: Profile, root: Path | None = None, cache_dir: Path | None = None) -> dict:
@@ -98,7 +100,7 @@ def profile_preflight(profile: Profile, root: Path | None = None, cache_dir: Pat
         requirements_file=root / profile.requirements,
         require_cuda=profile.requires_cuda,
         min_gpu_memory_gib=profile.min_gpu_memory_gib if profile.requires_cuda else None,
-        extra_checks=model_checks + _gpu_count_check(profile) + _unverified_check(profile),
+        extra_checks=model_checks + _gpu_count_check(profile) + _unverified_check(profile, root),
     )
     for check in report["checks"]:
         if check["name"].startswith("package:") and not check["ok"]:

@@ -12,9 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tools.core.catalog import Chapter, load_catalog
-from tools.course.profiles import load_profiles
 from tools.core.environment import read_pins
 from tools.core.records import sha256_file
+from tools.core.reported import ReportedFigure, load_reported, measured_over_reported
+from tools.course.profiles import Profile, load_profiles
+from tools.errors import UpstreamRecordError
 
 RESULTS_DIR = Path("benchmarks/results")
 REGISTRY_PATH = RESULTS_DIR / "REGISTRY.md"
@@ -33,6 +35,7 @@ class RecordRef:
     run_mode: str
     evidence_level: str | None
     headline: str
+    comparable: tuple[tuple[str, float], ...] = ()
 
     @property
     def is_gpu(self) -> bool:
@@ -73,7 +76,8 @@ def discover_records(root: Path) -> list[RecordRef]:
         try:
             record = json.loads(path.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as error:
-            raise ValueError(f"{path} is not a readable JSON record: {error}") from None
+            raise UpstreamRecordError(f"{path} is not a readable JSON record ({error}); records are write-once: "
+                                      "restore it from git, or move it out of benchmarks/results") from None
         if not isinstance(record, dict) or "schema_version" not in record or "run_label" not in record:
             continue
         chapters = record.get("chapters") or ([record["chapter"]] if record.get("chapter") else [])
@@ -82,6 +86,8 @@ def discover_records(root: Path) -> list[RecordRef]:
             chapters=tuple(str(c) for c in chapters), stage=str(record.get("stage", "")),
             run_label=str(record["run_label"]), run_mode=str(record.get("run_mode", "")),
             evidence_level=record.get("evidence_level"), headline=headline(record),
+            comparable=tuple((str(k), float(v)) for k, v in (record.get("comparable") or {}).items()
+                             if isinstance(v, (int, float)) and not isinstance(v, bool)),
         ))
     return found
 
@@ -108,6 +114,47 @@ def _result_cell(chapter: Chapter, records: list[RecordRef]) -> str:
     return "implemented; CPU exercises graded by nbgrader (no GPU stage)"
 
 
+def _reported_cell(chapter: Chapter, reported: list[ReportedFigure], records: list[RecordRef]) -> str:
+    """What the original course published for this chapter, apart from our measurements; with
+    measured ÷ reported where a real_gpu record of ours carries the same quantity."""
+    figures = [figure for figure in reported if chapter.id in figure.chapters]
+    if not figures:
+        return "—"
+    gpu = [record for record in records if record.is_gpu and chapter.id in record.chapters]
+    parts = []
+    for figure in figures:
+        text = f"{figure.quantity} {figure.shown()} (`{figure.label}`{', historical' if figure.historical else ''})"
+        for record in gpu:
+            ratio = measured_over_reported(dict(record.comparable).get(figure.quantity), figure)
+            if ratio is not None:
+                text += f"; ours ÷ reported = {ratio:.2f} (`{record.run_label}`)"
+        parts.append(text)
+    return "<br>".join(parts)
+
+
+def profile_gpu_records(root: Path, profile: Profile, records: list[RecordRef] | None = None) -> list[RecordRef]:
+    """Committed real_gpu records of the chapters that name `profile`."""
+    served = {chapter.id for chapter in load_catalog(root) if profile.name in chapter.profiles}
+    records = discover_records(root) if records is None else records
+    return [record for record in records if record.is_gpu and served & set(record.chapters)]
+
+
+def profile_state(profile: Profile, chapters: list[Chapter], records: list[RecordRef],
+                  reported: list[ReportedFigure]) -> str:
+    """Derived from records, never typed: verified only once a real_gpu record exists."""
+    served = [chapter.id for chapter in chapters if profile.name in chapter.profiles]
+    if not profile.requires_cuda:
+        return "verified on CPU by every `make test` (cpu_smoke)"
+    gpu = [record for record in records if record.is_gpu and set(served) & set(record.chapters)]
+    if gpu:
+        state = "verified by real_gpu record(s) " + ", ".join(f"`{record.run_label}`" for record in gpu)
+    else:
+        state = "not yet verified here (no real_gpu record)"
+    if any(set(served) & set(figure.chapters) for figure in reported):
+        state += "; the original course reported runs (see the reported column)"
+    return state
+
+
 def _chapter_name(chapter: Chapter, root: Path) -> str:
     name = f"{chapter.id} · {chapter.title_zh} ({chapter.title_en})"
     if chapter.implemented and chapter.notebook:
@@ -120,12 +167,17 @@ def render_registry(root: Path) -> str:
     chapters = load_catalog(root)
     profiles = load_profiles(root)
     records = discover_records(root)
+    reported = load_reported(root)
     lines = [
         "# Asset registry · 后训练实验资产表",
         "",
         "Generated by `python -m tools.course registry` from `notebooks/catalog.toml`, `environment/profiles.toml`",
         "and the JSON records under `benchmarks/results/`. Do not edit by hand; CI runs `registry --check`.",
         "Every result cell is read from a record and shows its evidence level, a link and its sha256.",
+        "The reported column holds what the original course published (RTX 5070 Ti, Qwen2.5-0.5B-Instruct;",
+        "`benchmarks/reported/original_course.toml`, evidence level `reported`): shown for comparison only,",
+        "never re-measured here and never an input to a decision. Where one of our real_gpu records carries the",
+        "same quantity, the cell adds ours ÷ reported.",
         "",
         "## Environments",
         "",
@@ -138,16 +190,17 @@ def render_registry(root: Path) -> str:
             profile.title, ", ".join(served) or "—", profile.scope,
             "—" if not profile.requires_cuda else f"{profile.min_gpu_memory_gib:g} GiB" + (
                 f" × {profile.min_gpus} GPUs" if profile.min_gpus > 1 else ""),
-            "verified" if profile.verified else "not yet verified", f"`{profile.requirements}`",
+            profile_state(profile, chapters, records, reported), f"`{profile.requirements}`",
         ])
     lines += _table(["profile", "title", "chapters", "scope", "min GPU memory", "state", "install"], rows)
     lines += ["", "A passing preflight (`python -m tools.course preflight --profile P`) means the environment is ready,",
               "not that an experiment passed.", "", "## Mechanism experiments", ""]
     mechanism = [c for c in chapters if c.kind == "mechanism"]
     lines += _table(
-        ["branch", "chapter", "profile and fixed inputs", "compared variable or check", "status", "formal result and scope"],
+        ["branch", "chapter", "profile and fixed inputs", "compared variable or check", "status",
+         "measured here (real_gpu records)", "reported by the original course (not re-measured here)"],
         [[c.branch, _chapter_name(c, root), f"{', '.join(c.profiles)}; {c.fixed_inputs}", c.compared_variable,
-          c.status, _result_cell(c, records)] for c in mechanism])
+          c.status, _result_cell(c, records), _reported_cell(c, reported, records)] for c in mechanism])
     lines += ["", "## Shared verl system record · verl 共享系统记录", "",
               "PT-ROLLOUT-LIFECYCLE and PT-RL-SYSTEM read one shared record of the controlled update "
               "(release vs retain of the rollout engine). The lifecycle page runs it; the system page only reads it.", ""]
@@ -162,10 +215,11 @@ def render_registry(root: Path) -> str:
     lines += ["", "## Projects", ""]
     projects = [c for c in chapters if c.kind in ("project", "neighbour")]
     lines += _table(
-        ["order", "project", "fixed inputs and prerequisites", "verified object", "status", "formal result and handoff"],
+        ["order", "project", "fixed inputs and prerequisites", "verified object", "status",
+         "measured here (real_gpu records)", "reported by the original course (not re-measured here)"],
         [[c.extra.get("order", "neighbour" if c.kind == "neighbour" else ""), _chapter_name(c, root),
           f"{c.fixed_inputs}; after {', '.join(c.prerequisites) or '—'}", c.compared_variable, c.status,
-          _result_cell(c, records)] for c in projects])
+          _result_cell(c, records), _reported_cell(c, reported, records)] for c in projects])
     lines += ["", "## CPU smoke evidence (not GPU results)", ""]
     smoke = [r for r in records if r.evidence_level == "cpu_smoke"]
     if smoke:

@@ -1,0 +1,157 @@
+"""Differential hidden tests: the learner's function against the reference, on generated inputs.
+
+A hidden test that uses the name `reference` gets, from `grading build`, a first line that builds
+it from the chapter's reference-solution cells (hidden from the release, like the test itself):
+
+    reference = Reference(<reference cells>, globals())
+
+and then checks the learner's function against the reference on inputs drawn by a hypothesis
+strategy, valid and invalid alike:
+
+    reference.agrees("transfer_ledger", st.tuples(edges(), placements()), cases=200)
+
+For each generated argument tuple both functions run on their own deep copies of it. They must
+return the same value (same types: an int is not a float, a 0-dim tensor is not a float; floats
+within 1e-9 relative, tensors of the same dtype and shape within 1e-6) or raise the same class of
+exception, and the learner must not change its arguments. The search is seeded (derandomized), so
+a submission gets the same verdict every time it is graded.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Any, Callable, Mapping
+
+FLOAT_REL_TOL, FLOAT_ABS_TOL = 1e-9, 1e-12
+TENSOR_RTOL, TENSOR_ATOL = 1e-6, 1e-8
+DEFAULT_CASES = 100
+
+
+class Mismatch(AssertionError):
+    """The learner's function and the reference disagree on a generated input."""
+
+
+def _is_tensor(value: Any) -> bool:
+    return type(value).__module__.startswith("torch") and type(value).__name__ in ("Tensor", "Parameter")
+
+
+def difference(expected: Any, actual: Any, where: str = "result") -> str | None:
+    """Why `actual` is not the same value as `expected`, or None when it is."""
+    if _is_tensor(expected) or _is_tensor(actual):
+        if not (_is_tensor(expected) and _is_tensor(actual)):
+            return f"{where}: expected a {type(expected).__name__}, got a {type(actual).__name__}"
+        if expected.dtype != actual.dtype or tuple(expected.shape) != tuple(actual.shape):
+            return (f"{where}: expected a tensor of dtype {expected.dtype} and shape {tuple(expected.shape)}, "
+                    f"got dtype {actual.dtype} and shape {tuple(actual.shape)}")
+        import torch
+
+        if not torch.allclose(actual.detach().double().cpu(), expected.detach().double().cpu(), rtol=TENSOR_RTOL,
+                              atol=TENSOR_ATOL, equal_nan=True):
+            return f"{where}: tensor values differ"
+        return None
+    if type(expected) is not type(actual):
+        return f"{where}: expected {type(expected).__name__} {expected!r}, got {type(actual).__name__} {actual!r}"
+    if isinstance(expected, float):
+        same = (math.isnan(expected) and math.isnan(actual)) or math.isclose(
+            expected, actual, rel_tol=FLOAT_REL_TOL, abs_tol=FLOAT_ABS_TOL)
+        return None if same else f"{where}: expected {expected!r}, got {actual!r}"
+    if isinstance(expected, Mapping):
+        if set(expected) != set(actual):
+            missing, extra = sorted(map(str, set(expected) - set(actual))), sorted(map(str, set(actual) - set(expected)))
+            return f"{where}: keys differ (missing {missing}, unexpected {extra})"
+        for key in expected:
+            found = difference(expected[key], actual[key], f"{where}[{key!r}]")
+            if found:
+                return found
+        return None
+    if isinstance(expected, (list, tuple)):
+        if len(expected) != len(actual):
+            return f"{where}: expected {len(expected)} items, got {len(actual)}"
+        for index, (left, right) in enumerate(zip(expected, actual)):
+            found = difference(left, right, f"{where}[{index}]")
+            if found:
+                return found
+        return None
+    if isinstance(expected, (set, frozenset)):
+        return None if expected == actual else f"{where}: expected {sorted(map(repr, expected))}, got {sorted(map(repr, actual))}"
+    return None if expected == actual else f"{where}: expected {expected!r}, got {actual!r}"
+
+
+def _outcome(function: Callable, args: tuple, kwargs: dict) -> tuple[str, Any]:
+    try:
+        return "value", function(*args, **kwargs)
+    except Exception as error:  # the exception class is the outcome being compared
+        return "raised", error
+
+
+def compare_call(learner: Callable, reference: Callable, args: tuple, kwargs: dict | None = None, *,
+                 check_inputs: bool = True) -> str | None:
+    """Run both on deep copies of the arguments; return why they disagree, or None."""
+    kwargs = kwargs or {}
+    expected_kind, expected = _outcome(reference, *copy.deepcopy((args, kwargs)))
+    learner_args = copy.deepcopy((args, kwargs))
+    actual_kind, actual = _outcome(learner, *learner_args)
+    if expected_kind == "raised":
+        if actual_kind != "raised":
+            return f"expected {type(expected).__name__} ({expected}), got the value {actual!r}"
+        if not isinstance(actual, type(expected)):
+            return f"expected {type(expected).__name__}, got {type(actual).__name__}: {actual}"
+        return None
+    if actual_kind == "raised":
+        return f"expected the value {expected!r}, got {type(actual).__name__}: {actual}"
+    found = difference(expected, actual)
+    if found:
+        return found
+    if check_inputs:
+        changed = difference((args, kwargs), learner_args, "arguments after the call")
+        if changed:
+            return f"the function changed its inputs ({changed})"
+    return None
+
+
+class Reference:
+    """The reference implementations of a chapter, defined apart from the learner's functions."""
+
+    def __init__(self, source: str, learner_namespace: dict):
+        self._source = source
+        self._learner = learner_namespace
+        self._namespace: dict | None = None
+        self.cases_checked: dict[str, int] = {}
+
+    def __call__(self, name: str) -> Callable:
+        if self._namespace is None:
+            namespace = dict(self._learner)  # setup-cell imports and helpers, never the learner's versions
+            exec(compile(self._source, "<reference solution>", "exec"), namespace)
+            self._namespace = namespace
+        return self._namespace[name]
+
+    def agrees(self, name: str, arguments, *, cases: int = DEFAULT_CASES, check_inputs: bool = True) -> None:
+        """Check the learner's `name` against the reference on `cases` draws of `arguments` (a
+        hypothesis strategy of argument tuples, or of `(args, kwargs)` pairs when it yields a
+        2-tuple whose second item is a dict); raise Mismatch on the first disagreement.
+
+        Returns None on purpose: a grade cell whose last line shows a number is partial credit to
+        nbgrader. The number of inputs checked is kept in `cases_checked`."""
+        from hypothesis import HealthCheck, Phase, given, settings
+
+        learner = self._learner.get(name)
+        if not callable(learner):
+            raise Mismatch(f"{name} is not defined")
+        reference = self(name)
+        seen = []
+
+        @settings(max_examples=cases, derandomize=True, database=None, deadline=None, report_multiple_bugs=False,
+                  phases=(Phase.explicit, Phase.generate), suppress_health_check=list(HealthCheck))
+        @given(arguments)
+        def check(drawn):
+            args, kwargs = drawn if (isinstance(drawn, tuple) and len(drawn) == 2 and isinstance(drawn[1], dict)
+                                     and isinstance(drawn[0], tuple)) else (tuple(drawn), {})
+            seen.append(1)
+            problem = compare_call(learner, reference, args, kwargs, check_inputs=check_inputs)
+            if problem:
+                shown = ", ".join([*(repr(a) for a in args), *(f"{k}={v!r}" for k, v in kwargs.items())])
+                raise Mismatch(f"{name}({shown[:600]}): {problem}")
+
+        check()
+        self.cases_checked[name] = len(seen)
