@@ -110,9 +110,9 @@ assert halve(3) == 1.5
 
 TOY_MUTANTS = {
     "no_nan_check": ("add_rates", "accepts NaN", "def add_rates(a, b):\n    return a + b\n"),
-    "floor_division": ("halve", "uses floor division", "def halve(x):\n    return x // 2\n"),
+    "floor_division": ("halve", "uses floor division", [("    return x / 2", "    return x // 2")]),
     "always_three": ("add_rates", "hard-codes the visible answer", "def add_rates(a, b):\n    return 3\n"),
-    "halve_plus": ("halve", "adds instead of dividing", "def halve(x):\n    return x - 2\n"),
+    "halve_plus": ("halve", "subtracts instead of dividing", [("    return x / 2", "    return x - 2")]),
     "raises": ("halve", "raises on every input", "def halve(x):\n    raise ValueError('x')\n"),
     # an edit of the reference instead of a whole implementation (written as <name>.mutant)
     "off_by_one": ("add_rates", "adds one too many", [("    return a + b", "    return a + b + 1")]),

@@ -21,9 +21,7 @@ from hypothesis import strategies as st
 numbers = st.one_of(st.integers(-10**6, 10**6), st.floats(allow_nan=True, allow_infinity=True))
 reference.agrees("add_rates", st.tuples(numbers, numbers), cases=60)
 '''
-FLOAT_SUM = ("add_rates", "returns a float even for integer rates",
-             "import math\n\n\ndef add_rates(a, b):\n    if not (math.isfinite(a) and math.isfinite(b)):\n"
-             "        raise ValueError('rates must be finite')\n    return float(a + b)\n")
+FLOAT_SUM = ("add_rates", "returns a float even for integer rates", [("    return a + b", "    return float(a + b)")])
 
 
 def test_values_must_match_in_type_and_within_tolerance():

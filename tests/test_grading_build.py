@@ -12,6 +12,7 @@ from tools.course.grading_build import (
     BEGIN_SOLUTION,
     build_source_notebook,
     build_sources,
+    copy_similarity,
     load_mutants,
     parse_hidden_tests,
 )
@@ -93,7 +94,18 @@ def test_edit_mutants_apply_to_the_reference_and_whole_ones_load_as_written(tmp_
     assert "return a + b + 1" in mutants["off_by_one"].source
     assert mutants["off_by_one"].source.startswith("def add_rates(a, b):")
     assert "math.isfinite" in mutants["off_by_one"].source  # the rest of the reference is kept
-    assert mutants["floor_division"].source.endswith("return x // 2\n")
+    assert mutants["floor_division"].source.endswith("return x // 2")
+    assert mutants["no_nan_check"].source.endswith("return a + b\n")  # a whole, different implementation
+
+
+def test_a_whole_mutant_that_copies_the_reference_with_other_names_is_refused(tmp_path):
+    renamed = ("import math\n\n\ndef add_rates(first, second):\n"
+               "    if not (math.isfinite(first) and math.isfinite(second)):\n"
+               "        raise ValueError('not finite')\n    return first + second + 1\n")
+    root = make_toy_project(tmp_path, mutants={"renamed_copy": ("add_rates", "adds one", renamed)})
+    with pytest.raises(ConfigError, match=r"renamed_copy.py: \d+% of its code shape is the reference's"):
+        load_mutants(root / "grading/mutants/toy", read_notebook(root / "notebooks/toy.ipynb"))
+    assert copy_similarity(renamed, renamed.replace("first", "a").replace("second", "b"), "add_rates") == 1.0
 
 
 @pytest.mark.parametrize("edits,message", [

@@ -14,7 +14,7 @@ from tools.course.grading_verify import (
     verify_chapter,
 )
 
-EQUIVALENT = ("halve", "a correct rewrite the tests cannot tell apart", "def halve(x):\n    return x * 0.5\n")
+EQUIVALENT = ("halve", "a correct rewrite the tests cannot tell apart", [("    return x / 2", "    return x * 0.5")])
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import ast
 import copy
+import difflib
+import io
+import keyword
 import re
 import textwrap
+import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -185,13 +189,50 @@ def _edited_reference(path: Path, chapter_notebook: NotebookNode) -> Mutant:
     return Mutant(path.stem, header["exercise"], header["mistake"], source, path)
 
 
-def _whole_implementation(path: Path) -> Mutant:
+COPY_SIMILARITY = 0.5
+"""A whole-implementation mutant whose exercise function shares at least this share of its code shape
+with the reference is a slip in a copy of the reference: it must be stored as a `.mutant` edit."""
+
+
+def code_shape(source: str, name: str) -> list[str]:
+    """The token shape of the body of function `name` in `source`: names, strings and numbers replaced
+    by one symbol each, docstring and comments dropped, so renaming variables does not hide a copy."""
+    function = next((node for node in ast.parse(source).body if isinstance(node, ast.FunctionDef)
+                     and node.name == name), None)
+    if function is None:
+        return []
+    body = function.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) \
+            and isinstance(body[0].value.value, str):
+        body = body[1:]
+    shape = []  # the body only: every implementation shares the signature
+    for token in tokenize.generate_tokens(io.StringIO("\n".join(ast.unparse(node) for node in body)).readline):
+        if token.type == tokenize.NAME:
+            shape.append(token.string if keyword.iskeyword(token.string) else "NAME")
+        elif token.type in (tokenize.STRING, tokenize.NUMBER):
+            shape.append("LITERAL")
+        elif token.type == tokenize.OP:
+            shape.append(token.string)
+    return shape
+
+
+def copy_similarity(mutant_source: str, reference: str, name: str) -> float:
+    """How much of function `name`'s code shape the mutant shares with the reference (0 to 1)."""
+    return difflib.SequenceMatcher(None, code_shape(reference, name), code_shape(mutant_source, name),
+                                   autojunk=False).ratio()
+
+
+def _whole_implementation(path: Path, chapter_notebook: NotebookNode) -> Mutant:
     text = path.read_text(encoding="utf-8")
     header = dict(re.findall(r"^# (mutant|exercise|mistake): (.+)$", text, flags=re.MULTILINE))
     _mutant_header(path, header)
     functions = [node.name for node in ast.parse(text).body if isinstance(node, ast.FunctionDef)]
     if header["exercise"] not in functions:
         raise ConfigError(f"{path}: does not define the exercise function {header['exercise']}")
+    similarity = copy_similarity(text, reference_source(chapter_notebook, header["exercise"]), header["exercise"])
+    if similarity >= COPY_SIMILARITY:
+        raise ConfigError(f"{path}: {similarity:.0%} of its code shape is the reference's; a slip in a copy of the "
+                          f"reference is stored as a .mutant edit (notebooks/AUTHORING.md), not as a whole file")
     return Mutant(path.stem, header["exercise"], header["mistake"], text, path)
 
 
@@ -204,7 +245,7 @@ def load_mutants(directory: Path, chapter_notebook: NotebookNode) -> list[Mutant
     written the way a learner with the wrong idea would write it.
     """
     mutants = [_edited_reference(path, chapter_notebook) for path in sorted(directory.glob(f"*{MUTANT_SUFFIX}"))]
-    mutants += [_whole_implementation(path) for path in sorted(directory.glob("*.py"))]
+    mutants += [_whole_implementation(path, chapter_notebook) for path in sorted(directory.glob("*.py"))]
     names = [mutant.name for mutant in mutants]
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
