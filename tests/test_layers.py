@@ -84,3 +84,22 @@ def test_a_violation_is_reported(tmp_path, monkeypatch):
         assert any("tools.core._layer_probe:1 imports tools.course.cells" in p for p in violations())
     finally:
         bad.unlink()
+
+
+def prints_outside_the_command_line() -> list[str]:
+    """`print` calls in library code: only command-line entry points (`__main__`/`cli` modules, the
+    sandbox launcher script, functions named `main`) may print."""
+    found = []
+    for path in sorted(TOOLS.rglob("*.py")):
+        if path.name in ("__main__.py", "cli.py", "sandbox_launch.py") or package_of(module_name(path)) in FACADES:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for function in [node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef) and node.name != "main"]:
+            for node in ast.walk(function):
+                if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "print":
+                    found.append(f"{module_name(path)}:{node.lineno} in {function.name}()")
+    return sorted(set(found))
+
+
+def test_library_code_is_silent():
+    assert prints_outside_the_command_line() == []

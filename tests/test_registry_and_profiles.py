@@ -168,3 +168,19 @@ def test_a_chapter_shows_reported_figures_labelled_and_says_when_there_are_none(
     assert block.startswith(HEADER) and "RTX 5070 Ti" in block and "6392 MiB" in block
     assert "shared verl record table" in block and 'RUN_MODE = "cpu_smoke"' in block
     assert "published no figure" in reported_block("76", REPO_ROOT)
+
+
+def test_the_readme_chapter_table_is_generated_from_the_catalog_and_checked(tmp_path):
+    from tools.course.readme import render_chapter_table, write_chapter_table
+
+    root = course_copy(tmp_path)
+    shutil.copy(REPO_ROOT / "README.md", root / "README.md")
+    assert write_chapter_table(root, check=True) is False
+    table = render_chapter_table(root)
+    implemented = [chapter for chapter in load_catalog(root) if chapter.implemented]
+    assert len(table.splitlines()) == 2 + len(implemented)
+    catalog = root / "notebooks/catalog.toml"
+    catalog.write_text(catalog.read_text(encoding="utf-8").replace('gpu_stage = "tiny-model loss check"',
+                                                                   'gpu_stage = "a new stage"'), encoding="utf-8")
+    assert write_chapter_table(root, check=True) is True
+    assert write_chapter_table(root) is True and "a new stage" in (root / "README.md").read_text(encoding="utf-8")

@@ -9,7 +9,8 @@ import pytest
 
 from chapter_factory import code, make_toy_project, toy_cells, toy_notebook
 from tools.core.catalog import load_catalog
-from tools.course.runner import LabelLockedError, format_summary, label_lock, run_chapters
+from tools.course.runner import format_summary, label_lock, run_chapters
+from tools.errors import LabelLockedError
 from tools.errors import ConfigError
 
 RECORD_CELL = '''
@@ -51,6 +52,10 @@ def test_failing_cell_is_named_and_batch_continues(tmp_path):
     failed = outcomes[0]
     assert failed.status == "failed" and failed.failed_cell == 10 and "stage exploded" in failed.error
     assert "FAILED TOY: cell 10" in format_summary(outcomes)
+    # the failure as data, as papermill reported it: cell index, cause, the cell's source and traceback
+    assert failed.failure["cell"] == 10 and failed.failure["cause"] == "RuntimeError: stage exploded"
+    assert failed.failure["source"] == "raise RuntimeError('stage exploded')"
+    assert any("stage exploded" in line for line in failed.failure["traceback"])
 
 
 @pytest.mark.parametrize("mode,label", [("gpu", "ok_label"), ("cpu_smoke", "replace_with_unique_label"),

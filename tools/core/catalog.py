@@ -31,6 +31,7 @@ class Chapter:
     profiles: tuple[str, ...] = ()
     fixed_inputs: str = ""
     compared_variable: str = ""
+    gpu_stage: str = ""
     extra: dict = field(default_factory=dict, compare=False)
 
     @property

@@ -171,16 +171,20 @@ def cmd_preflight(args) -> int:
 
 
 def cmd_registry(args) -> int:
+    from tools.course.readme import README_PATH, write_chapter_table
     from tools.course.registry import REGISTRY_PATH, write_registry
 
-    stale = write_registry(args.root, check=args.check)
+    stale = {REGISTRY_PATH: write_registry(args.root, check=args.check),
+             README_PATH: write_chapter_table(args.root, check=args.check)}
     if args.check:
-        if stale:
-            print(f"STALE {REGISTRY_PATH}: run `python -m tools.course registry` and commit it")
+        for path in (path for path, is_stale in stale.items() if is_stale):
+            print(f"STALE {path}: run `python -m tools.course registry` and commit it")
+        if any(stale.values()):
             return 1
-        print(f"{REGISTRY_PATH} is up to date")
+        print(f"{REGISTRY_PATH} and the chapter table of {README_PATH} are up to date")
         return 0
-    print(f"{'wrote' if stale else 'unchanged'} {REGISTRY_PATH}")
+    for path, is_stale in stale.items():
+        print(f"{'wrote' if is_stale else 'unchanged'} {path}")
     return 0
 
 
@@ -244,7 +248,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="extra notebook parameter, e.g. MODEL_SOURCE=random_init (repeatable)")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     run.set_defaults(handler=cmd_run)
-    registry = commands.add_parser("registry", help="generate benchmarks/results/REGISTRY.md from catalog and records")
+    registry = commands.add_parser("registry", help="generate benchmarks/results/REGISTRY.md (catalog, records, reported "
+                                                    "figures) and the README chapter table")
     registry.add_argument("--check", action="store_true", help="fail if the registry is stale instead of writing")
     registry.set_defaults(handler=cmd_registry)
 
@@ -270,11 +275,19 @@ def main(argv: list[str] | None = None) -> int:
         args.root = resolve_project_root()
         return args.handler(args)
     except GradingError as error:  # nbgrader or the oracle failed: the work did not complete
-        print(f"ERROR {error}", file=sys.stderr)
+        report_error(error)
         return 1
     except CourseError as error:
-        print(f"ERROR {error}", file=sys.stderr)
+        report_error(error)
         return 2
+
+
+def report_error(error: CourseError) -> None:
+    """One ERROR line (with the notebook, cell, exercise or stage when known) and the fix."""
+    where = ", ".join(f"{name} {value}" for name, value in error.fields().items() if name not in ("cause", "fix"))
+    print(f"ERROR {error}" + (f" [{where}]" if where else ""), file=sys.stderr)
+    if error.fix:
+        print(f"fix: {error.fix}", file=sys.stderr)
 
 
 if __name__ == "__main__":

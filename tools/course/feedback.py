@@ -24,7 +24,7 @@ from nbformat import NotebookNode
 
 from tools.course.cells import read_notebook
 from tools.course.grading_build import BEGIN_HIDDEN, END_HIDDEN
-from tools.errors import CourseError
+from tools.errors import FeedbackLeakError
 
 FEEDBACK_SCHEMA = "course-feedback/v1"
 MIN_SECRET_CHARS = 12
@@ -32,10 +32,6 @@ WITHHELD = "[output withheld: it quoted hidden-test code]\n"
 _TAG = re.compile(r"<[^>]*>")
 _SPACE = re.compile(r"\s+")
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-
-
-class FeedbackLeakError(CourseError):
-    """A feedback file would contain hidden-test source; it is not written."""
 
 
 @dataclass(frozen=True)

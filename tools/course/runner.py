@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import re
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -18,16 +19,12 @@ from typing import Iterator
 
 from tools.core.catalog import Chapter
 from tools.course.cells import read_notebook, tags, write_notebook
-from tools.errors import ConfigError, CourseError
+from tools.errors import ConfigError, LabelLockedError, NotebookExecutionError
 from tools.core.paths import default_results_dir
 from tools.core.runs import validate_run_label, validate_run_mode
 
 RUNS_DIR = Path("build/runs")
 LOCKS_DIR = Path("build/locks")
-
-
-class LabelLockedError(CourseError):
-    """Another batch run holds this label."""
 
 
 @dataclass
@@ -42,6 +39,9 @@ class ChapterRun:
     output_notebook: str
     failed_cell: int | None = None
     error: str | None = None
+    failure: dict | None = None
+    """The failing cell as data: `notebook`, `cell` (index in the chapter notebook), `cause`
+    ("Name: value"), plus `source` (the cell's first lines) and `traceback` (its last lines)."""
 
 
 def default_label(run_mode: str) -> str:
@@ -92,12 +92,12 @@ def _records_under(folder: Path | None) -> set[Path]:
     return {path for path in folder.rglob("*.json") if path.is_file()}
 
 
-def unexpected_error(executed: Path) -> tuple[int, str] | None:
-    """First error in a cell not tagged `raises-exception`, as (cell index, "Name: value").
+def unexpected_error(executed: Path) -> NotebookExecutionError | None:
+    """The first error in a cell not tagged `raises-exception`, as a NotebookExecutionError whose
+    `cell` counts chapter cells only (not the cell papermill injected), so it matches the chapter.
 
     Papermill's error banner cells are removed from the executed notebook, so a learner is not
-    shown a banner for an expected failure; the index counts chapter cells only (not the cell
-    papermill injected), so it matches the chapter notebook.
+    shown a banner for an expected failure.
     """
     from papermill.execute import ERROR_MARKER_TAG
 
@@ -110,8 +110,16 @@ def unexpected_error(executed: Path) -> tuple[int, str] | None:
             continue
         for output in cell.get("outputs", []):
             if output.get("output_type") == "error":
-                return index, f"{output.get('ename')}: {output.get('evalue')}".strip()
+                cause = f"{output.get('ename')}: {output.get('evalue')}".strip()
+                error = NotebookExecutionError(f"cell {index} raised {cause}", notebook=executed.name, cell=index,
+                                               cause=cause, fix=f"open {executed} and read the traceback of cell {index}")
+                error.source = "\n".join(cell.source.splitlines()[:5])
+                error.traceback = [_ANSI.sub("", line) for line in output.get("traceback", [])][-8:]
+                return error
     return None
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
 def run_chapter(root: Path, chapter: Chapter, *, run_mode: str, label: str, results_dir: Path | None,
@@ -127,7 +135,7 @@ def run_chapter(root: Path, chapter: Chapter, *, run_mode: str, label: str, resu
     started = time.perf_counter()
     parameters = {**(extra_parameters or {}), "RUN_MODE": run_mode, "RUN_LABEL": label,
                   "RESULTS_DIR": None if results_dir is None else str(results_dir)}
-    status, failed_cell, error = "passed", None, None
+    status, failed_cell, error, failure = "passed", None, None, None
     try:
         papermill.execute_notebook(
             str(notebook), str(output), parameters=parameters, cwd=str(notebook.parent),
@@ -138,11 +146,13 @@ def run_chapter(root: Path, chapter: Chapter, *, run_mode: str, label: str, resu
         # stub (tag `raises-exception`); only an error in another cell fails the chapter.
         unexpected = unexpected_error(output)
         if unexpected is not None:
-            status, (failed_cell, error) = "failed", unexpected
+            status, failed_cell, error = "failed", unexpected.cell, unexpected.cause
+            failure = {**unexpected.fields(), "source": unexpected.source, "traceback": unexpected.traceback}
     written = sorted(str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
                      for path in _records_under(results_dir) - before)
     return ChapterRun(chapter.id, run_mode, status, round(time.perf_counter() - started, 1), written,
-                      str(output.relative_to(root)) if output.is_relative_to(root) else str(output), failed_cell, error)
+                      str(output.relative_to(root)) if output.is_relative_to(root) else str(output), failed_cell, error,
+                      failure)
 
 
 def resolve_run_settings(root: Path, run_mode: str, label: str | None,
