@@ -27,6 +27,17 @@ def cmd_check(args) -> int:
     return 0
 
 
+def cmd_new_chapter(args) -> int:
+    from tools.course.scaffold import new_chapter
+
+    made = new_chapter(args.root, args.chapter_id)
+    for path in (made.notebook, made.hidden_tests, made.mutants):
+        print(f"wrote {path.relative_to(args.root)}")
+    print(f"catalog: {args.chapter_id} is now implemented. Replace every TEMPLATE: placeholder (`check` lists them), "
+          "then run `grading build`, `run --chapter ...`, `grading verify --chapter ...` and `registry`.")
+    return 0
+
+
 def cmd_grading_build(args) -> int:
     from tools.core.catalog import select_chapters
     from tools.course.grading_build import build_sources
@@ -194,6 +205,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     check = commands.add_parser("check", help="validate every chapter notebook against the template")
     check.set_defaults(handler=cmd_check)
+
+    scaffold = commands.add_parser("new-chapter", help="write a planned catalog chapter from the template "
+                                                        "(notebook, hidden tests, mutants) and mark it implemented")
+    scaffold.add_argument("chapter_id", help="a planned chapter id of notebooks/catalog.toml")
+    scaffold.set_defaults(handler=cmd_new_chapter)
 
     grading = commands.add_parser("grading", help="nbgrader source build and grader verification")
     grading_commands = grading.add_subparsers(dest="grading_command", required=True)

@@ -232,6 +232,27 @@ def rule_order(notebook, chapter):
             yield describe(cell, index), f"does not rerun test(s) of {missing}"
 
 
+def rule_no_template_left(notebook, chapter):
+    from tools.course.scaffold import TEMPLATE_MARKER
+
+    for index, cell in enumerate(notebook.cells):
+        if TEMPLATE_MARKER.search(cell.source):
+            yield describe(cell, index), "still holds a TEMPLATE: placeholder of `new-chapter`; replace it"
+
+
+def template_left_in_grading(root: Path, chapter: Chapter) -> list[Problem]:
+    """TEMPLATE: placeholders left in the chapter's hidden tests, mutants or catalog entry."""
+    from tools.course.grading_build import hidden_tests_path, mutants_dir
+    from tools.course.scaffold import TEMPLATE_MARKER
+
+    files = [hidden_tests_path(root, chapter), *sorted(mutants_dir(root, chapter).glob("*"))]
+    problems = [Problem(str(path.relative_to(root)), "file", "still holds a TEMPLATE: placeholder of `new-chapter`")
+                for path in files if path.is_file() and TEMPLATE_MARKER.search(path.read_text(encoding="utf-8"))]
+    if TEMPLATE_MARKER.search(chapter.gpu_stage):
+        problems.append(Problem("notebooks/catalog.toml", f"chapter {chapter.id}", "gpu_stage is still a TEMPLATE:"))
+    return problems
+
+
 RULES: tuple[Rule, ...] = (
     rule_schema,
     rule_metadata,
@@ -240,6 +261,7 @@ RULES: tuple[Rule, ...] = (
     rule_parameters,
     rule_exercises,
     rule_order,
+    rule_no_template_left,
 )
 
 
@@ -269,6 +291,7 @@ def check_course(root: Path) -> list[Problem]:
         path = chapter.notebook_path(root)
         listed.add(path.resolve())
         problems.extend(check_notebook(path, chapter, root))
+        problems.extend(template_left_in_grading(root, chapter))
     for path in sorted((root / "notebooks").glob("*.ipynb")):
         if path.resolve() not in listed:
             problems.append(Problem(str(path.relative_to(root)), "file", "is not an implemented chapter in notebooks/catalog.toml"))
