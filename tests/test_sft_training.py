@@ -1,0 +1,138 @@
+"""The shared SFT training stage on the tiny model: data, accumulation, hashes, records, failures, CLI."""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+from pathlib import Path
+
+import pytest
+import torch
+
+from tools.errors import ConfigError, RecordExistsError
+from tools.experiments.sft_training.__main__ import main
+from tools.experiments.sft_training.config import AdapterSpec, StageConfig
+from tools.experiments.sft_training.data import IGNORE_INDEX, build_split, chat_example
+from tools.experiments.sft_training.runner import run_stage
+from tools.models.loading import load_causal_lm, resolve_model
+
+ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return load_causal_lm(resolve_model("tiny"))[1]
+
+
+def stage(tmp_path, **changes) -> StageConfig:
+    return StageConfig(**{"chapter": "14", "run_mode": "cpu_smoke", "run_label": "pytest_sft",
+                          "results_root": tmp_path / "results", "steps": 3, **changes})
+
+
+@pytest.mark.parametrize("changes,message", [
+    ({"method": "qlora"}, "method"), ({"rank": 0}, "rank"), ({"alpha": float("nan")}, "alpha"),
+    ({"target_modules": ("embed_tokens",)}, "target_modules"), ({"compute_dtype": "float16"}, "compute_dtype"),
+])
+def test_a_bad_variant_is_refused_before_any_work(changes, message):
+    with pytest.raises(ConfigError, match=message):
+        AdapterSpec("bad", **changes)
+
+
+def test_a_bad_stage_is_refused_before_any_work(tmp_path):
+    with pytest.raises(ConfigError, match="dry_run"):
+        stage(tmp_path, run_mode="dry_run")
+    with pytest.raises(ConfigError, match="held-apart"):
+        stage(tmp_path, eval_task_seed=101)
+    with pytest.raises(ConfigError, match="placeholder"):
+        stage(tmp_path, run_label="replace_with_unique_label")
+
+
+def test_rslora_scales_by_the_square_root_of_the_rank():
+    assert AdapterSpec("a", rank=16, alpha=32).scaling == 2.0
+    assert AdapterSpec("b", method="rslora", rank=16, alpha=32).scaling == 8.0
+
+
+def test_only_the_reply_and_its_end_of_turn_are_supervised(tokenizer):
+    example = chat_example(tokenizer, "Compute 12 + 30. Reply with the integer result only.", "42", 96)
+    supervised = [token for token, label in zip(example.input_ids, example.labels) if label != IGNORE_INDEX]
+    assert tokenizer.decode(supervised) == "42<|im_end|>"
+
+
+def test_the_evaluation_split_is_held_apart(tokenizer):
+    split = build_split(tokenizer, (101, 102), 103, 2, 96)
+    manifest = split.manifest()
+    assert manifest["overlap"] == 0 and manifest["evaluation_examples"] > 0
+    same = build_split(tokenizer, (101, 102), 909, 2, 96)
+    assert same.manifest()["overlap"] == 0
+
+
+
+def test_an_evaluation_split_that_only_repeats_training_is_refused(tokenizer, monkeypatch):
+    from tools.experiments.sft_training import data
+
+    original = data.generate_tasks
+    monkeypatch.setattr(data, "generate_tasks", lambda seed, per_operation: original(7, per_operation))
+    with pytest.raises(ConfigError, match="also stands in the training split"):
+        data.build_split(tokenizer, (1,), 2, 2, 96)
+
+
+def test_accumulated_micro_batches_equal_one_large_batch(tmp_path):
+    one = run_stage(stage(tmp_path, run_label="acc_one", steps=1, batch_size=4), [AdapterSpec("v")])
+    two = run_stage(stage(tmp_path, run_label="acc_two", steps=1, batch_size=2, grad_accumulation=2), [AdapterSpec("v")])
+    first, second = (json.loads(item[0]["path"].read_text(encoding="utf-8")) for item in (one, two))
+    assert first["measurements"]["losses"] == pytest.approx(second["measurements"]["losses"], rel=1e-5)
+    assert first["hashes"]["adapter_sha256_before"] == second["hashes"]["adapter_sha256_before"]
+    assert first["measurements"]["grad_norms"] == pytest.approx(second["measurements"]["grad_norms"], rel=1e-5)
+
+
+def test_each_variant_writes_one_honest_record(tmp_path):
+    written = run_stage(stage(tmp_path), [AdapterSpec("attention_qv"), AdapterSpec("all_linear", target_modules=ALL_LINEAR)])
+    assert [item["status"] for item in written] == ["ok", "ok"]
+    records = [json.loads(item["path"].read_text(encoding="utf-8")) for item in written]
+    for record in records:
+        assert record["evidence_level"] == "cpu_smoke" and record["schema_version"] == "sft-training-variant/v1"
+        assert record["hashes"]["base_unchanged"] and record["hashes"]["adapter_changed"]
+        assert record["hashes"]["changed_base_tensors"] == []
+        assert record["parameters"]["trainable"] == record["parameters"]["requires_grad_count"] > 0
+        assert record["measurements"]["peak_allocated_mib"] is None  # not measured on a CPU, never 0
+        assert record["comparable"] == {} and record["data"]["overlap"] == 0
+        assert record["model"]["weights"] and record["config"]["results_root"] is None
+    assert records[1]["parameters"]["trainable"] > records[0]["parameters"]["trainable"]
+    assert written[0]["path"].name == "14-lora-targets_sft_attention_qv_pytest_sft.json"
+    with pytest.raises(RecordExistsError):
+        run_stage(stage(tmp_path), [AdapterSpec("attention_qv")])
+
+
+def test_an_oom_or_a_failure_is_recorded_and_the_next_variant_runs(tmp_path):
+    def prepare(model, spec):
+        if spec.name == "too_big":
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        if spec.name == "broken":
+            raise RuntimeError("a stage bug")
+        return model
+
+    written = run_stage(stage(tmp_path), [AdapterSpec("too_big"), AdapterSpec("broken"), AdapterSpec("fine")],
+                        prepare=prepare)
+    assert [item["status"] for item in written] == ["oom", "failed", "ok"]
+    oom = json.loads(written[0]["path"].read_text(encoding="utf-8"))
+    assert oom["error"].startswith("CUDA out of memory") and "measurements" not in oom
+    assert "a stage bug" in json.loads(written[1]["path"].read_text(encoding="utf-8"))["error"]
+
+
+def test_the_command_line_runs_a_chapter_plan(tmp_path, monkeypatch, capsys):
+    plan = types.ModuleType("tools.experiments.sft_training.plans.ch_14")
+    plan.variants = lambda run_mode: [AdapterSpec("attention_qv")]
+    plan.STAGE = {"cpu_smoke": {"steps": 2}}
+    monkeypatch.setitem(sys.modules, plan.__name__, plan)
+    assert main(["--chapter", "14", "--run-mode", "cpu_smoke", "--label", "pytest_cli",
+                 "--results-dir", str(tmp_path / "results")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("attention_qv: ok")
+    record = json.loads(next(Path(tmp_path / "results").rglob("*.json")).read_text(encoding="utf-8"))
+    assert record["config"]["steps"] == 2
+    assert main(["--chapter", "14", "--run-mode", "cpu_smoke", "--label", "pytest_cli",
+                 "--results-dir", str(tmp_path / "results")]) == 2  # a used label: invalid input, nothing written
+    assert main(["--chapter", "15", "--run-mode", "cpu_smoke", "--label", "pytest_cli2",
+                 "--results-dir", str(tmp_path / "results")]) == 2
+    assert "has no SFT plan" in capsys.readouterr().err

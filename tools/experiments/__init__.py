@@ -1,0 +1,5 @@
+"""Layer 3: one subpackage per GPU experiment. Each imports only the layers below it (core, models,
+data, measure) and its own modules; experiments never import each other.
+
+    verl_closure      the shared single-GPU verl experiment of PT-ROLLOUT-LIFECYCLE and PT-RL-SYSTEM
+"""

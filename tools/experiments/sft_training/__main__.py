@@ -1,0 +1,52 @@
+"""`python -m tools.experiments.sft_training`: run one chapter's SFT variants and write their records.
+
+This is what a GPU machine without papermill runs (benchmarks/gpu/run_device_batch.sh); the chapter
+notebook calls the same `run_stage` with the same plan.
+Exit codes: 0 every variant ok, 1 a variant ended oom or failed (its record says so), 2 invalid input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from tools.core.paths import results_root_for
+from tools.errors import CourseError
+from tools.experiments.sft_training.config import DEVICES, MODEL_SOURCES, StageConfig
+from tools.experiments.sft_training.plans import plan_for
+from tools.experiments.sft_training.runner import run_stage
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m tools.experiments.sft_training", description=__doc__.splitlines()[0])
+    parser.add_argument("--chapter", required=True, help="chapter id with an SFT plan (e.g. 14)")
+    parser.add_argument("--run-mode", required=True, choices=("cpu_smoke", "real_gpu"))
+    parser.add_argument("--label", required=True, help="unique run label (names the records)")
+    parser.add_argument("--results-dir", help="default: build/results (cpu_smoke) or benchmarks/results (real_gpu)")
+    parser.add_argument("--model", default=None, help="default: tiny (cpu_smoke) or Qwen/Qwen2.5-0.5B-Instruct (real_gpu)")
+    parser.add_argument("--model-source", default="local", choices=MODEL_SOURCES)
+    parser.add_argument("--device", default=None, choices=DEVICES, help="default: cpu (cpu_smoke) or cuda (real_gpu)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        plan = plan_for(args.chapter)
+        settings = {"model_id": args.model or ("tiny" if args.run_mode == "cpu_smoke" else "Qwen/Qwen2.5-0.5B-Instruct"),
+                    "device": args.device or ("cpu" if args.run_mode == "cpu_smoke" else "cuda"),
+                    **plan.stage.get(args.run_mode, {})}
+        config = StageConfig(chapter=args.chapter, run_mode=args.run_mode, run_label=args.label,
+                             results_root=results_root_for(args.run_mode, args.results_dir),
+                             model_source=args.model_source, **settings)
+        written = run_stage(config, plan.variants(args.run_mode), prepare=plan.prepare, measure=plan.measure)
+    except CourseError as error:
+        print(f"ERROR {error}", file=sys.stderr)
+        return 2
+    for item in written:
+        print(f"{item['variant']}: {item['status']}  {item['path']}  sha256={item['sha256'][:12]}")
+    return 0 if all(item["status"] == "ok" for item in written) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

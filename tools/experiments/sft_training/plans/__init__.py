@@ -1,0 +1,41 @@
+"""Each chapter's plan for the SFT stage: its variants and, optionally, stage settings and hooks.
+
+A chapter's plan is the module `plans/ch_<id>.py` (ids lower-cased, '-' as '_'), defining
+`variants(run_mode) -> list[AdapterSpec]` and optionally `STAGE` (StageConfig overrides per run
+mode, a dict `{run_mode: {field: value}}`), `prepare(model, spec)` and `measure(model, spec,
+split, config, tokenizer)`. The notebook and the command line read the same plan.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Callable
+
+from tools.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Plan:
+    chapter: str
+    variants: Callable
+    stage: dict
+    prepare: Callable | None
+    measure: Callable | None
+
+
+def module_name(chapter_id: str) -> str:
+    return "ch_" + chapter_id.lower().replace("-", "_")
+
+
+def plan_for(chapter_id: str) -> Plan:
+    """The plan of `chapter_id`; ConfigError when the chapter has none."""
+    try:
+        module: ModuleType = importlib.import_module(f"{__name__}.{module_name(chapter_id)}")
+    except ModuleNotFoundError as error:
+        if error.name and error.name.endswith(module_name(chapter_id)):
+            raise ConfigError(f"chapter {chapter_id} has no SFT plan ({__name__}.{module_name(chapter_id)})") from None
+        raise
+    return Plan(chapter_id, module.variants, dict(getattr(module, "STAGE", {})), getattr(module, "prepare", None),
+                getattr(module, "measure", None))

@@ -1,0 +1,111 @@
+"""Train one variant for a fixed number of steps and measure what the record needs.
+
+The loss of a step is normalised by the supervised tokens of the whole step (every micro-batch of
+the accumulation), so accumulating equals one large batch. Evaluation runs in eval mode without
+gradients. Peak memory comes from `torch.cuda.max_memory_*` and the 0.25 s resource sampler on
+CUDA; on a CPU both are None (not measured), never 0.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import torch
+import torch.nn.functional as F
+
+from tools.experiments.sft_training.config import AdapterSpec, StageConfig
+from tools.experiments.sft_training.data import IGNORE_INDEX, Split, batches, pad_batch
+from tools.measure.sampler import ResourceSampler, peaks
+
+MIB = 2 ** 20
+
+
+def supervised_loss_sum(model, batch, device) -> tuple:
+    """(sum of the token losses of the supervised positions, their count) for one micro-batch."""
+
+    inputs = {key: value.to(device) for key, value in batch.items()}
+    logits = model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"]).logits
+    shifted_logits, shifted_labels = logits[:, :-1, :].float(), inputs["labels"][:, 1:]
+    loss_sum = F.cross_entropy(shifted_logits.reshape(-1, shifted_logits.size(-1)), shifted_labels.reshape(-1),
+                               ignore_index=IGNORE_INDEX, reduction="sum")
+    return loss_sum, int((shifted_labels != IGNORE_INDEX).sum().item())
+
+
+def evaluate(model, examples, batch_size: int, pad_id: int, device) -> float:
+    """Mean supervised-token loss over `examples`, in eval mode and without gradients."""
+
+    was_training = model.training
+    model.eval()
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for start in range(0, len(examples), batch_size):
+            loss_sum, tokens = supervised_loss_sum(model, pad_batch(examples[start:start + batch_size], pad_id), device)
+            total, count = total + float(loss_sum), count + tokens
+    model.train(was_training)
+    return total / count
+
+
+def learning_rate(config: StageConfig, step: int) -> float:
+    if config.lr_schedule == "linear_decay":
+        return config.learning_rate * (1.0 - step / config.steps)
+    return config.learning_rate
+
+
+def train_variant(model, spec: AdapterSpec, split: Split, config: StageConfig, pad_id: int) -> dict:
+    """Fixed-seed training of an adapter-wrapped model; returns the measurements (status ok or failed)."""
+
+    device = torch.device(config.device)
+    cuda = device.type == "cuda"
+    torch.manual_seed(config.seed)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=config.learning_rate)
+    plan = batches(split.train, config.batch_size, config.steps, config.grad_accumulation)
+    eval_before = evaluate(model, split.evaluation, config.batch_size, pad_id, device)
+    if cuda:
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+    sampler = ResourceSampler(interval_s=config.sample_interval_s, device="cuda" if cuda else "cpu")
+    losses, grad_norms, step_ms, rates, tokens_seen = [], [], [], [], 0
+    model.train()
+    autocast = torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=spec.compute_dtype == "bfloat16")
+    with sampler:
+        started = time.perf_counter()
+        for step, micro_batches in enumerate(plan):
+            step_start = time.perf_counter()
+            for group in optimizer.param_groups:
+                group["lr"] = learning_rate(config, step)
+            padded = [pad_batch(chunk, pad_id) for chunk in micro_batches]
+            supervised = sum(int((batch["labels"][:, 1:] != IGNORE_INDEX).sum()) for batch in padded)
+            optimizer.zero_grad(set_to_none=True)
+            step_loss = 0.0
+            for batch in padded:
+                with autocast:
+                    loss_sum, _ = supervised_loss_sum(model, batch, device)
+                (loss_sum / supervised).backward()
+                step_loss += float(loss_sum.detach()) / supervised
+                tokens_seen += int(batch["attention_mask"].sum())
+            norm = torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], float("inf"))
+            optimizer.step()
+            if cuda:
+                torch.cuda.synchronize(device)
+            losses.append(step_loss)
+            grad_norms.append(float(norm))
+            rates.append(learning_rate(config, step))
+            step_ms.append((time.perf_counter() - step_start) * 1000.0)
+        elapsed = time.perf_counter() - started
+    samples = sampler.snapshot()
+    eval_after = evaluate(model, split.evaluation, config.batch_size, pad_id, device)
+    finite = all(math.isfinite(value) for value in [*losses, *grad_norms, eval_before, eval_after])
+    return {
+        "status": "ok" if finite else "failed",
+        "error": None if finite else "a loss or gradient norm is not finite",
+        "losses": losses, "grad_norms": grad_norms, "learning_rates": rates,
+        "eval_loss_before": eval_before, "eval_loss_after": eval_after,
+        "step_time_ms_mean": sum(step_ms) / len(step_ms),
+        "tokens_per_s": tokens_seen / elapsed if elapsed > 0 else None,
+        "supervised_tokens_per_step": [sum(int((pad_batch(c, pad_id)["labels"][:, 1:] != IGNORE_INDEX).sum())
+                                           for c in micro) for micro in plan],
+        "peak_allocated_mib": torch.cuda.max_memory_allocated(device) / MIB if cuda else None,
+        "peak_reserved_mib": torch.cuda.max_memory_reserved(device) / MIB if cuda else None,
+        "sampled": {**peaks(samples), **sampler.summary()},
+    }
