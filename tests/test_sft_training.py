@@ -120,6 +120,14 @@ def test_an_oom_or_a_failure_is_recorded_and_the_next_variant_runs(tmp_path):
     assert "a stage bug" in json.loads(written[1]["path"].read_text(encoding="utf-8"))["error"]
 
 
+def test_a_variant_whose_hook_is_missing_is_refused_before_any_work(tmp_path):
+    for spec, message in ((AdapterSpec("packed", batching="packed"), "collate"),
+                          (AdapterSpec("nf4", base_quantisation="nf4"), "prepare")):
+        with pytest.raises(ConfigError, match=message):
+            run_stage(stage(tmp_path), [AdapterSpec("first"), spec])
+    assert not (tmp_path / "results").exists()
+
+
 def test_the_command_line_runs_a_chapter_plan(tmp_path, monkeypatch, capsys):
     plan = types.ModuleType("tools.experiments.sft_training.plans.ch_14")
     plan.variants = lambda run_mode: [AdapterSpec("attention_qv")]

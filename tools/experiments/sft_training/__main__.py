@@ -39,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
         config = StageConfig(chapter=args.chapter, run_mode=args.run_mode, run_label=args.label,
                              results_root=results_root_for(args.run_mode, args.results_dir),
                              model_source=args.model_source, **settings)
-        written = run_stage(config, plan.variants(args.run_mode), prepare=plan.prepare, measure=plan.measure)
+        written = run_stage(config, plan.variants(args.run_mode), prepare=plan.prepare, measure=plan.measure,
+                            collate=plan.collate)
     except CourseError as error:
         print(f"ERROR {error}", file=sys.stderr)
         return 2

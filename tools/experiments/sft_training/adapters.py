@@ -22,10 +22,8 @@ def lora_config(spec: AdapterSpec):
 
 
 def attach(model, spec: AdapterSpec, seed: int):
-    """The model wrapped with the variant's adapter (seeded init); the base is frozen by peft."""
-    if spec.base_quantisation is not None:
-        raise ConfigError(f"variant {spec.name}: a {spec.base_quantisation} base is built by its chapter's stage "
-                          "(bitsandbytes on CUDA), not by attach()")
+    """The model wrapped with the variant's adapter (seeded init); the base is frozen by peft. A
+    quantised base is made by the chapter's `prepare` hook before this is called."""
     torch.manual_seed(seed)
     return get_peft_model(model, lora_config(spec))
 

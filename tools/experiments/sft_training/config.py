@@ -18,6 +18,7 @@ BASE_QUANTISATIONS = (None, "nf4")
 MODEL_SOURCES = ("local", "random_init")
 DEVICES = ("cpu", "cuda")
 LR_SCHEDULES = ("constant", "linear_decay")
+BATCHINGS = ("padded", "packed")
 QWEN2_LINEAR_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
@@ -39,7 +40,8 @@ def _finite(name: str, value, *, low: float | None = None, high: float | None = 
 
 @dataclass(frozen=True)
 class AdapterSpec:
-    """One compared variant: which adapter, where, how large, on which base precision."""
+    """One compared variant: which adapter, where, how large, on which base precision, and (when a
+    chapter compares them) its sequence length and how its batches are built."""
 
     name: str
     method: str = "lora"
@@ -49,6 +51,8 @@ class AdapterSpec:
     dropout: float = 0.0
     compute_dtype: str = "float32"
     base_quantisation: str | None = None
+    max_length: int | None = None
+    batching: str = "padded"
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.replace("_", "").isalnum():
@@ -59,6 +63,9 @@ class AdapterSpec:
         _finite("dropout", self.dropout, low=0, high=0.9)
         validate_choice("compute_dtype", self.compute_dtype, DTYPES)
         validate_choice("base_quantisation", self.base_quantisation, BASE_QUANTISATIONS)
+        validate_choice("batching", self.batching, BATCHINGS)
+        if self.max_length is not None:
+            _positive_int("max_length", self.max_length, 16)
         if not self.target_modules or any(module not in QWEN2_LINEAR_MODULES for module in self.target_modules):
             raise ConfigError(f"target_modules must be a non-empty subset of {QWEN2_LINEAR_MODULES}, "
                               f"got {self.target_modules!r}")

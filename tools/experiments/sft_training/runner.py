@@ -39,6 +39,16 @@ def record_path(config: StageConfig, slug: str, variant: str) -> Path:
     return chapter_record_path(config.results_root, slug, f"sft_{variant}", config.run_label)
 
 
+def check_hooks(variants: list[AdapterSpec], prepare: Callable | None, collate: Callable | None) -> None:
+    """A quantised base needs the chapter's `prepare`, a packed variant its `collate`: refused before any work."""
+    for spec in variants:
+        if spec.base_quantisation is not None and prepare is None:
+            raise ConfigError(f"variant {spec.name} asks for a {spec.base_quantisation} base: its chapter plan must "
+                              "provide the `prepare` hook that quantises it")
+        if spec.batching != "padded" and collate is None:
+            raise ConfigError(f"variant {spec.name} packs its batches: its chapter plan must provide `collate`")
+
+
 def planned_paths(config: StageConfig, variants: list[AdapterSpec]) -> dict[str, Path]:
     """Every record this run will write; refuses before any work when one exists or a name repeats."""
     names = [spec.name for spec in variants]
@@ -53,16 +63,17 @@ def planned_paths(config: StageConfig, variants: list[AdapterSpec]) -> dict[str,
 
 
 def run_variant(config: StageConfig, spec: AdapterSpec, *, prepare: Callable | None = None,
-                measure: Callable | None = None) -> dict:
+                measure: Callable | None = None, collate: Callable | None = None) -> dict:
     """Train and measure one variant; returns the body of its record (status ok / oom / failed).
 
     `prepare(model, spec)` may change the base before the adapter is attached (e.g. quantise it);
     `measure(model, spec, split, config, tokenizer)` adds the chapter's own measurements after
-    training (e.g. merge equivalence) under `chapter_measurements`."""
+    training (e.g. merge equivalence) under `chapter_measurements`; `collate` builds the training
+    micro-batches (see training.train_variant)."""
     folder = model_for(config)
     model, tokenizer = load_causal_lm(folder, dtype="float32", device=config.device)
     split = build_split(tokenizer, config.train_task_seeds, config.eval_task_seed, config.tasks_per_operation,
-                        config.max_length)
+                        spec.max_length or config.max_length)
     body = {"variant": spec.public(), "model": model_identity(folder), "data": split.manifest()}
     oom = out_of_memory_error(torch)
     try:
@@ -72,7 +83,7 @@ def run_variant(config: StageConfig, spec: AdapterSpec, *, prepare: Callable | N
         before = tensor_hashes(model)
         body["parameters"] = trainable_parameters(model)
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        body["measurements"] = train_variant(model, spec, split, config, pad_id)
+        body["measurements"] = train_variant(model, spec, split, config, pad_id, collate)
         body["hashes"] = hash_report(before, tensor_hashes(model))
         if measure is not None:
             body["chapter_measurements"] = measure(model, spec, split, config, tokenizer)
@@ -90,12 +101,13 @@ def run_variant(config: StageConfig, spec: AdapterSpec, *, prepare: Callable | N
 
 
 def run_stage(config: StageConfig, variants: list[AdapterSpec], *, prepare: Callable | None = None,
-              measure: Callable | None = None) -> list[dict]:
+              measure: Callable | None = None, collate: Callable | None = None) -> list[dict]:
     """Run every variant in order and write its record; returns `{variant, path, sha256, status}` per variant."""
+    check_hooks(variants, prepare, collate)
     paths = planned_paths(config, variants)
     written = []
     for spec in variants:
-        body = run_variant(config, spec, prepare=prepare, measure=measure)
+        body = run_variant(config, spec, prepare=prepare, measure=measure, collate=collate)
         record = {**record_header(schema_version=SCHEMA, chapter=config.chapter, stage=f"sft_{spec.name}",
                                   run_mode=config.run_mode, run_label=config.run_label),
                   "config": config.public(), **body, "runtime": runtime_snapshot()}

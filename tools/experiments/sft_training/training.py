@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import math
 import time
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
 
+from tools.errors import ConfigError
 from tools.experiments.sft_training.config import AdapterSpec, StageConfig
 from tools.experiments.sft_training.data import IGNORE_INDEX, Split, batches, pad_batch
 from tools.measure.sampler import ResourceSampler, peaks
@@ -25,7 +27,8 @@ def supervised_loss_sum(model, batch, device) -> tuple:
     """(sum of the token losses of the supervised positions, their count) for one micro-batch."""
 
     inputs = {key: value.to(device) for key, value in batch.items()}
-    logits = model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"]).logits
+    extra = {"position_ids": inputs["position_ids"]} if "position_ids" in inputs else {}
+    logits = model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"], **extra).logits
     shifted_logits, shifted_labels = logits[:, :-1, :].float(), inputs["labels"][:, 1:]
     loss_sum = F.cross_entropy(shifted_logits.reshape(-1, shifted_logits.size(-1)), shifted_labels.reshape(-1),
                                ignore_index=IGNORE_INDEX, reduction="sum")
@@ -52,8 +55,20 @@ def learning_rate(config: StageConfig, step: int) -> float:
     return config.learning_rate
 
 
-def train_variant(model, spec: AdapterSpec, split: Split, config: StageConfig, pad_id: int) -> dict:
-    """Fixed-seed training of an adapter-wrapped model; returns the measurements (status ok or failed)."""
+def default_collate(examples, pad_id: int, spec: AdapterSpec, config: StageConfig) -> dict:
+    """Right-padded micro-batches; a variant with `batching="packed"` needs its chapter's collate."""
+    if spec.batching != "padded":
+        raise ConfigError(f"variant {spec.name} packs its batches: its chapter plan must provide `collate`")
+    return pad_batch(examples, pad_id)
+
+
+def train_variant(model, spec: AdapterSpec, split: Split, config: StageConfig, pad_id: int,
+                  collate: Callable | None = None) -> dict:
+    """Fixed-seed training of an adapter-wrapped model; returns the measurements (status ok or failed).
+
+    `collate(examples, pad_id, spec, config)` builds each micro-batch (`input_ids`, `attention_mask`,
+    `labels`, optionally `position_ids`); the default pads on the right."""
+    collate = collate or default_collate
 
     device = torch.device(config.device)
     cuda = device.type == "cuda"
@@ -65,7 +80,8 @@ def train_variant(model, spec: AdapterSpec, split: Split, config: StageConfig, p
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
     sampler = ResourceSampler(interval_s=config.sample_interval_s, device="cuda" if cuda else "cpu")
-    losses, grad_norms, step_ms, rates, tokens_seen = [], [], [], [], 0
+    losses, grad_norms, step_ms, rates, tokens_seen, slots_seen = [], [], [], [], 0, 0
+    supervised_per_step = []
     model.train()
     autocast = torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=spec.compute_dtype == "bfloat16")
     with sampler:
@@ -74,8 +90,9 @@ def train_variant(model, spec: AdapterSpec, split: Split, config: StageConfig, p
             step_start = time.perf_counter()
             for group in optimizer.param_groups:
                 group["lr"] = learning_rate(config, step)
-            padded = [pad_batch(chunk, pad_id) for chunk in micro_batches]
+            padded = [collate(chunk, pad_id, spec, config) for chunk in micro_batches]
             supervised = sum(int((batch["labels"][:, 1:] != IGNORE_INDEX).sum()) for batch in padded)
+            supervised_per_step.append(supervised)
             optimizer.zero_grad(set_to_none=True)
             step_loss = 0.0
             for batch in padded:
@@ -84,6 +101,7 @@ def train_variant(model, spec: AdapterSpec, split: Split, config: StageConfig, p
                 (loss_sum / supervised).backward()
                 step_loss += float(loss_sum.detach()) / supervised
                 tokens_seen += int(batch["attention_mask"].sum())
+                slots_seen += int(batch["input_ids"].numel())
             norm = torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], float("inf"))
             optimizer.step()
             if cuda:
@@ -103,8 +121,9 @@ def train_variant(model, spec: AdapterSpec, split: Split, config: StageConfig, p
         "eval_loss_before": eval_before, "eval_loss_after": eval_after,
         "step_time_ms_mean": sum(step_ms) / len(step_ms),
         "tokens_per_s": tokens_seen / elapsed if elapsed > 0 else None,
-        "supervised_tokens_per_step": [sum(int((pad_batch(c, pad_id)["labels"][:, 1:] != IGNORE_INDEX).sum())
-                                           for c in micro) for micro in plan],
+        "token_slots_per_s": slots_seen / elapsed if elapsed > 0 else None,
+        "real_tokens": tokens_seen, "token_slots": slots_seen,
+        "supervised_tokens_per_step": supervised_per_step,
         "peak_allocated_mib": torch.cuda.max_memory_allocated(device) / MIB if cuda else None,
         "peak_reserved_mib": torch.cuda.max_memory_reserved(device) / MIB if cuda else None,
         "sampled": {**peaks(samples), **sampler.summary()},

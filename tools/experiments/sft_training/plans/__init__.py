@@ -2,8 +2,8 @@
 
 A chapter's plan is the module `plans/ch_<id>.py` (ids lower-cased, '-' as '_'), defining
 `variants(run_mode) -> list[AdapterSpec]` and optionally `STAGE` (StageConfig overrides per run
-mode, a dict `{run_mode: {field: value}}`), `prepare(model, spec)` and `measure(model, spec,
-split, config, tokenizer)`. The notebook and the command line read the same plan.
+mode, a dict `{run_mode: {field: value}}`), `prepare(model, spec)`, `measure(model, spec,
+split, config, tokenizer)` and `collate(examples, pad_id, spec, config)` (see runner.run_variant). The notebook and the command line read the same plan.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ class Plan:
     stage: dict
     prepare: Callable | None
     measure: Callable | None
+    collate: Callable | None
 
 
 def module_name(chapter_id: str) -> str:
@@ -38,4 +39,4 @@ def plan_for(chapter_id: str) -> Plan:
             raise ConfigError(f"chapter {chapter_id} has no SFT plan ({__name__}.{module_name(chapter_id)})") from None
         raise
     return Plan(chapter_id, module.variants, dict(getattr(module, "STAGE", {})), getattr(module, "prepare", None),
-                getattr(module, "measure", None))
+                getattr(module, "measure", None), getattr(module, "collate", None))
