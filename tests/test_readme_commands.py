@@ -130,7 +130,7 @@ def test_run_blocks_execute_as_pasted(checkout):
                                        text=True, timeout=900)
             assert completed.returncode == 0, f"README command failed: {line}\n{completed.stdout}{completed.stderr}"
             ran += 1
-    assert ran >= 6
+    assert ran >= 5
     feedback = checkout / "grading" / "feedback" / "ref" / "pt-rl-system" / "pt-rl-system.html"
     assert feedback.is_file(), "README: feedback lands in grading/feedback/<student>/<slug>/"
 
@@ -193,7 +193,8 @@ def test_call_blocks_reach_the_library(checkout, monkeypatch):
                 assert sum(len(fake.calls) for fake in fakes.values()) > before, f"{command} reached no library call"
                 called += 1
     assert called >= 3
-    assert fakes["verify"].calls and all(kwargs.get("full") for _, kwargs in fakes["verify"].calls)
+    full = [kwargs.get("full") for _, kwargs in fakes["verify"].calls]
+    assert True in full and False in full  # `make verify-full` asks for the full matrix, the chapter line does not
 
 
 def test_gpu_blocks_parse_and_name_existing_files(checkout):
