@@ -103,3 +103,13 @@ def prints_outside_the_command_line() -> list[str]:
 
 def test_library_code_is_silent():
     assert prints_outside_the_command_line() == []
+
+
+def test_importing_peft_after_tools_writes_nothing_to_stderr():
+    """nbgrader scores a grade cell with stderr output 0: the course's imports must stay quiet."""
+    import subprocess
+    import sys
+
+    completed = subprocess.run([sys.executable, "-c", "import tools, peft, transformers"], capture_output=True,
+                               text=True, cwd=REPO_ROOT)
+    assert completed.returncode == 0 and completed.stderr == "", completed.stderr

@@ -191,3 +191,30 @@ def test_runtime_snapshot_reports_torch_and_git():
     assert snapshot["torch"] and snapshot["python"]
     assert snapshot["cuda_available"] is False and snapshot["device"] == "cpu"
     assert set(snapshot) >= {"git_commit", "git_dirty", "transformers", "peft"}
+
+
+def test_the_cuda_preflight_reads_nvml_and_never_touches_torch_cuda(monkeypatch):
+    import sys
+    import types
+
+    import torch
+
+    from tools.core.preflight import cuda_device_facts
+
+    calls = []
+    fake = types.SimpleNamespace(
+        nvmlInit=lambda: calls.append("init"), nvmlShutdown=lambda: calls.append("shutdown"),
+        nvmlDeviceGetHandleByUUID=lambda uuid: calls.append(("uuid", uuid)) or "handle",
+        nvmlDeviceGetHandleByIndex=lambda index: calls.append(("index", index)) or "handle",
+        nvmlDeviceGetName=lambda handle: b"NVIDIA H200",
+        nvmlDeviceGetMemoryInfo=lambda handle: types.SimpleNamespace(total=141 * 2**30))
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    monkeypatch.setattr(torch.version, "cuda", "12.8")
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda *_: (_ for _ in ()).throw(AssertionError("CUDA init")))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: (_ for _ in ()).throw(AssertionError("CUDA init")))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-1234,GPU-5678")
+    ok, detail, memory_ok, memory_detail = cuda_device_facts(16)
+    assert ok and "NVIDIA H200" in detail and memory_ok and "141.0 GiB" in memory_detail
+    assert ("uuid", "GPU-1234") in calls and calls[-1] == "shutdown"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert cuda_device_facts(200)[2] is False and ("index", 1) in calls

@@ -15,3 +15,10 @@ Facades keep the names the course and its seeds use (`tools.project_runtime`,
 `tools.memory_strategy_runtime`): they only re-export, and nothing inside `tools` imports them.
 ARCHITECTURE.md explains the layers and how data flows from a notebook parameter to a record.
 """
+
+import logging as _logging
+
+# bitsandbytes (pulled in by peft) warns on CPUs with AVX512-BF16 that an optional Hub kernel package
+# is missing. In a notebook that warning is stderr output, and nbgrader scores a grade cell with any
+# stderr output 0; the course never uses that CPU kernel, so only errors of bitsandbytes are shown.
+_logging.getLogger("bitsandbytes").setLevel(_logging.ERROR)

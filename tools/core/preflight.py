@@ -20,6 +20,44 @@ def _check(name: str, ok: bool, severity: str, detail: str, fix: str | None = No
     return {"name": name, "ok": bool(ok), "severity": severity, "detail": detail, "fix": None if ok else fix}
 
 
+def _first_visible_nvml_handle(pynvml):
+    """NVML's handle of the first device CUDA will use (CUDA_VISIBLE_DEVICES by index or UUID)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    if visible.startswith(("GPU-", "MIG-")):
+        return pynvml.nvmlDeviceGetHandleByUUID(visible)
+    return pynvml.nvmlDeviceGetHandleByIndex(int(visible) if visible.isdigit() else 0)
+
+
+def cuda_device_facts(min_gpu_memory_gib: float | None) -> tuple[bool, str, bool, str]:
+    """(cuda_ok, detail, memory_ok, memory_detail) read through NVML and torch's build info only.
+
+    No CUDA context is created here: a preflight runs in the parent of processes that later take
+    the GPU (Ray, vLLM), and CUDA initialised before they start can break them.
+    """
+    if importlib.util.find_spec("torch") is None:
+        return False, "torch is not installed", False, "no CUDA device"
+    import torch
+
+    if not torch.version.cuda:
+        return False, f"torch {torch.__version__} is a CPU build (no CUDA)", False, "no CUDA device"
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            handle = _first_visible_nvml_handle(pynvml)
+            name = pynvml.nvmlDeviceGetName(handle)
+            total_gib = pynvml.nvmlDeviceGetMemoryInfo(handle).total / 2**30
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception as error:  # NVML missing or no driver: reported as the reason, never hidden
+        return False, f"no NVIDIA device visible to NVML ({type(error).__name__}: {error})", False, "no CUDA device"
+    memory_ok = min_gpu_memory_gib is None or total_gib >= min_gpu_memory_gib
+    name = name.decode() if isinstance(name, bytes) else name
+    return True, f"CUDA device {name} (torch {torch.__version__}, CUDA {torch.version.cuda})", memory_ok, \
+        f"{total_gib:.1f} GiB on the first visible device (need {min_gpu_memory_gib} GiB)"
+
+
 def preflight_report(
     *,
     requirements_file: str | os.PathLike | None = None,
@@ -49,17 +87,7 @@ def preflight_report(
             else:
                 checks.append(_check(f"package:{name}", True, "blocked", f"{name} {have}"))
     if require_cuda:
-        cuda_ok, detail, memory_ok, memory_detail = False, "torch is not installed", False, "no CUDA device"
-        if importlib.util.find_spec("torch") is not None:
-            import torch
-
-            cuda_ok = bool(torch.cuda.is_available())
-            detail = (f"CUDA device {torch.cuda.get_device_name(0)}" if cuda_ok
-                      else f"torch {torch.__version__} sees no CUDA device (cuda build: {torch.version.cuda})")
-            if cuda_ok:
-                total_gib = torch.cuda.get_device_properties(0).total_memory / 2**30
-                memory_ok = min_gpu_memory_gib is None or total_gib >= min_gpu_memory_gib
-                memory_detail = f"{total_gib:.1f} GiB on device 0 (need {min_gpu_memory_gib} GiB)"
+        cuda_ok, detail, memory_ok, memory_detail = cuda_device_facts(min_gpu_memory_gib)
         checks.append(_check("cuda", cuda_ok, "blocked", detail,
                              "run on a machine with an NVIDIA GPU and a CUDA build of torch (see README, GPU runbook)"))
         if min_gpu_memory_gib is not None:
