@@ -1,7 +1,9 @@
 """Tests of tools.measure.sampler: injectable probe and clock, the thread, phase alignment."""
 
+import sys
 import threading
 import time
+import types
 
 import pytest
 
@@ -108,3 +110,106 @@ def test_interval_must_be_positive():
 def test_samples_as_dicts_are_relative_to_origin():
     rows = rs.samples_as_dicts([rs.ResourceSample(10.5, None, 2.0)], origin=10.0)
     assert rows == [{"gpu_used_mb": None, "host_used_mb": 2.0, "t_s": 0.5}]
+
+
+# ---------------------------------------------------------------------------
+# Which NVML device is torch's device
+# ---------------------------------------------------------------------------
+
+class FakeNVMLError(Exception):
+    pass
+
+
+class FakeNVML:
+    """pynvml over a machine whose PCI order is GPU-aaa (index 0), GPU-bbb (index 1, with two MIG slices)."""
+
+    NVMLError = FakeNVMLError
+
+    def __init__(self):
+        self.gpus = [{"uuid": "GPU-aaa111", "used": 100, "mig": []},
+                     {"uuid": "GPU-bbb222", "used": 200, "mig": [{"uuid": "MIG-ccc333", "used": 30},
+                                                                  {"uuid": "MIG-ddd444", "used": 40}]}]
+        self.handles = {d["uuid"]: d for gpu in self.gpus for d in [gpu, *gpu["mig"]]}
+
+    def nvmlDeviceGetCount(self):
+        return len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        return self.gpus[index]
+
+    def nvmlDeviceGetHandleByUUID(self, uuid):
+        if uuid not in self.handles:
+            raise FakeNVMLError(f"no device {uuid}")
+        return self.handles[uuid]
+
+    def nvmlDeviceGetUUID(self, handle):
+        return handle["uuid"].encode()
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle):
+        return len(handle.get("mig", []))
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle, slot):
+        return handle["mig"][slot]
+
+    def nvmlDeviceIsMigDeviceHandle(self, handle):
+        return handle["uuid"].startswith("MIG-")
+
+
+@pytest.mark.parametrize("visible, torch_uuid, uuid, mapping", [
+    ("GPU-bbb222,GPU-aaa111", None, "GPU-bbb222", "CUDA_VISIBLE_DEVICES uuid"),  # index 0 would be GPU-aaa
+    ("MIG-ddd444", None, "MIG-ddd444", "CUDA_VISIBLE_DEVICES uuid"),
+    ("GPU-bbb", None, "GPU-bbb222", "CUDA_VISIBLE_DEVICES uuid"),  # CUDA accepts a unique prefix
+    (None, "bbb222", "GPU-bbb222", "torch device uuid"),  # torch: fastest-first order, not PCI order
+    (None, "ccc333", "MIG-ccc333", "torch device uuid"),
+    ("1", None, "GPU-bbb222", "index (PCI bus order assumed)"),
+    (None, None, "GPU-aaa111", "index (PCI bus order assumed)"),
+])
+def test_the_nvml_handle_is_the_torch_device(visible, torch_uuid, uuid, mapping):
+    handle, description = rs.nvml_device_handle(FakeNVML(), 0, visible=visible, torch_uuid=torch_uuid)
+    assert handle["uuid"] == uuid
+    assert description == {"gpu_device_uuid": uuid, "gpu_mapping": mapping, "gpu_mig": uuid.startswith("MIG-")}
+
+
+def test_an_unknown_or_ambiguous_device_is_an_error_not_another_gpu():
+    with pytest.raises(rs.ConfigError, match="not visible"):
+        rs.nvml_device_handle(FakeNVML(), 2, visible="GPU-aaa111,GPU-bbb222")
+    with pytest.raises(rs.ConfigError, match="2 NVML devices match"):
+        rs.nvml_device_handle(FakeNVML(), 0, visible="MIG-")
+    with pytest.raises(rs.ConfigError, match="torch's UUID"):
+        rs.nvml_device_handle(FakeNVML(), 0, torch_uuid="eee555")
+
+
+def test_the_nvml_probe_reads_the_mapped_device(monkeypatch):
+    fake = FakeNVML()
+    fake.nvmlInit = lambda: None
+    fake.nvmlDeviceGetMemoryInfo = lambda handle: types.SimpleNamespace(used=handle["used"] * rs.MIB)
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-ccc333")
+    read, description = rs.nvml_gpu_probe(0)
+    assert read() == 30.0 and description["gpu_mig"] is True
+    reader, described = rs.gpu_memory_reader("cuda")
+    assert reader() == 30.0 and described["gpu_source"] == "nvml"
+    assert rs.gpu_memory_reader("cpu") == (None, {"gpu_source": None})
+
+
+# ---------------------------------------------------------------------------
+# Waiting for memory to come back between groups
+# ---------------------------------------------------------------------------
+
+def test_waiting_stops_once_memory_is_near_the_baseline():
+    readings, sleeps = iter([9000.0, 6000.0, 1400.0, 1000.0]), []
+    clock = StepClock([0.0, 0.0, 0.5, 1.0, 1.5])
+    result = rs.wait_for_memory_settle(lambda: next(readings), baseline_mb=1000.0, margin_mb=512.0, timeout_s=60.0,
+                                       interval_s=0.5, clock=clock, sleep=sleeps.append)
+    assert result == {"baseline_mb": 1000.0, "margin_mb": 512.0, "timeout_s": 60.0, "waited_s": 1.0,
+                      "last_mb": 1400.0, "settled": True}
+    assert sleeps == [0.5, 0.5]
+
+
+def test_waiting_gives_up_after_the_timeout_and_says_so():
+    clock = StepClock([0.0, 0.0, 1.0, 2.0, 3.0])
+    result = rs.wait_for_memory_settle(lambda: 9000.0, baseline_mb=1000.0, margin_mb=512.0, timeout_s=2.0,
+                                       clock=clock, sleep=lambda s: None)
+    assert result["settled"] is False and result["waited_s"] == 2.0 and result["last_mb"] == 9000.0
+    with pytest.raises(ConfigError):
+        rs.wait_for_memory_settle(lambda: 0.0, baseline_mb=0.0, margin_mb=-1.0, timeout_s=1.0)

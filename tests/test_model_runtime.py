@@ -16,7 +16,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from tools import model_runtime as mr
-from tools.models import builders
+from tools.models import architectures, builders, vocabulary
 from tools.errors import ConfigError, ModelCacheMissingError
 from tools.core.preflight import preflight_exit_code, preflight_report
 from tools.core.records import sha256_file
@@ -449,9 +449,13 @@ def test_random_init_build_with_shrunken_depth(tmp_path):
     identity = mr.model_identity(folder)
     assert identity["weights"] == "random_init" and identity["source"] == "random_init"
     assert identity["model_id"] == QWEN and identity["architecture_overrides"] == {"num_hidden_layers": 1}
-    assert "subset of the embedding rows" in identity["tokenizer"]["note"]
+    assert "padded to the vocabulary" in identity["tokenizer"]["note"]
     model, tokenizer = mr.load_causal_lm(folder)
-    assert len(tokenizer) < config.vocab_size
+    # verl's vLLM rollout masks logits at or above len(tokenizer): the two sizes must agree exactly.
+    assert len(tokenizer) == config.vocab_size == identity["tokenizer"]["size"]
+    assert (tokenizer.convert_tokens_to_ids("<|endoftext|>"), tokenizer.eos_token_id) == (151643, 151645)
+    assert tokenizer.pad_token_id == config.bos_token_id
+    assert vocabulary.vocabulary_alignment(folder)["aligned"] is True
     per_layer = (494_032_768 - 151936 * 896 - 896) // 24
     assert sum(p.numel() for p in model.parameters()) == 151936 * 896 + 896 + per_layer
     weights = model.model.embed_tokens.weight
@@ -459,3 +463,41 @@ def test_random_init_build_with_shrunken_depth(tmp_path):
     with torch.no_grad():
         logits = model(**tokenizer("What is 2 + 3?", return_tensors="pt")).logits
     assert logits.shape[-1] == 151936 and torch.isfinite(logits).all()
+
+
+def test_random_init_tokenizer_encodes_text_as_the_tiny_one_apart_from_special_ids(tiny):
+    _, tiny_tokenizer = tiny
+    padded = builders.build_tiny_tokenizer(vocab_size=151936, special_token_ids=architectures.RANDOM_INIT_SPECIAL_TOKEN_IDS[QWEN])
+    moved = {0: 151643, 1: 151644, 2: 151645}
+    assert len(padded) == 151936
+    for text in SAMPLE_TEXTS:
+        assert padded(text)["input_ids"] == [moved.get(i, i) for i in tiny_tokenizer(text)["input_ids"]]
+    filler = architectures.FILLER_TOKEN.format(id=5000)
+    assert padded.convert_tokens_to_ids(filler) == 5000
+    assert 5000 not in padded(filler)["input_ids"]  # no text encodes to a filler id
+
+
+def test_padding_refuses_colliding_or_out_of_range_special_ids():
+    backend = builders.train_tiny_bpe()
+    with pytest.raises(ConfigError, match="collide"):
+        builders.pad_vocabulary(backend, 1000, {"<|endoftext|>": 5, "<|im_start|>": 998, "<|im_end|>": 999})
+    with pytest.raises(ConfigError, match="exceed"):
+        builders.pad_vocabulary(backend, 1000, {"<|endoftext|>": 997, "<|im_start|>": 998, "<|im_end|>": 1000})
+    with pytest.raises(ConfigError, match="cover exactly"):
+        builders.pad_vocabulary(backend, 1000, {"<|endoftext|>": 997})
+
+
+def test_vocabulary_check_of_tiny_random_init_and_pretrained_folders(tiny_dir, tmp_path):
+    tiny = vocabulary.vocabulary_alignment(tiny_dir)
+    assert tiny["aligned"] is False and tiny["tokenizer_length"] < tiny["vocab_size"]  # rounded up to 64
+    with pytest.raises(ConfigError, match="masks logits"):
+        vocabulary.require_vocabulary_alignment(tiny_dir)
+    assert vocabulary.vocabulary_check("tiny", tiny_dir.parent)["ok"] is False
+    # the same files without the identity file are "pretrained": padding rows beyond the tokenizer are fine
+    pretrained = _copy_as_pretrained(tiny_dir, tmp_path / "cache" / "Qwen2.5-0.5B-Instruct")
+    assert vocabulary.vocabulary_alignment(pretrained)["aligned"] is True
+    assert vocabulary.vocabulary_check(QWEN, tmp_path / "cache")["ok"] is True
+    missing = vocabulary.vocabulary_check(QWEN, tmp_path / "empty")
+    assert (missing["ok"], missing["severity"]) == (False, "model_cache")  # a missing model alone stays exit 4
+    planned = vocabulary.vocabulary_check(QWEN, tmp_path / "empty", source="random_init")
+    assert planned["ok"] is True and "151936" in planned["detail"]

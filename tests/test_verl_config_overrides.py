@@ -58,6 +58,10 @@ def test_each_group_composes_with_the_expected_values(group):
     assert model.path == MODEL and model.lora_adapter_path == ADAPTER
     assert model.lora_rank == 16 and list(model.target_modules) == ["q_proj", "v_proj"]
     assert config.actor_rollout_ref.actor.optim.total_training_steps == 1
+    # no torch.compile / CUDA-graph capture: each group starts fresh processes
+    assert rollout.enforce_eager is True
+    assert config.actor_rollout_ref.actor.use_torch_compile is False
+    assert config.actor_rollout_ref.actor.fsdp_config.use_torch_compile is False
 
 
 @pytest.mark.parametrize("kwargs", [{}, {"attn_implementation": "sdpa", "response_token_cap": 64}])

@@ -1,12 +1,13 @@
 """A background thread that samples whole-device GPU memory and host memory, and aligns the
 samples to stage events.
 
-GPU memory is what the device reports as used (NVML when available, else
-`torch.cuda.mem_get_info`), so it covers every process and an inference engine's own pool;
+GPU memory is what the device reports as used (NVML when available, the device found by its UUID,
+else `torch.cuda.mem_get_info`), so it covers every process and an inference engine's own pool;
 torch's allocator counters are not used because they miss memory an engine maps itself (vLLM
 sleep mode). Host memory is the machine's used memory (total - available, psutil). Times come
 from one monotonic clock shared with the stage events. A phase in which no sample fell has
-`sample_count` 0 and `null` peaks: a measurement not taken is never 0.
+`sample_count` 0 and `null` peaks: a measurement not taken is never 0. `wait_for_memory_settle`
+waits, with a timeout, until device memory is back near a baseline (between two experiment groups).
 """
 
 from __future__ import annotations
@@ -39,37 +40,123 @@ class ResourceSample:
 # Probes
 # ---------------------------------------------------------------------------
 
-def _physical_gpu_index(device_index: int) -> int:
-    """NVML numbers physical GPUs; map a CUDA ordinal through CUDA_VISIBLE_DEVICES when it is numeric."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
-    if visible:
-        entries = [entry.strip() for entry in visible.split(",") if entry.strip()]
-        if device_index < len(entries) and entries[device_index].isdigit():
-            return int(entries[device_index])
-    return device_index
+UUID_PREFIXES = ("GPU-", "MIG-")
 
 
-def nvml_gpu_probe(device_index: int = 0) -> Callable[[], float] | None:
-    """A function returning the device's used memory in MiB via NVML, or None without NVML/GPU."""
+def _visible_entry(device_index: int, visible: str | None) -> str | None:
+    """The CUDA_VISIBLE_DEVICES entry behind CUDA ordinal `device_index` (None when the variable is unset)."""
+    if visible is None or not visible.strip():
+        return None
+    entries = [entry.strip() for entry in visible.split(",") if entry.strip()]
+    if device_index >= len(entries):
+        raise ConfigError(f"CUDA device {device_index} is not visible: CUDA_VISIBLE_DEVICES={visible!r}")
+    return entries[device_index]
+
+
+def _torch_device_uuid(device_index: int) -> str | None:
+    """The UUID CUDA gives torch's device `device_index` (bare, without GPU-/MIG-), or None without CUDA."""
+    try:  # torch is optional here: the sampler also serves processes that never load it
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    uuid = getattr(torch.cuda.get_device_properties(device_index), "uuid", None)
+    return None if uuid is None else str(uuid)
+
+
+def _nvml_uuid(nvml, handle) -> str:
+    uuid = nvml.nvmlDeviceGetUUID(handle)
+    return uuid.decode() if isinstance(uuid, bytes) else str(uuid)
+
+
+def _handle_by_uuid(nvml, uuid: str):
+    """The NVML handle of a GPU or MIG UUID; a prefix of a UUID (as CUDA accepts) matches one device."""
     try:
+        return nvml.nvmlDeviceGetHandleByUUID(uuid)
+    except nvml.NVMLError:
+        pass
+    matches = []
+    for index in range(nvml.nvmlDeviceGetCount()):
+        handle = nvml.nvmlDeviceGetHandleByIndex(index)
+        candidates = [handle]
+        try:
+            count = nvml.nvmlDeviceGetMaxMigDeviceCount(handle)
+        except nvml.NVMLError:
+            count = 0
+        for slot in range(count):
+            try:
+                candidates.append(nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot))
+            except nvml.NVMLError:
+                continue
+        matches += [candidate for candidate in candidates if _nvml_uuid(nvml, candidate).startswith(uuid)]
+    if len(matches) != 1:
+        raise ConfigError(f"{len(matches)} NVML devices match UUID {uuid!r}; give the full GPU-/MIG- UUID")
+    return matches[0]
+
+
+def nvml_device_handle(nvml, device_index: int = 0, *, visible: str | None = None,
+                       torch_uuid: str | None = None) -> tuple[object, dict]:
+    """The NVML handle of CUDA ordinal `device_index`, and how it was found.
+
+    NVML numbers physical GPUs in PCI bus order, while CUDA numbers the visible devices (fastest
+    first unless CUDA_DEVICE_ORDER=PCI_BUS_ID), so an index alone can name the wrong GPU. In order:
+    a CUDA_VISIBLE_DEVICES entry that is a GPU-/MIG- UUID; the UUID torch reports for the device
+    (`torch_uuid`, tried as GPU- then MIG-); a numeric CUDA_VISIBLE_DEVICES entry or, without the
+    variable, the ordinal itself (PCI bus order assumed, said in the description).
+    """
+    entry = _visible_entry(device_index, visible)
+    if entry is not None and entry.startswith(UUID_PREFIXES):
+        handle, mapping = _handle_by_uuid(nvml, entry), "CUDA_VISIBLE_DEVICES uuid"
+    elif torch_uuid is not None:
+        handle = None
+        for prefix in UUID_PREFIXES:
+            try:
+                handle = _handle_by_uuid(nvml, torch_uuid if torch_uuid.startswith(UUID_PREFIXES) else prefix + torch_uuid)
+                break
+            except (ConfigError, nvml.NVMLError):
+                continue
+        if handle is None:
+            raise ConfigError(f"NVML has no device with torch's UUID {torch_uuid!r}")
+        mapping = "torch device uuid"
+    else:
+        index = int(entry) if entry is not None else device_index
+        if entry is not None and not entry.isdigit():
+            raise ConfigError(f"cannot read CUDA_VISIBLE_DEVICES entry {entry!r}: use an index or a GPU-/MIG- UUID")
+        handle = nvml.nvmlDeviceGetHandleByIndex(index)
+        mapping = "index (PCI bus order assumed)"
+    try:
+        is_mig = bool(nvml.nvmlDeviceIsMigDeviceHandle(handle))
+    except nvml.NVMLError:
+        is_mig = False
+    return handle, {"gpu_device_uuid": _nvml_uuid(nvml, handle), "gpu_mapping": mapping, "gpu_mig": is_mig}
+
+
+def nvml_gpu_probe(device_index: int = 0, *, use_torch: bool = False) -> tuple[Callable[[], float], dict] | None:
+    """A function returning the device's used memory in MiB via NVML and how the device was found,
+    or None without NVML or a GPU. `use_torch` asks torch for the device's UUID (only where the process
+    uses CUDA anyway: it initialises CUDA)."""
+    try:  # pynvml is optional: without it the sampler falls back to torch, then to null
         import pynvml
     except ImportError:
         return None
     try:
         pynvml.nvmlInit()
-        handle = pynvml.nvmlDeviceGetHandleByIndex(_physical_gpu_index(device_index))
-    except pynvml.NVMLError:
+        handle, description = nvml_device_handle(
+            pynvml, device_index, visible=os.environ.get("CUDA_VISIBLE_DEVICES"),
+            torch_uuid=_torch_device_uuid(device_index) if use_torch else None)
+    except (pynvml.NVMLError, ConfigError):
         return None
 
     def read() -> float:
         return pynvml.nvmlDeviceGetMemoryInfo(handle).used / MIB
 
-    return read
+    return read, description
 
 
 def torch_gpu_probe(device_index: int = 0) -> Callable[[], float] | None:
     """Used memory of the whole device from `torch.cuda.mem_get_info` (free/total), or None without CUDA."""
-    try:
+    try:  # torch is optional here: the sampler also serves processes that never load it
         import torch
     except ImportError:
         return None
@@ -85,7 +172,7 @@ def torch_gpu_probe(device_index: int = 0) -> Callable[[], float] | None:
 
 def host_memory_probe() -> Callable[[], float] | None:
     """Used host memory (total - available) in MiB via psutil, or None without psutil."""
-    try:
+    try:  # psutil is optional: without it host memory is null, never 0
         import psutil
     except ImportError:
         return None
@@ -97,25 +184,34 @@ def host_memory_probe() -> Callable[[], float] | None:
     return read
 
 
-def default_probe(device: str = "cuda", device_index: int = 0) -> tuple[Probe, dict]:
-    """The best available probe for `device` and a description of its sources.
+def gpu_memory_reader(device: str = "cuda", device_index: int = 0, *,
+                      use_torch: bool = False) -> tuple[Callable[[], float] | None, dict]:
+    """A function returning the device's used memory in MiB, and its description.
 
-    GPU: NVML, else `torch.cuda.mem_get_info`, else None (always None for device "cpu").
+    NVML (the device found by UUID, see `nvml_device_handle`), else `torch.cuda.mem_get_info`,
+    else None (always None for device "cpu").
     """
-    gpu_read, gpu_source = None, None
-    if device != "cpu":
-        gpu_read = nvml_gpu_probe(device_index)
-        gpu_source = "nvml" if gpu_read is not None else None
-        if gpu_read is None:
-            gpu_read = torch_gpu_probe(device_index)
-            gpu_source = "torch.cuda.mem_get_info" if gpu_read is not None else None
+    if device == "cpu":
+        return None, {"gpu_source": None}
+    found = nvml_gpu_probe(device_index, use_torch=use_torch)
+    if found is not None:
+        read, description = found
+        return read, {"gpu_source": "nvml", **description}
+    read = torch_gpu_probe(device_index)
+    return read, {"gpu_source": "torch.cuda.mem_get_info" if read is not None else None}
+
+
+def default_probe(device: str = "cuda", device_index: int = 0, *, use_torch: bool = False) -> tuple[Probe, dict]:
+    """The best available probe for `device` and a description of its sources (see `gpu_memory_reader`)."""
+    gpu_read, gpu_description = gpu_memory_reader(device, device_index, use_torch=use_torch)
+    gpu_source = gpu_description["gpu_source"]
     host_read = host_memory_probe()
 
     def probe() -> tuple[float | None, float | None]:
         return (gpu_read() if gpu_read else None, host_read() if host_read else None)
 
     description = {
-        "gpu_source": gpu_source,
+        **gpu_description,
         "gpu_scope": "whole device (all processes)" if gpu_source else None,
         "host_source": "psutil.virtual_memory (total - available)" if host_read else None,
         "host_scope": "whole machine" if host_read else None,
@@ -136,11 +232,11 @@ class ResourceSampler:
 
     def __init__(self, probe: Probe | None = None, *, interval_s: float = DEFAULT_INTERVAL_S,
                  clock: Callable[[], float] = time.monotonic, device: str = "cuda",
-                 description: Mapping[str, Any] | None = None):
+                 description: Mapping[str, Any] | None = None, use_torch: bool = False):
         if not interval_s > 0:
             raise ConfigError(f"interval_s must be positive, got {interval_s!r}")
         if probe is None:
-            probe, detected = default_probe(device)
+            probe, detected = default_probe(device, use_torch=use_torch)
             description = {**detected, **(description or {})}
         self.probe = probe
         self.interval_s = float(interval_s)
@@ -202,6 +298,37 @@ class ResourceSampler:
         """Sampler settings, sources, sample and error counts."""
         return {"interval_s": self.interval_s, "clock": "time.monotonic", **self.description,
                 "sample_count": len(self.samples), "error_count": self.error_count, "errors": list(self.errors)}
+
+
+# ---------------------------------------------------------------------------
+# Waiting for memory to come back
+# ---------------------------------------------------------------------------
+
+def wait_for_memory_settle(read_mb: Callable[[], float], *, baseline_mb: float, margin_mb: float, timeout_s: float,
+                           interval_s: float = 0.5, clock: Callable[[], float] = time.monotonic,
+                           sleep: Callable[[float], None] = time.sleep) -> dict:
+    """Poll `read_mb` until it is at most `baseline_mb + margin_mb`, or `timeout_s` has passed.
+
+    Returns `{baseline_mb, margin_mb, timeout_s, waited_s, last_mb, settled}`; `settled` is False
+    after a timeout (the caller records it, it does not raise). A process that ended (e.g. an
+    inference engine after `ray.shutdown()`) may hand its memory back only later.
+    """
+    for name, value in (("margin_mb", margin_mb), ("timeout_s", timeout_s), ("interval_s", interval_s)):
+        if not (isinstance(value, (int, float)) and value >= 0 and value == value):
+            raise ConfigError(f"{name} must be a non-negative number, got {value!r}")
+    start = clock()
+    while True:
+        last = float(read_mb())
+        waited = clock() - start
+        if last <= baseline_mb + margin_mb:
+            settled = True
+            break
+        if waited >= timeout_s:
+            settled = False
+            break
+        sleep(interval_s)
+    return {"baseline_mb": float(baseline_mb), "margin_mb": float(margin_mb), "timeout_s": float(timeout_s),
+            "waited_s": waited, "last_mb": last, "settled": settled}
 
 
 # ---------------------------------------------------------------------------

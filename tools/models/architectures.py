@@ -88,6 +88,17 @@ RANDOM_INIT_ARCHITECTURES: dict[str, dict[str, Any]] = {
     },
 }
 
+RANDOM_INIT_SPECIAL_TOKEN_IDS: dict[str, dict[str, int]] = {
+    QWEN25_05B_INSTRUCT: {"<|endoftext|>": 151643, "<|im_start|>": 151644, "<|im_end|>": 151645},
+}
+"""Where a random_init build's tokenizer puts the special tokens: the real model's ids, so the config's
+bos/eos/pad ids name the same tokens as in the published model."""
+
+FILLER_TOKEN = "<|course_unused_{id}|>"
+"""The vocabulary entry of every id the tiny BPE does not use in a random_init tokenizer. Filler entries
+have no merges, so no text encodes to them; they exist so that `len(tokenizer)` equals the model's
+`vocab_size` (verl's vLLM rollout masks logits at or above `len(tokenizer)`)."""
+
 _RANDOM_INIT_GENERATION = {QWEN25_05B_INSTRUCT: {"bos_token_id": 151643, "eos_token_id": [151645, 151643],
                                                  "pad_token_id": 151643}}
 

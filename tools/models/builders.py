@@ -25,12 +25,14 @@ from tools.models.architectures import (
     BUILDER_VERSION,
     CHAT_TEMPLATE,
     DEFAULT_SYSTEM_PROMPT,
+    FILLER_TOKEN,
     IDENTITY_FILE,
     IDENTITY_SCHEMA,
     QWEN2_PRETOKENIZE_REGEX,
     QWEN25_05B_INSTRUCT,
     RANDOM_INIT_ARCHITECTURES,
     RANDOM_INIT_SEED,
+    RANDOM_INIT_SPECIAL_TOKEN_IDS,
     SPECIAL_TOKENS,
     TINY_ARCHITECTURE,
     TINY_FOLDER,
@@ -125,15 +127,46 @@ def train_tiny_bpe():
     return backend
 
 
-def build_tiny_tokenizer(model_max_length: int = TINY_ARCHITECTURE["max_position_embeddings"]):
+def pad_vocabulary(backend, vocab_size: int, special_token_ids: dict[str, int]):
+    """A copy of a trained BPE `tokenizers.Tokenizer` with exactly `vocab_size` ids.
+
+    The special tokens move to `special_token_ids`; every id no learned token holds gets a filler
+    entry (FILLER_TOKEN) that no merge produces, so encoding is unchanged except for the special ids
+    and `len(tokenizer) == vocab_size`.
+    """
+    from tokenizers import Tokenizer
+
+    data = json.loads(backend.to_str())
+    specials = {token["content"] for token in data["added_tokens"]}
+    if set(special_token_ids) != specials:
+        raise ConfigError(f"special token ids must cover exactly {sorted(specials)}, got {sorted(special_token_ids)}")
+    vocab = {token: index for token, index in data["model"]["vocab"].items() if token not in specials}
+    vocab.update(special_token_ids)
+    if len(set(vocab.values())) != len(vocab) or max(vocab.values()) >= vocab_size:
+        raise ConfigError(f"the special token ids collide with learned ids or exceed {vocab_size}")
+    used = set(vocab.values())
+    vocab.update({FILLER_TOKEN.format(id=index): index for index in range(vocab_size) if index not in used})
+    data["model"]["vocab"] = vocab
+    for token in data["added_tokens"]:
+        token["id"] = special_token_ids[token["content"]]
+    return Tokenizer.from_str(json.dumps(data))
+
+
+def build_tiny_tokenizer(model_max_length: int = TINY_ARCHITECTURE["max_position_embeddings"], *,
+                         vocab_size: int | None = None, special_token_ids: dict[str, int] | None = None):
     """The tiny tokenizer wrapped for transformers, with the Qwen-style chat template.
 
-    eos is <|im_end|>, pad is <|endoftext|>, there is no bos token, as in Qwen2.5-Instruct.
+    eos is <|im_end|>, pad is <|endoftext|>, there is no bos token, as in Qwen2.5-Instruct. With
+    `vocab_size` (and `special_token_ids`), the vocabulary is padded to exactly that many ids
+    (`pad_vocabulary`); without, the special tokens take ids 0, 1, 2.
     """
     from transformers import PreTrainedTokenizerFast
 
+    backend = train_tiny_bpe()
+    if vocab_size is not None:
+        backend = pad_vocabulary(backend, vocab_size, special_token_ids or {})
     tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=train_tiny_bpe(),
+        tokenizer_object=backend,
         eos_token="<|im_end|>",
         pad_token="<|endoftext|>",
         extra_special_tokens=["<|im_start|>", "<|im_end|>"],
@@ -210,6 +243,8 @@ def _random_init_recipe(model_id: str, num_hidden_layers: int | None) -> dict:
         "architecture": RANDOM_INIT_ARCHITECTURES[model_id],
         "overrides": {} if num_hidden_layers is None else {"num_hidden_layers": num_hidden_layers},
         "tokenizer_recipe_sha256": _canonical_sha256(_tiny_recipe()["tokenizer"]),
+        "tokenizer_padding": {"vocab_size": RANDOM_INIT_ARCHITECTURES[model_id]["vocab_size"],
+                              "special_token_ids": RANDOM_INIT_SPECIAL_TOKEN_IDS[model_id], "filler": FILLER_TOKEN},
     }
 
 
@@ -252,7 +287,9 @@ def _write_random_init(folder: Path, model_id: str, num_hidden_layers: int | Non
         architecture["num_hidden_layers"] = num_hidden_layers
     config = Qwen2Config(**architecture)
     config.architectures = ["Qwen2ForCausalLM"]
-    tokenizer = build_tiny_tokenizer(model_max_length=architecture["max_position_embeddings"])
+    special_ids = RANDOM_INIT_SPECIAL_TOKEN_IDS[model_id]
+    tokenizer = build_tiny_tokenizer(model_max_length=architecture["max_position_embeddings"],
+                                     vocab_size=architecture["vocab_size"], special_token_ids=special_ids)
     model = _init_model(config, RANDOM_INIT_SEED)
     model.generation_config = GenerationConfig(**_RANDOM_INIT_GENERATION[model_id])
     model.save_pretrained(folder)
@@ -268,9 +305,10 @@ def _write_random_init(folder: Path, model_id: str, num_hidden_layers: int | Non
         "tokenizer": {
             "kind": "tiny byte-level BPE (Qwen2 pre-tokeniser), not the real Qwen tokenizer",
             "size": len(tokenizer),
-            "note": (f"the tokenizer's vocabulary is a subset of the embedding rows: ids 0..{len(tokenizer) - 1} "
-                     f"of {architecture['vocab_size']}; config bos/eos ids are the real model's and lie outside "
-                     "this tokenizer; "
+            "special_token_ids": special_ids,
+            "note": (f"padded to the vocabulary: {len(tokenizer)} ids for {architecture['vocab_size']} embedding rows; "
+                     "the special tokens sit at the real model's ids (config bos/eos/pad name them), every id the "
+                     "tiny BPE does not use is a filler entry no text encodes to; "
                      "text from this model is meaningless, use it for memory and speed, not for quality"),
         },
     })

@@ -1,8 +1,8 @@
-"""The group protocol of the shared verl experiment, independent of the backend.
+"""The group protocol of the shared experiment, the same for every backend.
 
-`run_group` drives one group's session (torch or verl) through the controlled step and returns
-its raw measurements on the absolute monotonic clock; this module also holds the request and
-rollout identities, the LoRA and rollout hashes, the log-prob comparisons and the admission rule.
+`run_group` drives one group's session (torch or verl) through the controlled step and returns its
+raw measurements on the absolute monotonic clock. This module also holds the request and rollout
+identities, the rollout hashes, the finish-reason rule and the admission rule.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 from tools.data.arithmetic import ArithmeticTask, TaskPool, prompt_sha256, score_response, task_sha256
+from tools.experiments.verl_closure.comparisons import (behaviour_drift, changed_tensor_names, logprob_agreement,
+                                                        masked_abs_errors, state_digests)
 
 GROUPS = ("release", "retain")
 FREE_CACHE_ENGINE = {"release": True, "retain": False}
@@ -23,6 +25,7 @@ PHASES = ("initialisation", "initial_release", "initial_sync", "generation", "en
           "post_sync_scoring")
 RELEASE_ONLY_PHASES = ("initial_release", "engine_release")
 INITIALISATION_PHASE = "initialisation"
+FINISH_REASONS = ("stop", "length", "unknown")
 
 
 def expected_phases(group: str) -> list[str]:
@@ -53,7 +56,13 @@ class SupervisedExample:
 
 
 class GroupSession(Protocol):
-    """What a backend provides for one group; the protocol in `run_group` drives it."""
+    """What a backend provides for one group; `run_group` drives it.
+
+    `generate` returns one dict per request: `response_token_ids`, `behaviour_logprobs`,
+    `finish_reason`, `response_text`, `seed` and `engine_version` (the policy version the engine
+    itself reports for that output, or None when it reports none). `lora_state` returns the
+    trainer's LoRA tensors as float32 numpy arrays by normalised name.
+    """
 
     group: str
     events: list[dict]
@@ -64,7 +73,7 @@ class GroupSession(Protocol):
     def generate(self, requests: Sequence[Request]) -> list[dict]: ...
     def trainer_logprobs(self, rollouts: Sequence[Mapping[str, Any]]) -> list[list[float]]: ...
     def supervised_update(self, examples: Sequence[SupervisedExample]) -> dict: ...
-    def lora_digests(self) -> dict[str, dict]: ...
+    def lora_state(self) -> dict: ...
     def trainer_version(self) -> int: ...
     def engine_version(self) -> int | None: ...
     def close(self) -> None: ...
@@ -81,12 +90,6 @@ def lora_state_sha256(digests: Mapping[str, Mapping[str, Any]]) -> str:
     return canonical_sha256({name: dict(digests[name]) for name in sorted(digests)})
 
 
-def changed_tensor_names(before: Mapping[str, Mapping], after: Mapping[str, Mapping]) -> list[str]:
-    """Names whose digest differs (a tensor present in only one side counts as changed)."""
-    names = sorted(set(before) | set(after))
-    return [name for name in names if before.get(name, {}).get("sha256") != after.get(name, {}).get("sha256")]
-
-
 def rollout_identity(rollout: Mapping[str, Any]) -> dict:
     """The fields that define a frozen rollout (what its hash covers)."""
     keys = ("rollout_id", "task_id", "sample_index", "seed", "prompt_sha256", "task_sha256", "prompt_token_ids",
@@ -98,25 +101,12 @@ def rollouts_sha256(rollouts: Iterable[Mapping[str, Any]]) -> str:
     return canonical_sha256([rollout_identity(r) for r in rollouts])
 
 
-def max_abs_error(reference: Sequence[Sequence[float]], other: Sequence[Sequence[float]],
-                  masks: Sequence[Sequence[int]]) -> float:
-    """Largest |a - b| over the action-masked tokens of all rollouts."""
-    worst = 0.0
-    for ref_row, other_row, mask in zip(reference, other, masks, strict=True):
-        if len(ref_row) != len(other_row):
-            raise ValueError(f"log-prob rows differ in length ({len(ref_row)} vs {len(other_row)})")
-        for a, b, m in zip(ref_row, other_row, mask):
-            if m:
-                worst = max(worst, abs(float(a) - float(b)))
-    return worst
-
-
-def behaviour_drift(behaviour: Sequence[float], current: Sequence[float], mask: Sequence[int]) -> float:
-    """Mean |log pi_current - log pi_behaviour| over the rollout's action tokens."""
-    pairs = [(float(b), float(c)) for b, c, m in zip(behaviour, current, mask) if m]
-    if not pairs:
-        raise ValueError("a rollout without action tokens cannot be re-scored")
-    return sum(abs(c - b) for b, c in pairs) / len(pairs)
+def finish_reason(tokens: Sequence[int], eos_ids: Iterable[int], response_token_cap: int) -> str:
+    """"stop" when the last token is any end-of-sequence id (the tokenizer's and every one in the
+    generation config), else "length" when the response reached the cap, else "unknown"."""
+    if tokens and int(tokens[-1]) in {int(t) for t in eos_ids}:
+        return "stop"
+    return "length" if len(tokens) >= response_token_cap else "unknown"
 
 
 def admission(frozen: Sequence[Mapping[str, Any]], rescored: Sequence[Sequence[float]], threshold: float,
@@ -146,16 +136,17 @@ def _phase(record: list[dict], name: str, clock: Callable[[], float], log: Calla
 
 
 def build_requests(pool: TaskPool, tokenize_prompt: Callable[[str], list[int]], samples_per_task: int,
-                   seed: int) -> list[Request]:
+                   seed: int, *, tag: str = "s") -> list[Request]:
     """The fixed request list: every task `samples_per_task` times, task order then sample order.
 
-    Each request carries its own seed (`seed + position`) for engines that seed per request.
+    Each request carries its own seed (`seed + position`) for engines that seed per request; its id
+    is `<task_id>#<tag><sample>`.
     """
     requests = []
     for task_index, task in enumerate(pool.tasks):
         ids = tuple(int(t) for t in tokenize_prompt(task.prompt))
         for sample in range(samples_per_task):
-            requests.append(Request(rollout_id=f"{task.task_id}#s{sample}", task_id=task.task_id,
+            requests.append(Request(rollout_id=f"{task.task_id}#{tag}{sample}", task_id=task.task_id,
                                     sample_index=sample, seed=seed + task_index * samples_per_task + sample,
                                     prompt_token_ids=ids, prompt_sha256=prompt_sha256(task.prompt),
                                     task_sha256=task_sha256(task)))
@@ -173,7 +164,11 @@ def build_examples(pool: TaskPool, tokenize_prompt: Callable[[str], list[int]],
 
 def annotate_rollouts(samples: Sequence[Mapping[str, Any]], requests: Sequence[Request],
                       tasks: Mapping[str, ArithmeticTask], version: int | None) -> list[dict]:
-    """Join engine samples with their requests: identity, hashes, policy version, parse and score."""
+    """Join engine samples with their requests: identity, hashes, policy versions, parse and score.
+
+    `policy_version` is the version the driver synced into the engine; `engine_reported_version`
+    is what the engine says it served (None when it says nothing).
+    """
     if len(samples) != len(requests):
         raise RuntimeError(f"engine returned {len(samples)} samples for {len(requests)} requests")
     rollouts = []
@@ -185,30 +180,40 @@ def annotate_rollouts(samples: Sequence[Mapping[str, Any]], requests: Sequence[R
         if not all(math.isfinite(v) for v in logprobs):
             raise RuntimeError(f"{request.rollout_id}: non-finite behaviour log-prob")
         scored = score_response(tasks[request.task_id], sample.get("response_text"))
+        reported = sample.get("engine_version")
         rollouts.append({
             "rollout_id": request.rollout_id, "task_id": request.task_id, "sample_index": request.sample_index,
-            "seed": sample.get("seed", request.seed), "prompt_sha256": request.prompt_sha256, "task_sha256": request.task_sha256,
-            "prompt_token_ids": list(request.prompt_token_ids), "response_token_ids": response,
-            "behaviour_logprobs": logprobs, "action_mask": [1] * len(response), "policy_version": version,
+            "seed": sample.get("seed", request.seed), "prompt_sha256": request.prompt_sha256,
+            "task_sha256": request.task_sha256, "prompt_token_ids": list(request.prompt_token_ids),
+            "response_token_ids": response, "behaviour_logprobs": logprobs, "action_mask": [1] * len(response),
+            "policy_version": version, "engine_reported_version": None if reported is None else int(reported),
             "finish_reason": sample.get("finish_reason"), "response_text": sample.get("response_text"),
             "parsed": scored["parsed"], "correct": scored["correct"],
         })
     return rollouts
 
 
+def _reported_versions(rollouts: Sequence[Mapping[str, Any]]) -> list[int | None]:
+    """The distinct engine-reported versions of some rollouts (None sorts first)."""
+    return sorted({r["engine_reported_version"] for r in rollouts}, key=lambda v: (v is not None, v or 0))
+
+
 def run_group(session: GroupSession, *, group: str, requests: Sequence[Request],
               probe_requests: Sequence[Request], examples: Sequence[SupervisedExample],
               tasks: Mapping[str, ArithmeticTask], frozen: Sequence[Mapping[str, Any]] | None,
-              config, clock: Callable[[], float], log: Callable[[str], None]) -> dict:
+              drift_threshold: float, clock: Callable[[], float], log: Callable[[str], None]) -> dict:
     """Drive one group through the controlled step; return its measurements (absolute clock times).
 
-    `frozen` is None for the release group: its generation becomes the frozen rollouts.
+    `frozen` is None for the release group: its generation becomes the frozen rollouts. The result
+    holds the LoRA tensors under `lora_tensors` (numpy arrays, not JSON): the runner compares the
+    groups' updates with them and keeps only the comparison.
     """
     phases: list[dict] = []
     release = FREE_CACHE_ENGINE[group]
     with _phase(phases, "initialisation", clock, log):
         session.initialise()
-    initial = session.lora_digests()
+    initial_state = session.lora_state()
+    initial = state_digests(initial_state)
     if release:
         with _phase(phases, "initial_release", clock, log):
             session.release_engine()
@@ -225,11 +230,12 @@ def run_group(session: GroupSession, *, group: str, requests: Sequence[Request],
     with _phase(phases, "score_before_update", clock, log):
         before = session.trainer_logprobs(frozen_set)
     masks = [r["action_mask"] for r in frozen_set]
-    before_error = max_abs_error([r["behaviour_logprobs"] for r in frozen_set], before, masks)
+    before_agreement = logprob_agreement([r["behaviour_logprobs"] for r in frozen_set], before, masks)
     version_before = session.trainer_version()
     with _phase(phases, "update", clock, log):
         update = session.supervised_update(examples)
-    updated = session.lora_digests()
+    updated_state = session.lora_state()
+    updated = state_digests(updated_state)
     version_after = session.trainer_version()
     with _phase(phases, "score_after_update", clock, log):
         after = session.trainer_logprobs(frozen_set)
@@ -241,8 +247,8 @@ def run_group(session: GroupSession, *, group: str, requests: Sequence[Request],
     probe = annotate_rollouts(probe_samples, probe_requests, tasks, engine_version)
     with _phase(phases, "post_sync_scoring", clock, log):
         probe_trainer = session.trainer_logprobs(probe)
-    probe_error = max_abs_error([r["behaviour_logprobs"] for r in probe], probe_trainer,
-                                [r["action_mask"] for r in probe])
+    probe_agreement = logprob_agreement([r["behaviour_logprobs"] for r in probe], probe_trainer,
+                                        [r["action_mask"] for r in probe])
     changed = changed_tensor_names(initial, updated)
     events = list(session.events)
     same_tokens = [g["response_token_ids"] for g in generated] == [f["response_token_ids"] for f in frozen_set]
@@ -262,24 +268,25 @@ def run_group(session: GroupSession, *, group: str, requests: Sequence[Request],
         "trainer_version_after_update": version_after,
         "engine_version_at_generation": generation_version,
         "engine_version_after_sync": engine_version,
+        "engine_reported_versions": {"generation": _reported_versions(generated),
+                                     "post_sync_generation": _reported_versions(probe)},
         "generation": generated,
         "generation_sha256": rollouts_sha256(generated),
         "generation_vs_frozen": {
             "token_ids_equal": same_tokens,
-            "max_abs_logprob_difference": max_abs_error([f["behaviour_logprobs"] for f in frozen_set],
-                                                        [g["behaviour_logprobs"] for g in generated],
-                                                        [f["action_mask"] for f in frozen_set]) if same_tokens else None,
+            "max_abs_logprob_difference": max(masked_abs_errors(
+                [f["behaviour_logprobs"] for f in frozen_set], [g["behaviour_logprobs"] for g in generated],
+                masks), default=0.0) if same_tokens else None,
         },
         "frozen_sha256": rollouts_sha256(frozen_set),
         "frozen_rollouts": frozen_set if frozen is None else None,
         "update": update,
         "same_version_before_update": {"compared": "trainer log-probs at the frozen rollouts' policy version vs "
-                                                   "their behaviour log-probs",
-                                       "max_abs_error": before_error},
+                                                   "their behaviour log-probs", **before_agreement},
         "same_version_after_sync": {"compared": "rollout engine log-probs after the weight sync vs the updated "
-                                                "trainer on the same tokens",
-                                    "max_abs_error": probe_error, "probe_sha256": rollouts_sha256(probe),
-                                    "probe_count": len(probe)},
+                                                "trainer on the same tokens", **probe_agreement,
+                                    "probe_sha256": rollouts_sha256(probe), "probe_count": len(probe)},
         "rescored": {"before_update": before, "after_update": after},
-        "admission": admission(frozen_set, after, config.behaviour_drift_threshold, version_after),
+        "admission": admission(frozen_set, after, drift_threshold, version_after),
+        "lora_tensors": {"initial": initial_state, "updated": updated_state},
     }

@@ -1,153 +1,60 @@
-"""The `torch` backend of the shared verl experiment: transformers + peft on CPU or one GPU.
+"""The `torch` backend: transformers + peft on CPU or one GPU, each group in this process.
 
-The trainer is a PeftModel (the base model plus one LoRA adapter, float32). The rollout engine
-is a separate plain copy of the model that serves merged weights (base + LoRA delta), the way an
-inference engine holds its own weights. Releasing the engine frees its weights (moved to the
-meta device, so their storage is returned) and empties the allocator cache; resuming
-re-allocates them on the device and the weight sync writes the trainer's merged weights. The
-retain group never releases: the sync writes into the resident weights.
+The trainer is a PeftModel (the base model plus one LoRA adapter, float32). The rollout engine is a
+separate plain copy of the model that serves merged weights (base + LoRA delta), the way an
+inference engine holds its own weights. Releasing the engine frees its weights (moved to the meta
+device, so their storage is returned) and empties the allocator cache; there is no KV cache to free,
+because Hugging Face `generate` builds its cache inside each call and drops it when the call returns.
+Resuming re-allocates the weights on the device and the weight sync writes the trainer's merged
+weights. The retain group never releases: the sync writes into the resident weights.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
-import hashlib
-import shutil
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+import torch
+from peft import PeftModel, get_peft_model_state_dict
+from peft.tuners.lora import LoraLayer
 
 from tools.errors import ConfigError
-from tools.core.records import sha256_file
+from tools.experiments.verl_closure.backends import GroupRun, PreparedModel
+from tools.experiments.verl_closure.backends.common import (PromptTokenizer, adapter_hashes, eos_token_ids,
+                                                            load_tokenizer, lora_arrays, prepare_model,
+                                                            progress_bars)
+from tools.experiments.verl_closure.protocol import finish_reason, run_group
+from tools.models.loading import load_causal_lm, sampling_generation_kwargs
 
 ENGINE_DESCRIPTION = {
     "engine": "separate transformers model copy serving merged LoRA weights (float32)",
-    "release": "engine weights moved to the meta device (storage freed) and the allocator cache emptied",
+    "release": "engine weights moved to the meta device (storage freed) and the allocator cache emptied; "
+               "no KV cache is released: Hugging Face generate keeps none between calls",
     "resume": "engine weights re-allocated on the device (to_empty) and buffers restored; the weight sync "
               "then writes the trainer's merged weights",
+    "weight_sync": "the trainer's merged weights copied into the engine; on CUDA the device is synchronised "
+                   "before the event closes, so its end time includes the asynchronous copies",
     "sampling": "one batched generate call per phase, seeded with torch.manual_seed(seed); behaviour "
                 "log-probs from the processed scores (tools.models.loading.sampling_generation_kwargs)",
     "trainer": "peft LoRA on the base model, AdamW, one token-mean NLL step on the answers",
+    "compilation": {"torch_compile": False, "cuda_graphs": False,
+                    "note": "eager PyTorch: neither the trainer nor the engine is compiled"},
 }
-
-
-# ---------------------------------------------------------------------------
-# Model, tokenizer, adapter
-# ---------------------------------------------------------------------------
-
-def resolve_model_path(config) -> Path:
-    from tools.models.loading import resolve_model
-
-    return Path(resolve_model(config.model, source=config.model_source, cache_dir=config.model_cache))
-
-
-def model_identity_for(path: Path) -> dict:
-    from tools.models.loading import model_identity
-
-    return model_identity(path)
-
-
-class PromptTokenizer:
-    """Chat-formats prompts and tokenises answers the same way for sampling and training."""
-
-    def __init__(self, tokenizer):
-        self.tokenizer = tokenizer
-        if tokenizer.eos_token_id is None:
-            raise ConfigError("the tokenizer has no eos token; the answer's end of turn cannot be marked")
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-
-    def prompt_ids(self, prompt: str) -> list[int]:
-        if self.tokenizer.chat_template:
-            text = self.tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
-                                                      add_generation_prompt=True, tokenize=False)
-        else:
-            text = prompt
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-
-    def answer_ids(self, answer: str) -> list[int]:
-        return list(self.tokenizer(answer, add_special_tokens=False)["input_ids"]) + [self.tokenizer.eos_token_id]
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
-
-
-def load_tokenizer(path: Path) -> PromptTokenizer:
-    from transformers import AutoTokenizer
-
-    return PromptTokenizer(AutoTokenizer.from_pretrained(path))
-
-
-def initial_adapter(model_path: Path, config, seed: int, workspace: Path) -> Path:
-    """Write (once per seed) the initial LoRA adapter that a group loads; same seed, same adapter."""
-    import torch
-    from peft import LoraConfig, get_peft_model
-
-    from tools.models.loading import load_causal_lm
-
-    folder = Path(workspace) / f"initial_lora_seed{seed}"
-    if (folder / "adapter_config.json").is_file():
-        return folder
-    base, _ = load_causal_lm(model_path, dtype=torch.float32, device="cpu")
-    torch.manual_seed(seed)
-    lora = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, target_modules=list(config.lora_target_modules),
-                      lora_dropout=0.0, bias="none", task_type="CAUSAL_LM")
-    get_peft_model(base, lora).save_pretrained(folder)
-    del base
-    gc.collect()
-    return folder
-
-
-def adapter_sha256(folder: Path) -> str | None:
-    weights = Path(folder) / "adapter_model.safetensors"
-    return sha256_file(weights) if weights.is_file() else None
-
-
-def details(config, adapters: Mapping[str, Path]) -> dict:
-    return {**ENGINE_DESCRIPTION, "initial_adapter_sha256": {g: adapter_sha256(p) for g, p in adapters.items()}}
-
-
-def cleanup_workspace(workspace: Path) -> None:
-    shutil.rmtree(workspace, ignore_errors=False)
-
 
 CPU_THREADS = 1
 """Intra-op threads for the tiny model on CPU: it is overhead-bound, and on a shared 2-core machine
 OpenMP threads that spin against other processes make a step over 20x slower."""
 
 
-@contextlib.contextmanager
-def runtime_context(config):
-    """Limit torch's CPU threads for a tiny-model CPU run; restores the previous setting afterwards."""
-    import torch
-
-    if config.device != "cpu" or config.model != "tiny":
-        yield {"torch_threads": torch.get_num_threads()}
-        return
-    previous = torch.get_num_threads()
-    torch.set_num_threads(CPU_THREADS)
-    try:
-        yield {"torch_threads": CPU_THREADS}
-    finally:
-        torch.set_num_threads(previous)
-
-
-# ---------------------------------------------------------------------------
-# Tensors
-# ---------------------------------------------------------------------------
-
-def tensor_digest(tensor) -> dict:
-    """dtype, shape and sha256 of a tensor's float32 CPU bytes."""
-    import torch
-
-    data = tensor.detach().to("cpu", torch.float32).contiguous()
-    return {"dtype": "float32", "shape": list(data.shape),
-            "sha256": hashlib.sha256(data.numpy().tobytes()).hexdigest()}
-
-
-def normalise_lora_name(name: str) -> str:
-    """peft state-dict name without the wrapper prefix and adapter name (comparable across backends)."""
-    return name.removeprefix("base_model.model.").replace(".default", "")
+def device_synchronizer(device: str) -> Callable[[], None]:
+    """A function that waits for the device's queued work (CUDA), or does nothing (CPU)."""
+    if torch.device(device).type == "cuda":
+        return functools.partial(torch.cuda.synchronize, torch.device(device))
+    return lambda: None
 
 
 def sequence_logprobs(model, pairs: Sequence[tuple[Sequence[int], Sequence[int]]], *, device: str, pad_id: int,
@@ -156,13 +63,10 @@ def sequence_logprobs(model, pairs: Sequence[tuple[Sequence[int], Sequence[int]]
 
     Rows are right-padded (prompt then response), so positions are 0..n-1 for every row.
     """
-    import torch
-
     results: list[list[float]] = []
     for start in range(0, len(pairs), micro_batch):
         chunk = pairs[start:start + micro_batch]
-        lengths = [len(p) + len(r) for p, r in chunk]
-        width = max(lengths)
+        width = max(len(p) + len(r) for p, r in chunk)
         ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
         mask = torch.zeros((len(chunk), width), dtype=torch.long)
         for row, (prompt, response) in enumerate(chunk):
@@ -178,19 +82,10 @@ def sequence_logprobs(model, pairs: Sequence[tuple[Sequence[int], Sequence[int]]
     return results
 
 
-# ---------------------------------------------------------------------------
-# Trainer and engine
-# ---------------------------------------------------------------------------
-
 class TorchTrainer:
     """The policy: base model + LoRA adapter (trainable), AdamW on the adapter only."""
 
     def __init__(self, model_path: Path, adapter: Path, config, device: str):
-        import torch
-        from peft import PeftModel
-
-        from tools.models.loading import load_causal_lm
-
         base, _ = load_causal_lm(model_path, dtype=torch.float32, device="cpu")
         self.model = PeftModel.from_pretrained(base, str(adapter), is_trainable=True).to(device)
         self.model.eval()
@@ -203,15 +98,10 @@ class TorchTrainer:
                                            betas=(0.9, 0.999))
         self.version = 0
 
-    def lora_digests(self) -> dict[str, dict]:
-        from peft import get_peft_model_state_dict
-
-        state = get_peft_model_state_dict(self.model)
-        return {normalise_lora_name(name): tensor_digest(tensor) for name, tensor in state.items()}
+    def lora_state(self) -> dict:
+        return lora_arrays(get_peft_model_state_dict(self.model).items())
 
     def logprobs(self, pairs, pad_id: int) -> list[list[float]]:
-        import torch
-
         self.model.eval()
         with torch.no_grad():
             return sequence_logprobs(self.model, pairs, device=self.device, pad_id=pad_id,
@@ -219,8 +109,6 @@ class TorchTrainer:
 
     def supervised_update(self, examples, pad_id: int) -> dict:
         """One optimizer step on the token-mean NLL of the answer tokens (as verl's sft_loss)."""
-        import torch
-
         self.model.train()
         width = max(len(e.prompt_token_ids) + len(e.target_token_ids) for e in examples)
         ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
@@ -250,9 +138,6 @@ class TorchTrainer:
 
     def merged_state_dict(self) -> dict:
         """Full weights for the engine: base weights with each LoRA delta added (plain-model names)."""
-        import torch
-        from peft.tuners.lora import LoraLayer
-
         base = self.model.get_base_model()
         state = {}
         with torch.no_grad():
@@ -268,23 +153,18 @@ class TorchTrainer:
 
 
 class TorchRolloutEngine:
-    """A separate model copy that generates; can release and resume its device memory."""
+    """A separate model copy that generates; can release and resume its weights' device memory."""
 
-    def __init__(self, model_path: Path, device: str, tokenizer: PromptTokenizer):
-        import torch
-
-        from tools.models.loading import load_causal_lm
-
+    def __init__(self, model_path: Path, device: str, tokenizer: PromptTokenizer, response_token_cap: int):
         model, _ = load_causal_lm(model_path, dtype=torch.float32, device=device)
         model.eval()
         model.requires_grad_(False)
         self.model = model
         self.device = device
         self.tokenizer = tokenizer
+        self.response_token_cap = response_token_cap
         self._buffers = {name: buffer.detach().to("cpu").clone() for name, buffer in model.named_buffers()}
-        eos = model.generation_config.eos_token_id
-        eos = eos if isinstance(eos, (list, tuple)) else [eos]
-        self.eos_ids = sorted({int(t) for t in eos if t is not None} | {int(tokenizer.tokenizer.eos_token_id)})
+        self.eos_ids = eos_token_ids(model_path, tokenizer)
         self.state = "loaded"
         self.version: int | None = None
 
@@ -293,8 +173,6 @@ class TorchRolloutEngine:
         return self.state == "released"
 
     def release(self) -> None:
-        import torch
-
         self.model.to("meta")
         gc.collect()
         if torch.cuda.is_available():
@@ -302,8 +180,6 @@ class TorchRolloutEngine:
         self.state = "released"
 
     def resume(self, tags: Sequence[str]) -> None:
-        import torch
-
         if list(tags) != ["weights"]:
             raise ConfigError(f"the torch engine resumes only 'weights', got {list(tags)}")
         if not self.released:
@@ -317,8 +193,6 @@ class TorchRolloutEngine:
 
     def load_weights(self, state: Mapping[str, Any], version: int) -> int:
         """Copy every parameter from `state` (plain-model names); returns the tensor count written."""
-        import torch
-
         if self.released:
             raise RuntimeError("weights cannot be loaded into a released engine; resume it first")
         written = 0
@@ -332,11 +206,7 @@ class TorchRolloutEngine:
         self.state = "serving"
         return written
 
-    def generate(self, requests, *, temperature: float, max_new_tokens: int, seed: int) -> list[dict]:
-        import torch
-
-        from tools.models.loading import sampling_generation_kwargs
-
+    def generate(self, requests, *, temperature: float, seed: int) -> list[dict]:
         if self.state != "serving":
             raise RuntimeError(f"engine cannot generate in state {self.state!r}; sync weights first")
         pad_id = self.tokenizer.pad_id
@@ -350,28 +220,24 @@ class TorchRolloutEngine:
         torch.manual_seed(seed)
         with torch.no_grad():
             output = self.model.generate(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
-                                         **sampling_generation_kwargs(temperature, max_new_tokens),
+                                         **sampling_generation_kwargs(temperature, self.response_token_cap),
                                          output_scores=True, return_dict_in_generate=True,
                                          pad_token_id=pad_id, eos_token_id=self.eos_ids)
         tokens = output.sequences[:, width:]
-        step_logprobs = []
-        for step, scores in enumerate(output.scores):
-            logp = torch.log_softmax(scores.float(), dim=-1)
-            step_logprobs.append(logp.gather(-1, tokens[:, step:step + 1]).squeeze(-1).cpu())
-        logprob_table = torch.stack(step_logprobs, dim=1) if step_logprobs else torch.zeros((len(requests), 0))
+        step_logprobs = [torch.log_softmax(scores.float(), dim=-1).gather(-1, tokens[:, step:step + 1]).squeeze(-1).cpu()
+                         for step, scores in enumerate(output.scores)]
+        table = torch.stack(step_logprobs, dim=1) if step_logprobs else torch.zeros((len(requests), 0))
         tokens = tokens.cpu()
         samples = []
         for row in range(len(requests)):
-            response, logprobs, finish = [], [], "length"
-            for step in range(tokens.shape[1]):
-                token = int(tokens[row, step])
-                response.append(token)
-                logprobs.append(float(logprob_table[row, step]))
-                if token in self.eos_ids:
-                    finish = "stop"
-                    break
-            samples.append({"response_token_ids": response, "behaviour_logprobs": logprobs, "finish_reason": finish,
-                            "response_text": self.tokenizer.decode(response), "seed": seed})
+            response = [int(t) for t in tokens[row]]
+            ends = [i for i, token in enumerate(response) if token in self.eos_ids]
+            response = response[:ends[0] + 1] if ends else response
+            samples.append({"response_token_ids": response,
+                            "behaviour_logprobs": [float(v) for v in table[row, :len(response)]],
+                            "finish_reason": finish_reason(response, self.eos_ids, self.response_token_cap),
+                            "response_text": self.tokenizer.decode(response), "seed": seed,
+                            "engine_version": self.version})
         return samples
 
     def close(self) -> None:
@@ -379,21 +245,18 @@ class TorchRolloutEngine:
         self._buffers = {}
 
 
-# ---------------------------------------------------------------------------
-# Group session
-# ---------------------------------------------------------------------------
-
 class TorchGroupSession:
     """GroupSession for the torch backend; worker events are stamped with the shared clock."""
 
     def __init__(self, group: str, config, model_path: Path, adapter: Path, clock: Callable[[], float],
-                 log: Callable[[str], None]):
+                 log: Callable[[str], None], synchronize: Callable[[], None] | None = None):
         self.group = group
         self.config = config
         self.model_path = model_path
         self.adapter = adapter
         self.clock = clock
         self.log = log
+        self.synchronize = synchronize or device_synchronizer(config.device)
         self.events: list[dict] = []
         self.tokenizer: PromptTokenizer | None = None
         self.trainer: TorchTrainer | None = None
@@ -405,27 +268,29 @@ class TorchGroupSession:
     def initialise(self) -> None:
         self.tokenizer = load_tokenizer(self.model_path)
         self.trainer = TorchTrainer(self.model_path, self.adapter, self.config, self.config.device)
-        self.engine = TorchRolloutEngine(self.model_path, self.config.device, self.tokenizer)
+        self.engine = TorchRolloutEngine(self.model_path, self.config.device, self.tokenizer,
+                                         self.config.response_token_cap)
         self.log(f"trainer: {len(self.trainer.parameters)} trainable tensors; engine eos ids {self.engine.eos_ids}")
 
     def release_engine(self) -> None:
         start = self.clock()
         self.engine.release()
-        self._event("engine_release", "TorchRolloutEngine.release", start, tags=["weights", "kv_cache"])
+        self._event("engine_release", "TorchRolloutEngine.release", start, tags=["weights"])
 
     def weight_sync(self, version: int) -> None:
         if self.engine.released:
             start = self.clock()
             self.engine.resume(["weights"])
+            self.synchronize()
             self._event("engine_resume", "TorchRolloutEngine.resume", start, tags=["weights"])
         start = self.clock()
         written = self.engine.load_weights(self.trainer.merged_state_dict(), version)
+        self.synchronize()  # the copies are asynchronous on CUDA: the event ends when they are done
         self._event("weight_sync", "TorchRolloutEngine.load_weights", start, tags=None, tensors=written,
                     version=version)
 
     def generate(self, requests) -> list[dict]:
         return self.engine.generate(requests, temperature=self.config.temperature,
-                                    max_new_tokens=self.config.response_token_cap,
                                     seed=requests[0].seed if requests else self.config.sampling_seed)
 
     def trainer_logprobs(self, rollouts) -> list[list[float]]:
@@ -435,8 +300,8 @@ class TorchGroupSession:
     def supervised_update(self, examples) -> dict:
         return self.trainer.supervised_update(examples, self.tokenizer.pad_id)
 
-    def lora_digests(self) -> dict[str, dict]:
-        return self.trainer.lora_digests()
+    def lora_state(self) -> dict:
+        return self.trainer.lora_state()
 
     def trainer_version(self) -> int:
         return self.trainer.version
@@ -445,8 +310,6 @@ class TorchGroupSession:
         return self.engine.version
 
     def close(self) -> None:
-        import torch
-
         if self.engine is not None:
             self.engine.close()
         self.engine = None
@@ -456,17 +319,44 @@ class TorchGroupSession:
             torch.cuda.empty_cache()
 
 
-def execute_group(*, group: str, config, model_path: Path, adapter: Path, overrides, requests, probe_requests,
-                  examples, tasks, frozen, clock, log, workspace: Path) -> dict:
-    """Run one group in this process with the torch backend."""
-    from tools.closure_protocol import run_group
+class TorchBackend:
+    """transformers + peft in this process (see the module docstring)."""
 
-    session = TorchGroupSession(group, config, model_path, adapter, clock, log)
-    started = time.monotonic()
-    try:
-        result = run_group(session, group=group, requests=requests, probe_requests=probe_requests, examples=examples,
-                           tasks=tasks, frozen=frozen, config=config, clock=clock, log=log)
-    finally:
-        session.close()
-    log(f"group {group} finished in {time.monotonic() - started:.1f} s")
-    return result
+    name = "torch"
+    parent_uses_cuda = True
+
+    def prepare(self, config, workspace: Path) -> PreparedModel:
+        return prepare_model(config, workspace)
+
+    @contextlib.contextmanager
+    def runtime_context(self, config) -> Iterator[dict]:
+        """Quiet model loading unless asked; one CPU thread for the tiny model on CPU (restored after)."""
+        previous = torch.get_num_threads()
+        threads = CPU_THREADS if config.device == "cpu" and config.model == "tiny" else previous
+        torch.set_num_threads(threads)
+        try:
+            with progress_bars(config.progress):
+                yield {"torch_threads": threads}
+        finally:
+            torch.set_num_threads(previous)
+
+    def group_overrides(self, config, group: str, model: PreparedModel) -> None:
+        return None
+
+    def execute_group(self, run: GroupRun) -> dict:
+        session = TorchGroupSession(run.group, run.config, run.model.path, run.adapter, run.clock, run.log)
+        started = time.monotonic()
+        try:
+            result = run_group(session, group=run.group, requests=run.requests, probe_requests=run.probe_requests,
+                               examples=run.examples, tasks=run.tasks, frozen=run.frozen,
+                               drift_threshold=run.config.behaviour_drift_threshold, clock=run.clock, log=run.log)
+        finally:
+            session.close()
+        run.log(f"group {run.group} finished in {time.monotonic() - started:.1f} s")
+        return result
+
+    def details(self, config, model: PreparedModel) -> dict:
+        return {**ENGINE_DESCRIPTION, **adapter_hashes(model)}
+
+
+BACKEND = TorchBackend()

@@ -1,18 +1,21 @@
-"""The `verl` backend of the shared experiment: verl 0.9.1 on one GPU (PT-VERL-CUDA profile).
+"""The `verl` backend: verl 0.9.1 on one GPU (PT-VERL-CUDA profile).
 
-Each group runs in its own process (`python -m tools.closure_verl_backend --spec S --result R`),
-so the two groups never share a Ray cluster or a vLLM engine; the parent process samples memory
-and tees the group's output into `<label>_<group>.log`. Inside, the pieces are the ones verl's
-`RayPPOTrainer.init_workers` builds, minus reward, critic and reference roles:
+Each group runs in its own process (`python -m tools.experiments.verl_closure.backends.verl_backend
+--spec S --result R`), so the two groups never share a Ray cluster or a vLLM engine; the parent
+samples memory and tees the group's output into `<label>_<group>.log`. Inside, the pieces are the
+ones verl's `RayPPOTrainer.init_workers` builds, minus reward, critic and reference roles:
 
-- the actor/rollout worker group (`ActorRolloutRefWorker`, here `ClosureActorRolloutWorker`),
+- the actor/rollout worker group (`ActorRolloutRefWorker`, here `verl_worker.ClosureActorRolloutWorker`),
   with `set_loss_fn(verl.workers.utils.losses.sft_loss)` for the supervised update;
-- `LLMServerManager` (vLLM async servers in hybrid mode) and its token-in/token-out client,
-  asked for log-probs (the behaviour log-probs of the rollouts);
-- `CheckpointEngineManager`: `sleep_replicas` releases the engine, `update_weights` syncs the
-  actor's weights into it (resuming weights and KV cache when `free_cache_engine` is set).
+- `LLMServerManager` (vLLM async servers in hybrid mode) and its token-in/token-out client, asked for
+  log-probs (the behaviour log-probs of the rollouts) and reporting the policy version each output
+  was generated with (`extra_fields["global_steps"]`);
+- `CheckpointEngineManager`: `sleep_replicas` releases the engine, `update_weights` syncs the actor's
+  weights into it (resuming weights and KV cache when `free_cache_engine` is set).
 
-This module imports verl only inside functions, so the course environment can import it.
+verl, ray and vLLM are imported inside the session's methods only: they exist only in the PT-VERL-CUDA
+environment (and a test injects stand-ins for them), while the parent side and the course
+environment import this module without them.
 """
 
 from __future__ import annotations
@@ -28,13 +31,23 @@ import sys
 import time
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from tools.closure_torch_backend import (adapter_sha256, cleanup_workspace, initial_adapter, load_tokenizer,
-                                         model_identity_for, resolve_model_path)
+import torch
 
-__all__ = ["resolve_model_path", "model_identity_for", "load_tokenizer", "initial_adapter", "cleanup_workspace",
-           "runtime_context", "details", "execute_group", "VerlGroupSession"]
+from tools.core.environment import installed_version
+from tools.core.paths import resolve_project_root
+from tools.data.arithmetic import build_task_pool
+from tools.experiments.verl_closure.backends import GroupRun, PreparedModel
+from tools.experiments.verl_closure.backends.common import (adapter_hashes, eos_token_ids, load_lora_tensors,
+                                                            load_tokenizer, prepare_model, progress_bars,
+                                                            save_lora_tensors)
+from tools.experiments.verl_closure.config import ClosureConfig
+from tools.experiments.verl_closure.overrides import compose_verl_config, overrides_for_config
+from tools.experiments.verl_closure.protocol import Request, SupervisedExample, finish_reason, run_group
+from tools.models.vocabulary import require_vocabulary_alignment
+
+CHILD_MODULE = "tools.experiments.verl_closure.backends.verl_backend"
 
 ENGINE_DESCRIPTION = {
     "engine": "vLLM async server in hybrid mode (verl LLMServerManager), LoRA served as an adapter",
@@ -42,66 +55,90 @@ ENGINE_DESCRIPTION = {
                "else 2; a no-op when free_cache_engine is false, so it is only called in the release group)",
     "resume": "ServerAdapter.resume(tags) inside ActorRolloutRefWorker.update_weights (weights, then kv_cache), "
               "gated by free_cache_engine",
-    "sampling": "one request per sample through LLMServerClient.generate, per-request seed, logprobs on",
+    "weight_sync": "CheckpointEngineManager.update_weights(global_steps=version); the engine then reports that "
+                   "version on every output (extra_fields['global_steps'])",
+    "sampling": "one request per sample through LLMServerClient.generate, per-request seed, logprobs on; the "
+                "finish reason comes from the token count and every end-of-sequence id of the generation config",
     "trainer": "FSDP actor, ActorRolloutRefWorker.update_actor with sft_loss (one mini-batch, one epoch)",
 }
-
-
-def runtime_context(config):
-    """Nothing to set in the parent process for verl."""
-    return contextlib.nullcontext({})
-
-
-def details(config, adapters: Mapping[str, Path]) -> dict:
-    from tools.core.environment import installed_version
-
-    return {**ENGINE_DESCRIPTION, "initial_adapter_sha256": {g: adapter_sha256(p) for g, p in adapters.items()},
-            "versions": {name: installed_version(name) for name in ("verl", "vllm", "ray", "torch")}}
 
 
 # ---------------------------------------------------------------------------
 # Parent side: one process per group
 # ---------------------------------------------------------------------------
 
-def execute_group(*, group: str, config, model_path: Path, adapter: Path, overrides: Sequence[str], requests,
-                  probe_requests, examples, tasks, frozen, clock: Callable[[], float], log: Callable[[str], None],
-                  workspace: Path) -> dict:
-    """Run one group in a child process and return its measurements.
-
-    The child stamps events with time.monotonic, the machine-wide clock; `clock` must be that
-    clock for the stage events to line up with the parent's resource samples.
-    """
-    if clock is not time.monotonic:
-        raise ValueError("the verl backend needs clock=time.monotonic (events come from other processes)")
-    from tools.core.paths import resolve_project_root
-
-    spec = {
-        "group": group,
-        "config": config.public(),
-        "model_path": str(model_path),
-        "overrides": list(overrides),
-        "requests": [dataclasses.asdict(r) for r in requests],
-        "probe_requests": [dataclasses.asdict(r) for r in probe_requests],
-        "examples": [dataclasses.asdict(e) for e in examples],
-        "frozen": None if frozen is None else list(frozen),
+def group_spec(run: GroupRun) -> dict:
+    """What a group process needs, as JSON."""
+    return {
+        "group": run.group,
+        "config": run.config.public(),
+        "model_path": str(run.model.path),
+        "overrides": list(run.overrides),
+        "requests": [dataclasses.asdict(r) for r in run.requests],
+        "probe_requests": [dataclasses.asdict(r) for r in run.probe_requests],
+        "examples": [dataclasses.asdict(e) for e in run.examples],
+        "frozen": None if run.frozen is None else list(run.frozen),
     }
-    spec_path = Path(workspace) / f"spec_{group}.json"
-    result_path = Path(workspace) / f"result_{group}.json"
-    spec_path.write_text(json.dumps(spec), encoding="utf-8")
-    root = resolve_project_root()
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
-               PYTHONUNBUFFERED="1")
-    command = [sys.executable, "-m", "tools.closure_verl_backend", "--spec", str(spec_path), "--result",
-               str(result_path)]
-    log("launching: " + " ".join(command))
-    with subprocess.Popen(command, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          encoding="utf-8", errors="replace") as process:
-        for line in process.stdout:
-            log(line.rstrip("\n"))
-        code = process.wait()
-    if code != 0 or not result_path.is_file():
-        raise RuntimeError(f"verl group {group} failed (exit code {code}); the traceback is in the group log")
-    return json.loads(result_path.read_text(encoding="utf-8"))
+
+
+def child_command(spec_path: Path, result_path: Path) -> list[str]:
+    return [sys.executable, "-m", CHILD_MODULE, "--spec", str(spec_path), "--result", str(result_path)]
+
+
+class VerlBackend:
+    """verl 0.9.1, one child process per group (see the module docstring)."""
+
+    name = "verl"
+    parent_uses_cuda = False  # the groups' processes use the GPU; this one must not hold a CUDA context
+
+    def prepare(self, config: ClosureConfig, workspace: Path) -> PreparedModel:
+        """The model, its tokenizer and adapters; ConfigError when the tokenizer and the vocabulary
+        disagree (vLLM would mask part of the vocabulary the actor normalises over)."""
+        return prepare_model(config, workspace, check_model=require_vocabulary_alignment)
+
+    @contextlib.contextmanager
+    def runtime_context(self, config: ClosureConfig) -> Iterator[dict]:
+        with progress_bars(config.progress):
+            yield {}
+
+    def group_overrides(self, config: ClosureConfig, group: str, model: PreparedModel) -> list[str]:
+        return overrides_for_config(config, group, model.path, model.adapters[group])
+
+    def execute_group(self, run: GroupRun) -> dict:
+        """Run one group in a child process and return its measurements (with its LoRA tensors).
+
+        The child stamps events with time.monotonic, the machine-wide clock; `run.clock` must be that
+        clock for the stage events to line up with the parent's resource samples.
+        """
+        if run.clock is not time.monotonic:
+            raise ValueError("the verl backend needs clock=time.monotonic (events come from other processes)")
+        spec_path = Path(run.workspace) / f"spec_{run.group}.json"
+        result_path = Path(run.workspace) / f"result_{run.group}.json"
+        spec_path.write_text(json.dumps(group_spec(run)), encoding="utf-8")
+        root = resolve_project_root()
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
+                   PYTHONUNBUFFERED="1")
+        command = child_command(spec_path, result_path)
+        run.log("launching: " + " ".join(command))
+        with subprocess.Popen(command, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              encoding="utf-8", errors="replace") as process:
+            for line in process.stdout:
+                run.log(line.rstrip("\n"))
+            code = process.wait()
+        if code != 0 or not result_path.is_file():
+            raise RuntimeError(f"verl group {run.group} failed (exit code {code}); the traceback is in the group log")
+        return read_child_result(result_path)
+
+    def details(self, config: ClosureConfig, model: PreparedModel) -> dict:
+        return {**ENGINE_DESCRIPTION, **adapter_hashes(model),
+                "compilation": {"rollout.enforce_eager": config.rollout_enforce_eager,
+                                "actor.use_torch_compile": config.actor_torch_compile,
+                                "note": "vLLM without torch.compile or CUDA graphs; the FSDP actor's helpers "
+                                        "not compiled (each group starts fresh processes)"},
+                "versions": {name: installed_version(name) for name in ("verl", "vllm", "ray", "torch")}}
+
+
+BACKEND = VerlBackend()
 
 
 # ---------------------------------------------------------------------------
@@ -111,8 +148,8 @@ def execute_group(*, group: str, config, model_path: Path, adapter: Path, overri
 class VerlGroupSession:
     """GroupSession on verl 0.9.1: worker group, vLLM servers and checkpoint engine of one group."""
 
-    def __init__(self, group: str, config, model_path: Path, overrides: Sequence[str], clock: Callable[[], float],
-                 log: Callable[[str], None]):
+    def __init__(self, group: str, config: ClosureConfig, model_path: Path, overrides: Sequence[str],
+                 clock: Callable[[], float], log: Callable[[str], None]):
         self.group = group
         self.config = config
         self.model_path = Path(model_path)
@@ -121,6 +158,7 @@ class VerlGroupSession:
         self.log = log
         self.events: list[dict] = []
         self.tokenizer = load_tokenizer(self.model_path)
+        self.eos_ids = eos_token_ids(self.model_path, self.tokenizer)
         self._trainer_version = 0
         self._engine_version: int | None = None
         self._resume_seen = 0
@@ -132,6 +170,7 @@ class VerlGroupSession:
 
     # -- lifecycle ---------------------------------------------------------
     def initialise(self) -> None:
+        # verl, ray (and the worker module, which subclasses verl's worker) exist only in PT-VERL-CUDA
         import ray
         from omegaconf import OmegaConf
         from verl.checkpoint_engine import CheckpointEngineManager
@@ -143,9 +182,7 @@ class VerlGroupSession:
         from verl.workers.rollout.llm_server import LLMServerManager
         from verl.workers.utils.losses import sft_loss
 
-        from tools.closure_verl_worker import ClosureActorRolloutWorker
-        from tools.core.paths import resolve_project_root
-        from tools.verl_mechanism_closure import compose_verl_config
+        from tools.experiments.verl_closure.backends.verl_worker import ClosureActorRolloutWorker
 
         cfg = compose_verl_config(self.overrides, self.config.verl_root)
         OmegaConf.resolve(cfg)
@@ -173,10 +210,11 @@ class VerlGroupSession:
         self.checkpoints = CheckpointEngineManager(
             config=omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout.checkpoint_engine),
             actor_wg=self.wg, replicas=self.servers.get_replicas())
-        self.log(f"verl group {self.group}: worker group and {len(self.servers.get_replicas())} rollout replica(s) up")
+        self.log(f"verl group {self.group}: worker group and {len(self.servers.get_replicas())} rollout replica(s) up; "
+                 f"end-of-sequence ids {self.eos_ids}")
 
     def close(self) -> None:
-        import ray
+        import ray  # PT-VERL-CUDA only, as in initialise
 
         if ray.is_initialized():
             ray.shutdown()
@@ -212,17 +250,17 @@ class VerlGroupSession:
     # -- rollouts ----------------------------------------------------------
     def generate(self, requests) -> list[dict]:
         outputs = asyncio.run(self._generate_all(requests))
-        eos = {int(self.tokenizer.tokenizer.eos_token_id)}
         samples = []
         for request, output in zip(requests, outputs, strict=True):
             tokens = [int(t) for t in output.token_ids]
             if output.log_probs is None or len(output.log_probs) != len(tokens):
                 raise RuntimeError(f"{request.rollout_id}: vLLM returned no per-token log-probs "
                                    f"(stop_reason {output.stop_reason})")
-            finish = "stop" if tokens and tokens[-1] in eos else "length"
+            reported = (output.extra_fields or {}).get("global_steps")
             samples.append({"response_token_ids": tokens, "behaviour_logprobs": [float(v) for v in output.log_probs],
-                            "finish_reason": finish, "response_text": self.tokenizer.decode(tokens),
-                            "seed": request.seed})
+                            "finish_reason": finish_reason(tokens, self.eos_ids, self.config.response_token_cap),
+                            "response_text": self.tokenizer.decode(tokens), "seed": request.seed,
+                            "engine_version": None if reported is None else int(reported)})
         return samples
 
     async def _generate_all(self, requests):
@@ -236,8 +274,11 @@ class VerlGroupSession:
 
     # -- trainer -----------------------------------------------------------
     def trainer_logprobs(self, rollouts) -> list[list[float]]:
-        import torch
-        from verl.utils import tensordict_utils as tu
+        """The actor's log-probs of each response token: left-padded prompts, right-padded responses,
+        packed by verl's `left_right_2_no_padding` and unpacked by its `no_padding_2_padding`."""
+        # verl's helpers need ray and tensordict: PT-VERL-CUDA only
+        from verl.utils.tensordict_utils import assign_non_tensor, get_tensordict
+        from verl.utils.tensordict_utils import get as tensordict_get
         from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
 
         pad = self.tokenizer.pad_id
@@ -255,20 +296,21 @@ class VerlGroupSession:
             attention[row, prompt_width - len(prompt):prompt_width + len(response)] = 1
             response_mask[row, :len(response)] = torch.tensor(rollout["action_mask"])
         position_ids = torch.clamp(torch.cumsum(attention, dim=-1) - 1, min=0)
-        batch = tu.get_tensordict(tensor_dict={"prompts": prompts, "responses": responses,
-                                               "input_ids": torch.cat([prompts, responses], dim=1),
-                                               "attention_mask": attention, "position_ids": position_ids,
-                                               "response_mask": response_mask})
+        batch = get_tensordict(tensor_dict={"prompts": prompts, "responses": responses,
+                                            "input_ids": torch.cat([prompts, responses], dim=1),
+                                            "attention_mask": attention, "position_ids": position_ids,
+                                            "response_mask": response_mask})
         batch = left_right_2_no_padding(batch)
-        tu.assign_non_tensor(batch, calculate_entropy=False, compute_loss=False, temperature=self.config.temperature)
+        assign_non_tensor(batch, calculate_entropy=False, compute_loss=False, temperature=self.config.temperature)
         output = self.wg.compute_log_prob(batch)
-        table = no_padding_2_padding(tu.get(output, "log_probs"), batch).float().cpu()
+        table = no_padding_2_padding(tensordict_get(output, "log_probs"), batch).float().cpu()
         return [table[row, :len(r["response_token_ids"])].tolist() for row, r in enumerate(rollouts)]
 
     def supervised_update(self, examples) -> dict:
-        import torch
-        from verl.utils import tensordict_utils as tu
+        # verl's helpers need ray and tensordict: PT-VERL-CUDA only
         from verl.utils.dataset.dataset_utils import DatasetPadMode
+        from verl.utils.tensordict_utils import get as tensordict_get
+        from verl.utils.tensordict_utils import get_tensordict
 
         sequences = [list(e.prompt_token_ids) + list(e.target_token_ids) for e in examples]
         masks = [[0] * len(e.prompt_token_ids) + [1] * len(e.target_token_ids) for e in examples]
@@ -276,7 +318,7 @@ class VerlGroupSession:
         def nested(rows):
             return torch.nested.as_nested_tensor([torch.tensor(r, dtype=torch.long) for r in rows], layout=torch.jagged)
 
-        batch = tu.get_tensordict(
+        batch = get_tensordict(
             tensor_dict={"input_ids": nested(sequences), "position_ids": nested([list(range(len(s))) for s in sequences]),
                          "loss_mask": nested(masks)},
             non_tensor_dict={"pad_mode": DatasetPadMode.NO_PADDING, "temperature": 1.0, "compute_loss": True,
@@ -284,7 +326,7 @@ class VerlGroupSession:
                              "global_batch_size": len(examples), "epochs": 1, "seed": self.config.sampling_seed,
                              "dataloader_kwargs": {"shuffle": False}})
         output = self.wg.update_actor(batch)
-        metrics = tu.get(output, "metrics")
+        metrics = tensordict_get(output, "metrics")
         self._trainer_version += 1
 
         def first(value):
@@ -295,8 +337,8 @@ class VerlGroupSession:
                 "target_tokens": sum(sum(m) for m in masks), "examples": len(examples),
                 "loss_fn": "verl.workers.utils.losses.sft_loss (token-mean NLL of the answer tokens)"}
 
-    def lora_digests(self) -> dict[str, dict]:
-        return self.wg.closure_lora_digests()[0]
+    def lora_state(self) -> dict:
+        return self.wg.closure_lora_state()[0]
 
     def trainer_version(self) -> int:
         return self._trainer_version
@@ -309,11 +351,20 @@ class VerlGroupSession:
 # Child entry point
 # ---------------------------------------------------------------------------
 
-def _child(spec_path: Path, result_path: Path) -> int:
-    from tools.data.arithmetic import build_task_pool
-    from tools.closure_protocol import Request, SupervisedExample, run_group
-    from tools.verl_mechanism_closure import ClosureConfig
+def tensors_path_for(result_path: Path) -> Path:
+    return Path(result_path).with_suffix(".lora.npz")
 
+
+def read_child_result(result_path: Path) -> dict:
+    """A group's result as the child wrote it, with its LoRA tensors loaded back."""
+    result = json.loads(Path(result_path).read_text(encoding="utf-8"))
+    result["lora_tensors"] = load_lora_tensors(tensors_path_for(result_path))
+    return result
+
+
+def run_child(spec_path: Path, result_path: Path, *, log: Callable[[str], None]) -> dict:
+    """Run the group described by `spec_path` with a VerlGroupSession; write its result (JSON) and
+    its LoRA tensors (.npz beside it) and return the result as written."""
     spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
     config = ClosureConfig.from_public(spec["config"])
 
@@ -324,29 +375,29 @@ def _child(spec_path: Path, result_path: Path) -> int:
         return SupervisedExample(task_id=data["task_id"], prompt_token_ids=tuple(data["prompt_token_ids"]),
                                  target_token_ids=tuple(data["target_token_ids"]))
 
-    def log(line: str) -> None:
-        print(line, flush=True)
-
     tasks = {task.task_id: task for task in build_task_pool(config.task_seed).tasks}
     session = VerlGroupSession(spec["group"], config, Path(spec["model_path"]), spec["overrides"], time.monotonic, log)
     try:
         result = run_group(session, group=spec["group"], requests=[request(r) for r in spec["requests"]],
                            probe_requests=[request(r) for r in spec["probe_requests"]],
                            examples=[example(e) for e in spec["examples"]], tasks=tasks, frozen=spec["frozen"],
-                           config=config, clock=time.monotonic, log=log)
+                           drift_threshold=config.behaviour_drift_threshold, clock=time.monotonic, log=log)
     finally:
         session.close()
+    save_lora_tensors(tensors_path_for(result_path), result.pop("lora_tensors"))
     Path(result_path).write_text(json.dumps(result, allow_nan=False), encoding="utf-8")
-    return 0
+    return result
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.closure_verl_backend",
+    """The group process: its stdout is the group's log (the parent tees it into `<label>_<group>.log`)."""
+    parser = argparse.ArgumentParser(prog=f"python -m {CHILD_MODULE}",
                                      description="Run one group of the shared experiment on verl (internal).")
     parser.add_argument("--spec", type=Path, required=True)
     parser.add_argument("--result", type=Path, required=True)
     args = parser.parse_args(argv)
-    return _child(args.spec, args.result)
+    run_child(args.spec, args.result, log=lambda line: print(line, flush=True))
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,145 @@
+"""`run_experiment`: both groups in order, the resource sampler, the memory wait between groups, and
+the write-once record. Silent unless the caller passes `echo` (each group's log is always written to
+`<label>_<group>.log` beside the record)."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import shutil
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Callable
+
+from tools.core.environment import runtime_snapshot
+from tools.core.records import save_json_record_once
+from tools.data.arithmetic import build_task_pool
+from tools.errors import RecordExistsError
+from tools.experiments.verl_closure.backends import GroupRun, get_backend
+from tools.experiments.verl_closure.comparisons import compare_lora_updates
+from tools.experiments.verl_closure.config import ClosureConfig, group_settings, validate_config
+from tools.experiments.verl_closure.protocol import FREE_CACHE_ENGINE, GROUPS, build_examples, build_requests
+from tools.experiments.verl_closure.record import build_record
+from tools.measure.sampler import ResourceSampler, gpu_memory_reader, wait_for_memory_settle
+
+PROBE_SEED_OFFSET = 10_000
+"""The post-sync probe requests use seeds far from the frozen rollouts' seeds."""
+
+
+class GroupLog:
+    """Appends timestamped lines to `<label>_<group>.log` (UTF-8) and passes each to `echo` when given."""
+
+    def __init__(self, path: Path, echo: Callable[[str], None] | None = None):
+        self.path = path
+        self.echo = echo
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._handle = open(path, "a", encoding="utf-8")
+
+    def __call__(self, line: str) -> None:
+        stamp = _dt.datetime.now().strftime("%H:%M:%S.%f")[:-3]
+        self._handle.write(f"{stamp} {line}\n")
+        self._handle.flush()
+        if self.echo is not None:
+            self.echo(f"[{self.path.stem}] {line}")
+
+    def failed(self, group: str, error: BaseException) -> None:
+        self(f"group {group} FAILED: {type(error).__name__}: {error}")
+        for line in traceback.format_exception(error):
+            for part in line.rstrip().splitlines():
+                self(part)
+
+    def close(self) -> None:
+        self._handle.close()
+
+
+def _settling(reader, description: dict, config: ClosureConfig) -> dict:
+    return {"measured": reader is not None, "source": description.get("gpu_source"),
+            "device_uuid": description.get("gpu_device_uuid"), "margin_mb": config.memory_settle_margin_mb,
+            "timeout_s": config.memory_settle_timeout_s, "baseline_mb": None, "before_group": {}}
+
+
+def run_experiment(config: ClosureConfig, *, sampler: ResourceSampler | None = None,
+                   clock: Callable[[], float] = time.monotonic, echo: Callable[[str], None] | None = None,
+                   gpu_reader: Callable[[], float] | None = None, sleep: Callable[[float], None] = time.sleep) -> dict:
+    """Run both groups and write the record once; returns `{path, sha256, record, groups, settings,
+    overrides, update_comparison}` (`groups` holds the raw per-group measurements on the absolute clock).
+
+    Before each group after the first, device memory must come back within the margin of the
+    baseline read before the first group (NVML, with a timeout); what happened is recorded, and a
+    group that starts unsettled fails a check. `gpu_reader` replaces the device reader (tests).
+
+    Raises RecordExistsError before any work when the output exists, ConfigError on invalid input;
+    a failed stage raises after logging to `<label>_<group>.log`, and no record is written.
+    """
+    validate_config(config)
+    output = Path(config.output)
+    if output.exists():
+        raise RecordExistsError(f"record {output} already exists; records are write-once, use a new run label.")
+    backend = get_backend(config.backend)
+    pool = build_task_pool(config.task_seed)
+    tasks = {task.task_id: task for task in pool.tasks}
+    use_torch = backend.parent_uses_cuda and config.device == "cuda"
+    if gpu_reader is None:
+        gpu_reader, gpu_description = gpu_memory_reader(config.device, use_torch=use_torch)
+    else:
+        gpu_description = {"gpu_source": "injected"}
+    settling = _settling(gpu_reader, gpu_description, config)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    groups: dict[str, dict] = {}
+    with contextlib.ExitStack() as stack:
+        workspace = Path(tempfile.mkdtemp(prefix=f".{config.run_label}_work_", dir=output.parent))
+        stack.callback(shutil.rmtree, workspace)
+        runtime_details = stack.enter_context(backend.runtime_context(config))
+        model = backend.prepare(config, workspace)
+        tokenizer = model.tokenizer
+        requests = build_requests(pool, tokenizer.prompt_ids, config.samples_per_task, config.sampling_seed)
+        probe_requests = build_requests(pool, tokenizer.prompt_ids, 1, config.sampling_seed + PROBE_SEED_OFFSET,
+                                        tag="probe")
+        examples = build_examples(pool, tokenizer.prompt_ids, tokenizer.answer_ids)
+        settings = {group: group_settings(config, group) for group in GROUPS}
+        overrides = {group: backend.group_overrides(config, group, model) for group in GROUPS}
+        overrides = None if any(value is None for value in overrides.values()) else overrides
+        if sampler is None:
+            sampler = ResourceSampler(interval_s=config.sample_interval_s, device=config.device, clock=clock,
+                                      use_torch=use_torch)
+        origin = clock()
+        sampler.start()
+        try:
+            frozen = None
+            settling["baseline_mb"] = None if gpu_reader is None else float(gpu_reader())
+            for index, group in enumerate(GROUPS):
+                log = GroupLog(config.log_path(group), echo=echo)
+                try:
+                    if index > 0:
+                        settling["before_group"][group] = (
+                            wait_for_memory_settle(gpu_reader, baseline_mb=settling["baseline_mb"],
+                                                   margin_mb=config.memory_settle_margin_mb,
+                                                   timeout_s=config.memory_settle_timeout_s, clock=clock, sleep=sleep)
+                            if gpu_reader is not None else {"settled": None, "reason": "no device memory reader"})
+                        log(f"device memory before group {group}: {settling['before_group'][group]}")
+                    log(f"run {config.run_label}: group {group} (backend {config.backend}, device {config.device}, "
+                        f"model {config.model}, free_cache_engine={FREE_CACHE_ENGINE[group]})")
+                    groups[group] = backend.execute_group(GroupRun(
+                        group=group, config=config, model=model, overrides=None if overrides is None else overrides[group],
+                        requests=requests, probe_requests=probe_requests, examples=examples, tasks=tasks,
+                        frozen=frozen, clock=clock, log=log, workspace=workspace))
+                except BaseException as error:
+                    log.failed(group, error)
+                    raise
+                finally:
+                    log.close()
+                if group == "release":
+                    frozen = groups[group]["frozen_rollouts"]
+        finally:
+            sampler.stop()
+        tensors = {group: groups[group].pop("lora_tensors") for group in GROUPS}
+        comparison = compare_lora_updates(tensors["release"], tensors["retain"])
+        record = build_record(config=config, pool=pool, groups=groups, settings=settings, overrides=overrides,
+                              sampler=sampler, origin=origin, model=model.identity, runtime=runtime_snapshot(),
+                              backend_details={**backend.details(config, model), **runtime_details},
+                              update_comparison=comparison, memory_settling=settling)
+    digest = save_json_record_once(output, record)
+    return {"path": output, "sha256": digest, "record": record, "groups": groups, "settings": settings,
+            "overrides": overrides, "update_comparison": comparison}
