@@ -1,69 +1,338 @@
-# TEMPLATE: replace these hidden tests with the ones of your exercises (>= 12, each contract clause by name).
-# %% hidden exercise=pass_share points=1 name=refuses_ints_for_outcomes
-# hint: an outcome is a bool; 0 and 1 are not outcomes.
-for bad in ([1, 0], [True, 1], [], "TF", None):
+# Hidden tests of chapter 14 (LoRA target modules). Each block is one nbgrader grade cell.
+
+# %% hidden exercise=lora_trainable_count points=1 name=grouped_query_attention_narrows_k_and_v
+# hint: k_proj and v_proj produce num_key_value_heads * head_dim outputs, not hidden_size.
+qwen = lora.architecture("Qwen/Qwen2.5-0.5B-Instruct")
+_result = lora_trainable_count(qwen, ("k_proj", "v_proj", "q_proj"), 8)
+assert _result["per_layer"] == {"q_proj": 8 * (896 + 896), "k_proj": 8 * (896 + 128), "v_proj": 8 * (896 + 128)}, _result
+assert _result["total"] == 24 * 8 * (1792 + 1024 + 1024), _result
+
+# %% hidden exercise=lora_trainable_count points=1 name=head_dim_entry_is_used_when_given
+# hint: when the config gives head_dim, the q, k, v and o widths use it, even if heads * head_dim != hidden_size.
+_config = {"hidden_size": 64, "intermediate_size": 96, "num_attention_heads": 4, "num_key_value_heads": 1,
+           "num_hidden_layers": 3, "head_dim": 32}
+_result = lora_trainable_count(_config, ["q_proj", "k_proj", "o_proj"], 2)
+assert _result["per_layer"] == {"q_proj": 2 * (64 + 128), "k_proj": 2 * (64 + 32), "o_proj": 2 * (128 + 64)}, _result
+assert _result["total"] == 3 * _result["per_layer_total"], _result
+_none = dict(_config, head_dim=None)
+assert lora_trainable_count(_none, ["q_proj"], 2)["per_layer"] == {"q_proj": 2 * (64 + 64)}
+
+# %% hidden exercise=lora_trainable_count points=1 name=per_layer_follows_the_model_order
+# hint: the per_layer keys come in QWEN2_LINEAR order, whatever order target_modules lists them in.
+_result = lora_trainable_count(lora.architecture("tiny"), ["down_proj", "v_proj", "gate_proj", "q_proj"], 4)
+assert list(_result["per_layer"]) == ["q_proj", "v_proj", "gate_proj", "down_proj"], list(_result["per_layer"])
+
+# %% hidden exercise=lora_trainable_count points=1 name=total_counts_every_layer_and_is_an_int
+# hint: total = per_layer_total * num_hidden_layers, and every count is an int.
+_config = dict(lora.architecture("tiny"), num_hidden_layers=5)
+_result = lora_trainable_count(_config, QWEN2_LINEAR, 3)
+assert _result["per_layer_total"] == 3 * (128 + 96 + 96 + 128 + 192 + 192 + 192), _result
+assert _result["total"] == 5 * _result["per_layer_total"], _result
+assert all(type(value) is int for value in [_result["total"], _result["per_layer_total"], *_result["per_layer"].values()])
+
+# %% hidden exercise=lora_trainable_count points=1 name=refuses_bad_config_entries
+# hint: a required entry missing, zero, negative, a float or a bool is refused, and so is a config that is not a dict.
+_good = lora.architecture("tiny")
+_bad_configs = [dict(_good, hidden_size=0), dict(_good, num_key_value_heads=True), dict(_good, intermediate_size=128.0),
+                dict(_good, num_hidden_layers=-2), dict(_good, head_dim=0), dict(_good, head_dim=16.0),
+                {k: v for k, v in _good.items() if k != "num_key_value_heads"}, list(_good.items()), None]
+for _bad in _bad_configs:
     try:
-        pass_share(bad)
+        lora_trainable_count(_bad, ["q_proj"], 8)
     except ValueError:
         continue
-    raise AssertionError(f"{bad!r} accepted")
+    raise AssertionError(f"config {_bad!r} accepted")
 
-# %% hidden exercise=pass_share points=1 name=returns_a_float_share
-# hint: the share is a float even when it is 0 or 1.
-assert type(pass_share([True, True])) is float and pass_share([True, True]) == 1.0
-
-# %% hidden exercise=pass_share points=1 name=agrees_with_reference_on_generated_groups
-# hint: any list, valid or not: the same share, or the same error.
-from hypothesis import strategies as st
-items = st.one_of(st.booleans(), st.integers(0, 1), st.none())
-reference.agrees("pass_share", st.tuples(st.lists(items, max_size=6)), cases=80)
-
-# %% hidden exercise=pass_share points=1 name=counts_every_outcome
-# hint: the denominator is every outcome of the group.
-assert pass_share([True] + [False] * 3) == 0.25
-
-# %% hidden exercise=rank_groups points=1 name=ties_by_name
-# hint: equal shares are ordered by name.
-assert rank_groups({"z": 0.5, "m": 0.5, "a": 0.5}) == ["a", "m", "z"]
-
-# %% hidden exercise=rank_groups points=1 name=refuses_bad_shares
-# hint: check every name and every share.
-for bad in ({"a": 1.5}, {"a": float("nan")}, {"": 0.5}, {"a": True}, [("a", 0.5)]):
+# %% hidden exercise=lora_trainable_count points=1 name=refuses_heads_that_do_not_divide
+# hint: hidden_size must divide by num_attention_heads when head_dim is absent, and num_attention_heads by num_key_value_heads.
+_good = lora.architecture("tiny")
+for _bad in (dict(_good, num_attention_heads=3), dict(_good, num_key_value_heads=3),
+             dict(_good, num_attention_heads=6, head_dim=8, num_key_value_heads=4)):
     try:
-        rank_groups(bad)
+        lora_trainable_count(_bad, ["q_proj"], 8)
     except ValueError:
         continue
-    raise AssertionError(f"{bad!r} accepted")
+    raise AssertionError(f"config {_bad!r} accepted")
+assert lora_trainable_count(dict(_good, num_attention_heads=6, head_dim=8, num_key_value_heads=3), ["k_proj"], 1)["total"] == 2 * (64 + 24)
 
-# %% hidden exercise=rank_groups points=1 name=agrees_with_reference_on_generated_shares
-# hint: any dict, valid or not: the same order, or the same error.
-from hypothesis import strategies as st
-shares = st.dictionaries(st.sampled_from(["a", "b", "c", ""]), st.one_of(st.floats(-1, 2), st.booleans()), max_size=4)
-reference.agrees("rank_groups", st.tuples(shares), cases=80)
-
-# %% hidden exercise=rank_groups points=1 name=empty_is_an_empty_ranking
-# hint: no group, no ranking.
-assert rank_groups({}) == []
-
-# %% hidden exercise=gate points=1 name=minimum_is_inclusive
-# hint: a share equal to the minimum is admitted.
-assert gate({"a": 0.5}, 0.5)["admitted"] == ["a"]
-
-# %% hidden exercise=gate points=1 name=refuses_a_bad_minimum
-# hint: the minimum is a finite number in [0, 1].
-for bad in (-0.1, 1.1, float("nan"), True):
+# %% hidden exercise=lora_trainable_count points=1 name=refuses_bad_targets_and_ranks
+# hint: target_modules is a non-empty list or tuple of distinct Qwen2 linear names; rank is an int >= 1 (not a bool).
+_tiny = lora.architecture("tiny")
+for _targets, _rank in ((["q_proj", "Q_PROJ"], 8), (("v_proj", "v_proj"), 8), ("q_proj", 8), ({"q_proj"}, 8),
+                        ([], 8), (["embed_tokens"], 8), (["q_proj"], 0), (["q_proj"], True), (["q_proj"], 8.0)):
     try:
-        gate({"a": 0.5}, bad)
+        lora_trainable_count(_tiny, _targets, _rank)
     except ValueError:
         continue
-    raise AssertionError(f"{bad!r} accepted")
+    raise AssertionError(f"target_modules {_targets!r}, rank {_rank!r} accepted")
 
-# %% hidden exercise=gate points=1 name=admitted_in_rank_order
-# hint: admitted groups come in rank_groups order.
-assert gate({"b": 0.6, "a": 0.9, "c": 0.6}, 0.6)["admitted"] == ["a", "b", "c"]
+# %% hidden exercise=lora_trainable_count points=1 name=equals_peft_on_every_module_alone
+# hint: framework check: on Qwen2.5-0.5B (meta device), each of the seven modules alone at rank 4 counts exactly what peft counts.
+for _module in QWEN2_LINEAR:
+    _ours = lora_trainable_count(lora.architecture("Qwen/Qwen2.5-0.5B-Instruct"), [_module], 4)["total"]
+    _theirs = lora.peft_trainable(QWEN_META, [_module], 4)
+    assert _ours == _theirs, f"{_module}: {_ours} != peft {_theirs}"
 
-# %% hidden exercise=gate points=1 name=agrees_with_reference_on_generated_gates
-# hint: any shares and minimum: the same decision, or the same error.
+# %% hidden exercise=lora_trainable_count points=2 name=agrees_with_reference_on_generated_configs
+# hint: on generated Qwen2-shaped configs (grouped-query heads, with or without head_dim, extra keys, every target subset) the same counts.
 from hypothesis import strategies as st
-shares = st.dictionaries(st.sampled_from(["a", "b", "c"]), st.floats(0, 1), max_size=3)
-reference.agrees("gate", st.tuples(shares, st.one_of(st.floats(-0.5, 1.5), st.booleans())), cases=80)
+
+
+def _config(hidden_per_head, heads, intermediate, layers, head_dim, extra):
+    heads, kv_heads = heads
+    config = {"hidden_size": hidden_per_head * heads, "intermediate_size": intermediate,
+              "num_attention_heads": heads, "num_key_value_heads": kv_heads, "num_hidden_layers": layers}
+    if head_dim != "absent":
+        config["head_dim"] = head_dim
+    if extra:
+        config["vocab_size"] = 512
+    return config
+
+
+_heads = st.sampled_from([(1, 1), (2, 1), (2, 2), (4, 2), (4, 4), (6, 3), (8, 2), (14, 2)])
+_configs = st.builds(_config, st.integers(1, 8), _heads, st.integers(1, 50), st.integers(1, 4),
+                     st.sampled_from(["absent", None, 4, 7]), st.booleans())
+_targets = st.lists(st.sampled_from(QWEN2_LINEAR), min_size=1, max_size=7, unique=True)
+_shapes = st.sampled_from([list, tuple])
+reference.agrees("lora_trainable_count",
+                 st.tuples(_configs, st.tuples(_targets, _shapes).map(lambda drawn: drawn[1](drawn[0])),
+                           st.integers(1, 64)), cases=120)
+
+# %% hidden exercise=lora_trainable_count points=1 name=agrees_with_reference_on_generated_invalid_counts
+# hint: broken configs (missing, zero, bool, float or text entries, heads that do not divide), bad targets and bad ranks: the same ValueError.
+from hypothesis import strategies as st
+_values = st.one_of(st.integers(-1, 9), st.booleans(), st.sampled_from([2.0, "4", None, float("nan")]))
+_keys = st.sampled_from(["hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
+                         "num_hidden_layers", "head_dim"])
+_configs = st.one_of(st.dictionaries(_keys, _values, max_size=6), st.just(lora.architecture("tiny")),
+                     st.sampled_from([None, [], "config"]))
+_targets = st.one_of(st.lists(st.sampled_from(QWEN2_LINEAR + ("lm_head", "", "Q_PROJ")), max_size=4),
+                     st.sampled_from(["q_proj", None, {"q_proj"}, [["q_proj"]], ("q_proj", 1)]))
+_ranks = st.one_of(st.integers(-2, 6), st.booleans(), st.sampled_from([1.0, "8", None]))
+reference.agrees("lora_trainable_count", st.tuples(_configs, _targets, _ranks), cases=200)
+
+# %% hidden exercise=frozen_base_report points=1 name=names_every_changed_base_tensor_sorted
+# hint: every base tensor whose hash changed is listed, sorted by name, and the decision is base_changed even when adapters changed too.
+_before = {"z.weight": torch.zeros(2), "a.weight": torch.zeros(2), "m.lora_B.default.weight": torch.zeros(2),
+           "b.bias": torch.ones(3)}
+_after = {"z.weight": torch.ones(2), "a.weight": torch.ones(2), "m.lora_B.default.weight": torch.ones(2),
+          "b.bias": torch.ones(3)}
+_report = frozen_base_report(_before, _after)
+assert _report["changed_base"] == ["a.weight", "z.weight"], _report
+assert _report["changed_adapter"] == ["m.lora_B.default.weight"] and _report["decision"] == "base_changed", _report
+assert _report["base_tensors"] == 3 and _report["adapter_tensors"] == 1, _report
+
+# %% hidden exercise=frozen_base_report points=1 name=nothing_changed_is_no_update
+# hint: when no adapter tensor changed (and no base tensor either) the decision is no_update, not frozen.
+_snapshot = {"w": torch.arange(4.0), "w.lora_A.default.weight": torch.zeros(1, 4)}
+_report = frozen_base_report(_snapshot, {k: v.clone() for k, v in _snapshot.items()})
+assert _report["decision"] == "no_update" and _report["changed_adapter"] == [] == _report["changed_base"], _report
+_only_base = {"w": torch.arange(4.0)}
+assert frozen_base_report(_only_base, {"w": torch.arange(4.0)})["decision"] == "no_update"
+
+# %% hidden exercise=frozen_base_report points=1 name=dtype_and_shape_are_part_of_the_hash
+# hint: a cast or a reshape of a base tensor is a change, even with the same values or the same bytes.
+_w = torch.arange(6.0)
+for _changed in (_w.to(torch.float64), _w.reshape(2, 3), _w.view(torch.int32)):
+    _report = frozen_base_report({"w": _w, "x.lora_B.y": torch.zeros(1)}, {"w": _changed, "x.lora_B.y": torch.ones(1)})
+    assert _report["changed_base"] == ["w"], (_changed.dtype, tuple(_changed.shape), _report)
+
+# %% hidden exercise=frozen_base_report points=1 name=bits_decide_not_equality
+# hint: the hash compares bits: a NaN kept bit for bit is unchanged, and -0.0 replacing 0.0 is a change.
+_nan = torch.tensor([float("nan"), 1.0])
+_report = frozen_base_report({"w": _nan, "w.lora_A.a": torch.zeros(1)}, {"w": _nan.clone(), "w.lora_A.a": torch.ones(1)})
+assert _report["decision"] == "frozen", _report
+_report = frozen_base_report({"w": torch.tensor([0.0]), "w.lora_A.a": torch.zeros(1)},
+                             {"w": torch.tensor([-0.0]), "w.lora_A.a": torch.ones(1)})
+assert _report["changed_base"] == ["w"], _report
+
+# %% hidden exercise=frozen_base_report points=1 name=markers_match_anywhere_in_the_name
+# hint: a name is an adapter tensor when a marker stands anywhere in it (peft puts lora_A in the middle); custom markers replace the default ones.
+_names = ["base_model.model.layers.0.q_proj.lora_A.default.weight", "layers.0.q_proj.lora_magnitude_vector.default.weight",
+          "layers.0.q_proj.base_layer.weight"]
+_before = {name: torch.zeros(2) for name in _names}
+_after = {name: torch.ones(2) for name in _names}
+_report = frozen_base_report(_before, {**_after, _names[2]: torch.zeros(2)})
+assert _report["adapter_tensors"] == 2 and _report["decision"] == "frozen", _report
+_custom = frozen_base_report(_before, {**_after, _names[2]: torch.zeros(2)}, ("base_layer",))
+assert _custom["adapter_tensors"] == 1 and _custom["decision"] == "base_changed", _custom
+
+# %% hidden exercise=frozen_base_report points=1 name=refuses_snapshots_that_do_not_match
+# hint: the two snapshots must be non-empty dicts of tensors with the same names; markers a non-empty tuple of non-empty strs.
+_ok = {"w": torch.zeros(1)}
+for _args in (({"w": torch.zeros(1)}, {"v": torch.zeros(1)}), ({}, {}), (_ok, {"w": [0.0]}), ([("w", torch.zeros(1))], _ok),
+              ({"": torch.zeros(1)}, {"": torch.zeros(1)}), ({1: torch.zeros(1)}, {1: torch.zeros(1)}),
+              (_ok, _ok, ()), (_ok, _ok, "lora_A"), (_ok, _ok, ("lora_A", "")), (_ok, _ok, ["lora_A"])):
+    try:
+        frozen_base_report(*_args)
+    except ValueError:
+        continue
+    raise AssertionError(f"{_args!r} accepted")
+
+# %% hidden exercise=frozen_base_report points=1 name=a_real_update_through_peft_is_frozen
+# hint: on the tiny model, one AdamW step of an all-linear adapter changes every adapter tensor and no base tensor.
+_model = lora.with_adapter(TINY, TARGET_SETS["all_linear"], 4)
+_snapshot = {name: p.detach().clone() for name, p in _model.named_parameters()}
+_optimizer = torch.optim.AdamW([p for p in _model.parameters() if p.requires_grad], lr=1e-2)
+_model(input_ids=ids, labels=ids).loss.backward()
+_optimizer.step()
+_report = frozen_base_report(_snapshot, {name: p.detach().clone() for name, p in _model.named_parameters()})
+assert _report["decision"] == "frozen" and len(_report["changed_adapter"]) == _report["adapter_tensors"] == 28, _report
+assert _report["base_tensors"] == 26, _report
+
+# %% hidden exercise=frozen_base_report points=2 name=agrees_with_reference_on_generated_snapshots
+# hint: on generated snapshots (adapter and base names, values changed, cast, reshaped, NaN kept, signed zeros) the same report.
+from hypothesis import strategies as st
+_names = ["model.layers.0.q_proj.base_layer.weight", "model.layers.0.q_proj.lora_A.default.weight",
+          "model.layers.0.q_proj.lora_B.default.weight", "model.norm.weight", "lm_head.lora_embedding_A.x",
+          "model.layers.1.v_proj.lora_magnitude_vector.default.weight", "model.embed_tokens.weight"]
+_edits = ["same", "same", "value", "cast", "reshape", "negzero"]
+
+
+def _tensor(values):
+    return torch.tensor(values, dtype=torch.float32)
+
+
+def _edit(tensor, edit):
+    if edit == "value":
+        return tensor + 1
+    if edit == "cast":
+        return tensor.to(torch.float64)
+    if edit == "reshape":
+        return tensor.reshape(1, -1)
+    if edit == "negzero":
+        return torch.where(tensor == 0, torch.tensor(-0.0), tensor)
+    return tensor.clone()
+
+
+def _snapshots(chosen, values, edits):
+    before = {name: _tensor(values[i % len(values)]) for i, name in enumerate(chosen)}
+    return before, {name: _edit(before[name], edits[i % len(edits)]) for i, name in enumerate(chosen)}
+
+
+_value_lists = st.lists(st.lists(st.sampled_from([0.0, 1.5, -2.0, float("nan")]), min_size=1, max_size=3),
+                        min_size=1, max_size=3)
+_markers = st.sampled_from([None, ("lora_A", "lora_B", "lora_magnitude_vector", "lora_embedding_A", "lora_embedding_B"),
+                            ("base_layer",), ("lora_",)])
+_calls = st.tuples(st.lists(st.sampled_from(_names), min_size=1, max_size=6, unique=True), _value_lists,
+                   st.lists(st.sampled_from(_edits), min_size=1, max_size=6), _markers).map(
+    lambda d: _snapshots(d[0], d[1], d[2]) + (() if d[3] is None else (d[3],)))
+reference.agrees("frozen_base_report", _calls, cases=120)
+
+# %% hidden exercise=frozen_base_report points=1 name=agrees_with_reference_on_generated_invalid_snapshots
+# hint: snapshots that are not dicts, are empty, hold non-tensors or name different tensors, and bad markers: the same ValueError.
+from hypothesis import strategies as st
+_values = st.sampled_from([torch.zeros(2), torch.ones(2), [0.0, 0.0], 0.0, None, torch.zeros(2).numpy()])
+_dicts = st.one_of(st.dictionaries(st.sampled_from(["w", "w.lora_A.x", "", "v"]), _values, max_size=3),
+                   st.sampled_from([None, [], "w", (("w", torch.zeros(2)),)]))
+_markers = st.sampled_from([("lora_A",), (), ("",), "lora_A", ["lora_A"], ("lora_A", 1), None])
+reference.agrees("frozen_base_report", st.one_of(st.tuples(_dicts, _dicts), st.tuples(_dicts, _dicts, _markers)),
+                 cases=150)
+
+# %% hidden exercise=judge_merge points=1 name=thresholds_are_inclusive
+# hint: a drift exactly at a threshold takes the better band (accept at 1e-5 in float32, accept at 2**-7 and tune at 2**-4 in bfloat16).
+_z = torch.zeros(3, dtype=torch.float64)
+assert judge_merge(_z, _z + 1e-5, "float32")["decision"] == "accept"
+assert judge_merge(_z, _z + 2.0 ** -7, "bfloat16")["decision"] == "accept"
+assert judge_merge(_z, _z + 2.0 ** -4, "bfloat16")["decision"] == "tune"
+assert judge_merge(_z, _z + 2.0 ** -4 + 1e-9, "bfloat16")["decision"] == "reject"
+
+# %% hidden exercise=judge_merge points=1 name=float32_has_no_tune_band
+# hint: in float32 anything above 1e-5 is reject, and tune_below is None.
+_z = torch.zeros(2, 2)
+_result = judge_merge(_z, _z + 0.01, "float32")
+assert _result["decision"] == "reject" and _result["tune_below"] is None and _result["accept_below"] == 1e-5, _result
+
+# %% hidden exercise=judge_merge points=1 name=drift_is_relative_to_the_unmerged_scale
+# hint: the scale is max |unmerged| (at least 1), taken from the unmerged logits, not from the merged ones.
+_unmerged = torch.tensor([20.0, -40.0, 5.0], dtype=torch.float64)
+_result = judge_merge(_unmerged, _unmerged + torch.tensor([0.2, 0.0, 0.0], dtype=torch.float64), "bfloat16")
+assert _result["logit_scale"] == 40.0 and math.isclose(_result["relative_drift"], 0.005), _result
+assert _result["decision"] == "accept", _result
+_grown = judge_merge(torch.tensor([2.0, 0.0]), torch.tensor([2.0, 64.0]), "bfloat16")
+assert _grown["logit_scale"] == 2.0 and _grown["relative_drift"] == 32.0 and _grown["decision"] == "reject", _grown
+
+# %% hidden exercise=judge_merge points=1 name=small_logits_are_judged_absolutely
+# hint: the scale never falls below 1: near-zero logits are judged on their absolute difference.
+_result = judge_merge(torch.tensor([0.01, -0.02]), torch.tensor([0.03, -0.02]), "bfloat16")
+assert _result["logit_scale"] == 1.0 and _result["decision"] == "tune", _result
+
+# %% hidden exercise=judge_merge points=1 name=the_largest_difference_decides
+# hint: one far-off logit among many exact ones decides: the maximum difference, not a mean.
+_unmerged = torch.zeros(1000)
+_merged = _unmerged.clone()
+_merged[17] = 0.5
+_result = judge_merge(_unmerged, _merged, "bfloat16")
+assert _result["max_abs_diff"] == 0.5 and _result["decision"] == "reject", _result
+
+# %% hidden exercise=judge_merge points=1 name=non_finite_merge_is_reject_with_infinite_difference
+# hint: a NaN or an infinity in the merged logits is reject, with max_abs_diff and relative_drift math.inf; non-finite unmerged logits raise.
+for _bad in (float("nan"), float("inf"), -float("inf")):
+    _result = judge_merge(torch.ones(3), torch.tensor([1.0, _bad, 1.0]), "float32")
+    assert _result["decision"] == "reject" and _result["max_abs_diff"] == math.inf == _result["relative_drift"], _result
+try:
+    judge_merge(torch.tensor([1.0, float("nan")]), torch.ones(2), "float32")
+except ValueError:
+    pass
+else:
+    raise AssertionError("non-finite unmerged logits accepted")
+
+# %% hidden exercise=judge_merge points=1 name=refuses_bad_inputs
+# hint: only "float32" and "bfloat16"; both logits non-empty floating tensors of the same shape.
+for _args in ((torch.ones(2), torch.ones(2), "float16"), (torch.ones(2), torch.ones(2), "bf16"),
+              (torch.ones(2), torch.ones(3), "float32"), (torch.ones(2, 1), torch.ones(2), "float32"),
+              (torch.ones(2, dtype=torch.long), torch.ones(2, dtype=torch.long), "float32"),
+              (torch.ones(0), torch.ones(0), "float32"), ([1.0, 2.0], torch.ones(2), "float32"),
+              (torch.ones(2), None, "bfloat16")):
+    try:
+        judge_merge(*_args)
+    except ValueError:
+        continue
+    raise AssertionError(f"{_args!r} accepted")
+
+# %% hidden exercise=judge_merge points=1 name=bfloat16_merge_of_the_tiny_model
+# hint: framework check: peft's bfloat16 merge of the tiny model's adapter lands in a bfloat16 band, judged in bfloat16.
+torch.manual_seed(7)
+_model = lora.with_adapter(TINY, TARGET_SETS["attention_qv"], RANK)
+_model.load_state_dict({name: (torch.randn_like(p) * 0.05 if "lora_B" in name else p) for name, p in _model.state_dict().items()})
+_model = _model.to(torch.bfloat16)
+with torch.no_grad():
+    _unmerged = _model(input_ids=ids).logits.float()
+    _merged = _model.merge_and_unload()(input_ids=ids).logits.float()
+_result = judge_merge(_unmerged, _merged, "bfloat16")
+assert _result["decision"] in ("accept", "tune") and _result["tune_below"] == 2.0 ** -4, _result
+assert type(_result["max_abs_diff"]) is float and type(_result["logit_scale"]) is float, _result
+
+# %% hidden exercise=judge_merge points=2 name=agrees_with_reference_on_generated_logits
+# hint: on generated logits (float16 to float64, large and tiny scales, differences in every band, NaN and infinities in the merged logits) the same judgement.
+from hypothesis import strategies as st
+
+
+def _logits(shape, values, offsets, specials, tensor_dtype, dtype):
+    size = 1
+    for dim in shape:
+        size *= dim
+    unmerged = torch.tensor([values[i % len(values)] for i in range(size)], dtype=torch.float64).reshape(shape)
+    merged = unmerged + torch.tensor([offsets[i % len(offsets)] for i in range(size)], dtype=torch.float64).reshape(shape)
+    if specials is not None:
+        merged.view(-1)[0] = specials
+    return unmerged.to(tensor_dtype), merged.to(tensor_dtype), dtype
+
+
+_calls = st.builds(_logits, st.sampled_from([(1,), (3,), (2, 3), (1, 2, 2)]),
+                   st.lists(st.sampled_from([0.0, 0.3, -0.7, 3.0, -12.0, 40.0]), min_size=1, max_size=4),
+                   st.lists(st.sampled_from([0.0, 1e-7, 1e-5, 2e-3, 0.0078125, 0.02, 0.0625, 0.2, 3.0]), min_size=1,
+                            max_size=4),
+                   st.sampled_from([None] * 6 + [float("nan"), float("inf")]),
+                   st.sampled_from([torch.float64, torch.float32, torch.bfloat16, torch.float16]),
+                   st.sampled_from(["float32", "bfloat16"]))
+reference.agrees("judge_merge", _calls, cases=150)
+
+# %% hidden exercise=judge_merge points=1 name=agrees_with_reference_on_generated_invalid_logits
+# hint: wrong dtype names, non-tensors, integer or empty tensors, shape mismatches and non-finite unmerged logits: the same ValueError.
+from hypothesis import strategies as st
+_tensors = st.sampled_from([torch.ones(2), torch.ones(2, dtype=torch.float64), torch.ones(3), torch.ones(1, 2),
+                            torch.ones(2, dtype=torch.int64), torch.ones(0), torch.tensor([1.0, float("nan")]),
+                            torch.tensor([float("inf"), 0.0]), [1.0, 1.0], None, 1.0])
+_dtypes = st.sampled_from(["float32", "bfloat16", "float16", "fp32", "Float32", None, torch.float32])
+reference.agrees("judge_merge", st.tuples(_tensors, _tensors, _dtypes), cases=150)

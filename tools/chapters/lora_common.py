@@ -1,0 +1,229 @@
+"""What chapters 14 (LoRA target modules) and 31 (LoRA variants) share in their notebooks.
+
+* Models to look at and to check against peft without loading weights: the tiny Qwen2
+  architecture built in memory (random weights, a fraction of a second), and Qwen2.5-0.5B-Instruct's
+  architecture on PyTorch's `meta` device (shapes only, no memory).
+* Step 5: the chapter's SFT plan run through the shared stage (`tools.experiments.sft_training`),
+  the records read back, and a verdict per variant computed from them.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+from tools.chapters.context import ChapterContext
+from tools.core.catalog import find_chapter
+from tools.core.paths import default_results_dir, resolve_project_root
+from tools.experiments.sft_training.config import StageConfig
+from tools.experiments.sft_training.plans import Plan, plan_for
+from tools.experiments.sft_training.runner import run_stage
+from tools.models.architectures import (
+    QWEN25_05B_INSTRUCT,
+    RANDOM_INIT_ARCHITECTURES,
+    TINY_ARCHITECTURE,
+    TINY_MODEL_ID,
+    TINY_TOKENIZER_VOCAB_TARGET,
+)
+
+ORDER = {"accept": 0, "tune": 1, "reject": 2}
+VERDICT = {"accept": "accept_mechanism", "tune": "tune", "reject": "reject"}
+
+
+# ---- models to look at -------------------------------------------------------------------------
+
+def architecture(model_id: str = TINY_MODEL_ID) -> dict:
+    """The config numbers of the tiny model or of Qwen2.5-0.5B-Instruct (as plain dicts)."""
+    if model_id == TINY_MODEL_ID:
+        return {**TINY_ARCHITECTURE, "vocab_size": TINY_TOKENIZER_VOCAB_TARGET}
+    return dict(RANDOM_INIT_ARCHITECTURES[model_id])
+
+
+def _qwen2(model_id: str, device: str | None, seed: int):
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(**architecture(model_id))
+    torch.manual_seed(seed)
+    if device == "meta":
+        with torch.device("meta"):
+            return Qwen2ForCausalLM(config)
+    return Qwen2ForCausalLM(config).eval()
+
+
+def tiny_model(seed: int = 0):
+    """The tiny Qwen2 architecture with seeded random weights, built in memory (no files)."""
+    return _qwen2(TINY_MODEL_ID, None, seed)
+
+
+def meta_model(model_id: str = QWEN25_05B_INSTRUCT):
+    """A Qwen2 architecture on the meta device: every shape, no weights, no memory."""
+    return _qwen2(model_id, "meta", 0)
+
+
+def with_adapter(model, target_modules, rank: int, method: str = "lora", alpha: float = 16.0, seed: int = 0):
+    """A copy of `model` wrapped by peft with the variant's adapter (the model itself is untouched)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    torch.manual_seed(seed)
+    config = LoraConfig(r=rank, lora_alpha=alpha, target_modules=list(target_modules), lora_dropout=0.0,
+                        use_rslora=method == "rslora", use_dora=method == "dora", bias="none")
+    return get_peft_model(copy.deepcopy(model), config)
+
+
+def peft_trainable(model, target_modules, rank: int, method: str = "lora") -> int:
+    """peft's own count of trainable parameters for the adapter on a copy of `model`."""
+    return int(with_adapter(model, target_modules, rank, method).get_nb_trainable_parameters()[0])
+
+
+def linear_layers(model, layer: int = 0) -> list[tuple[str, int, int]]:
+    """`(name, in_features, out_features)` of the linear layers of one decoder layer, in model order."""
+    import torch
+
+    block = model.model.layers[layer]
+    return [(name.split(".")[-1], module.in_features, module.out_features)
+            for name, module in block.named_modules() if isinstance(module, torch.nn.Linear)]
+
+
+def peft_version() -> str:
+    import peft
+
+    return peft.__version__
+
+
+# ---- Step 5: the shared SFT stage --------------------------------------------------------------
+
+def stage_names(plan: Plan, run_mode: str) -> list[str]:
+    """The record stages the plan writes (one per variant); in dry_run those of cpu_smoke."""
+    return [f"sft_{spec.name}" for spec in plan.variants("cpu_smoke" if run_mode == "dry_run" else run_mode)]
+
+
+def stage_config(run: ChapterContext, plan: Plan, model_source: str = "local") -> StageConfig:
+    """The stage settings of this run: what `python -m tools.experiments.sft_training` would use."""
+    settings = {"model_id": TINY_MODEL_ID if run.run_mode == "cpu_smoke" else QWEN25_05B_INSTRUCT,
+                "device": "cpu" if run.run_mode == "cpu_smoke" else "cuda", **plan.stage.get(run.run_mode, {})}
+    return StageConfig(chapter=run.chapter_id, run_mode=run.run_mode, run_label=run.run_label,
+                       results_root=run.results_root, model_source=model_source, **settings)
+
+
+def run_plan(run: ChapterContext, model_source: str = "local") -> list[dict]:
+    """Run the chapter's plan (every variant, one write-once record each); ConfigError in dry_run.
+
+    On a CPU the stage runs on one thread: the tiny model's matrices are so small that a second
+    thread only adds synchronisation, which costs ten times the run on a busy machine."""
+    import torch
+
+    plan = plan_for(run.chapter_id)
+    config = stage_config(run, plan, model_source)
+    threads = torch.get_num_threads()
+    if config.device == "cpu":
+        torch.set_num_threads(1)
+    try:
+        return run_stage(config, plan.variants(run.run_mode), prepare=plan.prepare, measure=plan.measure,
+                         collate=plan.collate)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def gpu_command(chapter_id: str, label: str = "<new_label>") -> str:
+    return (f"python -m tools.experiments.sft_training --chapter {chapter_id} --run-mode real_gpu "
+            f"--label {label} --model-source random_init")
+
+
+def read_written(written: list[dict]) -> list[dict]:
+    """The records a run has just written, in variant order."""
+    return [json.loads(Path(item["path"]).read_text(encoding="utf-8")) for item in written]
+
+
+def latest_records(chapter_id: str, stages: list[str], root: Path | None = None) -> list[dict]:
+    """For each stage, the newest cpu_smoke record in the default results folder (stages without one skipped)."""
+    root = root or resolve_project_root()
+    slug = find_chapter(chapter_id, root).slug
+    folder = default_results_dir("cpu_smoke", root) / slug
+    found = []
+    for stage in stages:
+        candidates = []
+        for path in sorted(folder.glob(f"{slug}_{stage}_*.json")):
+            try:
+                record = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+                continue  # not a record this page can show; the registry reports broken files
+            if isinstance(record, dict) and record.get("stage") == stage and record.get("run_mode") == "cpu_smoke":
+                candidates.append((str(record.get("created_utc", "")), path.name, record))
+        if candidates:
+            found.append(max(candidates)[2])
+    return found
+
+
+# ---- verdicts, computed from records -----------------------------------------------------------
+
+def variant_verdict(record: dict) -> dict:
+    """The decision of one variant's record: `mechanism` (accept / reject, with reasons), the merge
+    decision per dtype, and `decision`: reject when the mechanism fails, else the worst merge decision
+    (accept shown as accept_mechanism)."""
+    reasons = []
+    if record.get("status") != "ok":
+        reasons.append(f"status {record.get('status')}: {record.get('error')}")
+    hashes = record.get("hashes") or {}
+    if hashes and not hashes.get("base_unchanged"):
+        reasons.append(f"base tensors changed: {hashes.get('changed_base_tensors')}")
+    if hashes and not hashes.get("adapter_changed"):
+        reasons.append("no adapter tensor changed")
+    measured = record.get("chapter_measurements") or {}
+    count = measured.get("count") or {}
+    if count and not count.get("matches"):
+        reasons.append(f"analytic count {count.get('analytic')} != peft {count.get('peft')}")
+    dora = measured.get("dora_forward")
+    if dora and dora.get("layer") and not dora.get("matches"):
+        reasons.append(f"DoRA forward differs from peft by {dora.get('max_abs_diff')}")
+    merge = {dtype: judged.get("decision") for dtype, judged in (measured.get("merge") or {}).items()}
+    if merge.get("float32") not in (None, "accept"):
+        reasons.append(f"float32 merge: {merge['float32']}")
+    mechanism = "reject" if reasons or not measured else "accept"
+    worst = max([mechanism, *[value for value in merge.values() if value in ORDER]], key=ORDER.__getitem__)
+    return {"variant": (record.get("variant") or {}).get("name"), "mechanism": VERDICT[mechanism],
+            "merge": merge, "decision": VERDICT["reject" if mechanism == "reject" else worst], "reasons": reasons}
+
+
+def _fmt(value, pattern: str = "{:.4f}") -> str:
+    return "null" if value is None else pattern.format(value)
+
+
+def summary_table(records: list[dict]) -> str:
+    """One line per variant: adapter, counts, losses, step time, peak, merges, verdict."""
+    header = (f"{'variant':<16}{'method':<8}{'r':>3}{'trainable':>11}{'peft':>9}{'eval before':>13}{'after':>9}"
+              f"{'step ms':>9}{'peak GiB':>10}  {'merge fp32':<11}{'merge bf16':<11}{'bf16 drift':>11}  decision")
+    lines = [header]
+    for record in records:
+        variant, verdict = record.get("variant") or {}, variant_verdict(record)
+        measured = record.get("measurements") or {}
+        count = (record.get("chapter_measurements") or {}).get("count") or {}
+        merge = (record.get("chapter_measurements") or {}).get("merge") or {}
+        drift = (merge.get("bfloat16") or {}).get("relative_drift")
+        lines.append(
+            f"{variant.get('name', '?'):<16}{variant.get('method', '?'):<8}{variant.get('rank', 0):>3}"
+            f"{count.get('analytic', 'null')!s:>11}{count.get('peft', 'null')!s:>9}"
+            f"{_fmt(measured.get('eval_loss_before')):>13}{_fmt(measured.get('eval_loss_after')):>9}"
+            f"{_fmt(measured.get('step_time_ms_mean'), '{:.0f}'):>9}"
+            f"{_fmt((record.get('comparable') or {}).get('peak_allocated_gib'), '{:.2f}'):>10}  "
+            f"{verdict['merge'].get('float32', 'null')!s:<11}{verdict['merge'].get('bfloat16', 'null')!s:<11}"
+            f"{_fmt(drift, '{:.5f}'):>11}  {verdict['decision']}")
+        if verdict["reasons"]:
+            lines.append(f"{'':<16}reasons: {'; '.join(verdict['reasons'])}")
+    return "\n".join(lines)
+
+
+def evidence_header(records: list[dict], written: bool, chapter_id: str) -> str:
+    """Which run the table shows, labelled with its evidence level (or how to produce one)."""
+    if not records:
+        return ("your run: none yet (dry_run writes nothing and no cpu_smoke record of this chapter exists); "
+                "set RUN_MODE = \"cpu_smoke\" and a new RUN_LABEL, or run `python -m tools.course run --chapter "
+                f"{chapter_id} --run-mode cpu_smoke`")
+    first = records[0]
+    level = first.get("evidence_level") or first.get("run_mode")
+    note = ("cpu_smoke: the tiny offline model on a CPU; proves the code path, not a GPU measurement"
+            if level == "cpu_smoke" else f"{level}, weights {(first.get('model') or {}).get('weights')}")
+    which = "your run" if written else "your latest cpu_smoke run (this dry_run wrote nothing)"
+    return f"{which}: label {first.get('run_label')!r}, {note}"
