@@ -87,6 +87,8 @@ def run_variant(config: StageConfig, spec: AdapterSpec, *, prepare: Callable | N
         body["hashes"] = hash_report(before, tensor_hashes(model))
         if measure is not None:
             body["chapter_measurements"] = measure(model, spec, split, config, tokenizer)
+            if isinstance(body["chapter_measurements"], dict) and "decision" in body["chapter_measurements"]:
+                body["decision"] = body["chapter_measurements"]["decision"]  # what the registry shows
         body["status"] = body["measurements"]["status"]
     except oom as error:
         body.update(status="oom", error=str(error).strip().splitlines()[0] if str(error).strip() else "out of memory")
@@ -106,11 +108,18 @@ def run_stage(config: StageConfig, variants: list[AdapterSpec], *, prepare: Call
     check_hooks(variants, prepare, collate)
     paths = planned_paths(config, variants)
     written = []
-    for spec in variants:
-        body = run_variant(config, spec, prepare=prepare, measure=measure, collate=collate)
-        record = {**record_header(schema_version=SCHEMA, chapter=config.chapter, stage=f"sft_{spec.name}",
-                                  run_mode=config.run_mode, run_label=config.run_label),
-                  "config": config.public(), **body, "runtime": runtime_snapshot()}
-        digest = save_json_record_once(paths[spec.name], record)
-        written.append({"variant": spec.name, "path": paths[spec.name], "sha256": digest, "status": body["status"]})
+    threads = torch.get_num_threads()
+    if config.device == "cpu":
+        torch.set_num_threads(1)  # the tiny model gains nothing from a second thread on a shared 2-core machine
+    try:
+        for spec in variants:
+            body = run_variant(config, spec, prepare=prepare, measure=measure, collate=collate)
+            record = {**record_header(schema_version=SCHEMA, chapter=config.chapter, stage=f"sft_{spec.name}",
+                                      run_mode=config.run_mode, run_label=config.run_label),
+                      "config": config.public(), **body, "cpu_threads": torch.get_num_threads(),
+                      "runtime": runtime_snapshot()}
+            digest = save_json_record_once(paths[spec.name], record)
+            written.append({"variant": spec.name, "path": paths[spec.name], "sha256": digest, "status": body["status"]})
+    finally:
+        torch.set_num_threads(threads)
     return written
