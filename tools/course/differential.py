@@ -19,8 +19,10 @@ a submission gets the same verdict every time it is graded.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
+from pathlib import Path
 from typing import Any, Callable, Mapping
 
 FLOAT_REL_TOL, FLOAT_ABS_TOL = 1e-9, 1e-12
@@ -110,6 +112,31 @@ def compare_call(learner: Callable, reference: Callable, args: tuple, kwargs: di
     return None
 
 
+@contextlib.contextmanager
+def _environment_free_generation():
+    """Generation that depends on the seed alone: hypothesis mixes into a few draws literals it
+    collects from the local modules loaded in the process (which differ between an instructor's
+    checkout, the grading sandbox and CI) and caches them under `.hypothesis/` in the working
+    folder. Both are switched off here, so a submission gets the same inputs everywhere and the
+    submission folder stays untouched."""
+    import tempfile
+
+    from hypothesis.configuration import set_hypothesis_home_dir
+    from hypothesis.internal.conjecture import providers
+
+    empty = providers.Constants()
+    original = providers._get_local_constants
+    providers._get_local_constants = lambda: empty
+    providers.CONSTANTS_CACHE.cache.clear()
+    set_hypothesis_home_dir(Path(tempfile.gettempdir()) / "course-hypothesis")
+    try:
+        yield
+    finally:
+        providers._get_local_constants = original
+        providers.CONSTANTS_CACHE.cache.clear()
+        set_hypothesis_home_dir(None)
+
+
 class Reference:
     """The reference implementations of a chapter, defined apart from the learner's functions."""
 
@@ -153,5 +180,6 @@ class Reference:
                 shown = ", ".join([*(repr(a) for a in args), *(f"{k}={v!r}" for k, v in kwargs.items())])
                 raise Mismatch(f"{name}({shown[:600]}): {problem}")
 
-        check()
+        with _environment_free_generation():
+            check()
         self.cases_checked[name] = len(seen)
