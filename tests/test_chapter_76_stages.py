@@ -1,8 +1,10 @@
 """Chapter 76 through the batch runner in cpu_smoke: four stages, their records, and an idempotent rerun.
 
-One execution with RUN_STAGE=all writes the 73 baseline, the input manifest, G0, G1 and the
-decision; the checks read those records. A second execution with the same label and stage must
-change nothing; the default RUN_STAGE (auto) must refuse the used label before any work.
+The course run's execution (RUN_STAGE auto on a fresh label) writes the 73 baseline, the input manifest,
+G0, G1 and the decision, each in its chapter's folder under the results root (`open_chapter` names them);
+the checks read those records. A second execution with the same label and RUN_STAGE=all must change
+nothing; the default RUN_STAGE (auto) must refuse the used label before any work. The same stages run
+without papermill in tests/test_memory_strategy_stages.py.
 """
 
 import json
@@ -19,10 +21,17 @@ from tools.core.records import sha256_file
 
 LABEL = COURSE_LABEL
 STRATEGIES = ("baseline", "checkpoint", "offload", "hybrid")
+SLUG = "76-activation-memory-strategies"
+BASELINE_SLUG = "73-training-performance"
+
+
+def _name(stage, slug=SLUG):
+    return f"{slug}/{slug}_{stage}_{LABEL}.json"
 
 
 def _snapshot(folder):
-    return {path.name: path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
+    return {path.relative_to(folder).as_posix(): path.read_bytes() for path in sorted(folder.rglob("*"))
+            if path.is_file()}
 
 
 pytestmark = pytest.mark.xdist_group("course_run")
@@ -36,8 +45,8 @@ def staged_run(course_smoke_run, tmp_path_factory):
     base = tmp_path_factory.mktemp("ch76")
     results = base / "results"
     results.mkdir()
-    for path in course_smoke_run.results.glob(f"7[36]_*{LABEL}.json"):
-        shutil.copy2(path, results / path.name)
+    for slug in (SLUG, BASELINE_SLUG):
+        shutil.copytree(course_smoke_run.results / slug, results / slug)
     first = course_smoke_run.outcomes["76"]
     assert first.status == "passed", f"cell {first.failed_cell}: {first.error}"
     before = _snapshot(results)
@@ -46,21 +55,15 @@ def staged_run(course_smoke_run, tmp_path_factory):
     after_second = _snapshot(results)
     fresh = run_chapter(REPO_ROOT, chapter, run_mode="cpu_smoke", label=LABEL, results_dir=results,
                         output_dir=base / "auto")
-    records = {stage: json.loads(next(results.glob(pattern)).read_text(encoding="utf-8")) for stage, pattern in (
-        ("g0", f"76_cpu_smoke_memory_{LABEL}.json"),
-        ("g1", f"76_cpu_smoke_memory_boundary_{LABEL}.json"),
-        ("close", f"76_memory_strategy_decision_{LABEL}.json"),
-    )}
+    records = {stage: json.loads((results / _name(stage)).read_text(encoding="utf-8")) for stage in ("g0", "g1", "close")}
     return {"results": results, "first": first, "second": second, "fresh": fresh, "before": before,
             "after_second": after_second, "after_fresh": _snapshot(results), "records": records}
 
 
 def test_all_stages_write_the_five_records(staged_run):
     names = sorted(staged_run["before"])
-    assert names == sorted([
-        f"73_cpu_smoke_training_baseline_{LABEL}.json", f"76_cpu_smoke_input_manifest_{LABEL}.json",
-        f"76_cpu_smoke_memory_{LABEL}.json", f"76_cpu_smoke_memory_boundary_{LABEL}.json",
-        f"76_memory_strategy_decision_{LABEL}.json"])
+    assert names == sorted([_name("training_baseline", BASELINE_SLUG), _name("input_manifest"), _name("g0"),
+                            _name("g1"), _name("close")])
     for payload in staged_run["before"].values():
         record = json.loads(payload)
         assert record["evidence_level"] == "cpu_smoke" and record["run_mode"] == "cpu_smoke"
@@ -104,17 +107,18 @@ def test_every_path_is_verified_from_evidence(staged_run):
 
 def test_decision_is_scoped_honest_and_bound_by_sha256(staged_run):
     results, decision = staged_run["results"], staged_run["records"]["close"]
-    assert decision["source_g0"]["path"] == f"76_cpu_smoke_memory_{LABEL}.json"  # relative to the results root
-    assert decision["source_g0"]["sha256"] == sha256_file(results / f"76_cpu_smoke_memory_{LABEL}.json")
-    assert decision["source_g1"]["sha256"] == sha256_file(results / f"76_cpu_smoke_memory_boundary_{LABEL}.json")
-    assert decision["source_input_manifest"]["sha256"] == sha256_file(
-        results / f"76_cpu_smoke_input_manifest_{LABEL}.json")
+    assert decision["source_g0"]["path"] == _name("g0")  # relative to the results root
+    assert decision["source_g0"]["sha256"] == sha256_file(results / _name("g0"))
+    assert decision["source_g1"]["sha256"] == sha256_file(results / _name("g1"))
+    assert decision["source_input_manifest"]["sha256"] == sha256_file(results / _name("input_manifest"))
     assert staged_run["records"]["g1"]["source_g0"]["sha256"] == decision["source_g0"]["sha256"]
     scopes = decision["decision_scopes"]
     assert scopes["full_training_adoption"]["decision"] == "tune"  # no device memory on a CPU
     assert scopes["activation_memory_mechanism"]["decision"] == "measure"
     assert scopes["activation_memory_mechanism"]["promotable_to_full_training"] is False
-    assert decision["strategy_handoff"]["handoff_ready"] is False
+    assert decision["handoff"]["ready"] is False  # no device memory measured: nothing to hand to 75
+    assert decision["handoff"]["gate"]["status"] == "no_valid_candidate"
+    assert decision["handoff"]["offload_copy"]["copy"] == "synchronous"
     assert decision["saved_bytes"] == staged_run["records"]["g0"]["saved_bytes"]
 
 

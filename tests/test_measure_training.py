@@ -1,4 +1,5 @@
-"""Tests of tools.measure.training (product name tools.training_memory_runtime): measurement, OOM as a status, repeated-run aggregation."""
+"""Tests of tools.measure.training (product name tools.training_memory_runtime): measurement, OOM as a status,
+repeated-run aggregation. CUDA paths run against a fake torch.cuda module (no GPU here)."""
 
 import gc
 import types
@@ -49,6 +50,9 @@ class _FakeCuda:
     def max_memory_reserved(self, device=None):
         return 5 * tmr.MIB
 
+    def memory_reserved(self, device=None):
+        return 2 * tmr.MIB
+
     def is_available(self):
         return True
 
@@ -67,6 +71,17 @@ def test_cuda_peaks_are_read_after_a_reset_taken_once_warmup_is_done():
     result = tmr.measure_training_run(step, torch_module=fake_torch, device="cuda:0", batch_size=1, warmup=2, iters=2)
     assert events == ["step", "step", "sync", "reset", "step", "step", "sync"]
     assert result["peak_memory_mb"] == 3.0 and result["peak_reserved_mb"] == 5.0
+
+
+def test_cuda_records_the_memory_outside_the_allocator():
+    """issue 13: besides both allocator peaks, is the device memory the allocator does not see (CUDA context,
+    other processes) recorded? Fake device: 10 MiB, 7 free, allocator holding 2 -> 1 MiB outside it."""
+    fake_torch = types.SimpleNamespace(device=torch.device, cuda=_FakeCuda([]))
+    result = tmr.measure_training_run(lambda: 1.0, torch_module=fake_torch, device="cuda", batch_size=1, warmup=0,
+                                      iters=1)
+    assert result["device_overhead_mb"] == 1.0 and result["device_total_mb"] == 10.0
+    cpu = tmr.measure_training_run(lambda: 1.0, torch_module=torch, device="cpu", batch_size=1, warmup=0, iters=1)
+    assert cpu["device_overhead_mb"] is None and cpu["device_total_mb"] is None
 
 
 def test_device_memory_is_read_on_cuda_and_absent_on_cpu():
@@ -109,9 +124,33 @@ def test_oom_becomes_a_status_and_memory_is_freed_after_the_error_left_scope(mon
 
     monkeypatch.setattr(tmr, "free_device_memory", fake_free)
     result = tmr.run_with_oom_guard(failing_run, torch_module=torch, context={"name": "hybrid", "seq_len": 1792})
-    assert result == {"name": "hybrid", "seq_len": 1792, "status": "oom",
+    assert result == {"name": "hybrid", "seq_len": 1792, "status": "oom", "oom_kind": "device_memory",
                       "error": "CUDA out of memory. Tried to allocate 2.00 GiB"}
     assert freed_while_alive == [False]
+
+
+def test_a_host_memory_error_is_an_oom_of_kind_host_memory(monkeypatch):
+    """issue 13: a pinned (or pageable) host buffer that cannot be allocated ends the run as an OOM-like status."""
+    monkeypatch.setattr(tmr, "free_device_memory", lambda torch_module: None)
+
+    def failing_run():
+        raise MemoryError("allocating 4096 bytes of pinned host memory for an offloaded activation failed: ...")
+
+    result = tmr.run_with_oom_guard(failing_run, torch_module=torch, context={"name": "offload"})
+    assert result == {"name": "offload", "status": "oom", "oom_kind": "host_memory",
+                      "error": "allocating 4096 bytes of pinned host memory for an offloaded activation failed: ..."}
+    record = tmr.aggregate_runs("offload", [_run(), {**result, "seq_len": 768}])
+    assert record["status"] == "partial_oom" and record["oom_kinds"] == ["host_memory"]
+
+
+def test_free_device_memory_touches_cuda_only_on_a_cuda_host(monkeypatch):
+    calls = []
+    monkeypatch.setattr(tmr.gc, "collect", lambda: calls.append("collect"))
+    for available in (False, True):
+        fake_cuda = types.SimpleNamespace(is_available=lambda available=available: available,
+                                          empty_cache=lambda: calls.append("empty_cache"))
+        tmr.free_device_memory(types.SimpleNamespace(cuda=fake_cuda))
+    assert calls == ["collect", "empty_cache"]
 
 
 def test_other_errors_are_not_turned_into_oom():
@@ -182,4 +221,5 @@ def test_run_repeated_reuses_a_first_run_and_guards_each_repeat(monkeypatch):
     record = tmr.run_repeated("checkpoint", run, repeats=3, torch_module=torch, first_run=_run(),
                               context={"seq_len": 768})
     assert record["repeat_count"] == 3 and record["successful_runs"] == 2 and record["status"] == "partial_oom"
-    assert record["runs"][2] == {"name": "checkpoint", "seq_len": 768, "status": "oom", "error": "CUDA out of memory."}
+    assert record["runs"][2] == {"name": "checkpoint", "seq_len": 768, "status": "oom", "oom_kind": "device_memory",
+                                 "error": "CUDA out of memory."}

@@ -1,174 +1,468 @@
-# %% hidden exercise=validate_strategy_experiment points=1 name=identity_mismatches_reported_in_key_order
-# hint: compare workload, hardware and repeat count one by one, in the documented order, and report every field that differs; a missing path check is reported after them.
-baseline = {"name": "baseline", "workload_id": "w-1", "hardware_id": "h100", "repeat_count": 3,
-            "status": "ok", "execution_path_verified": True,
-            "peak_memory_mb": 9000.0, "samples_per_s": 4.0, "eval_loss": 2.0}
-drifted = {**baseline, "name": "hybrid", "workload_id": "w-2", "hardware_id": "a100", "repeat_count": 2,
-           "execution_path_verified": False}
-result = validate_strategy_experiment(baseline, [drifted])
-assert result["issues"] == ["hybrid:workload_id_mismatch", "hybrid:hardware_id_mismatch",
-                            "hybrid:repeat_count_mismatch", "hybrid:execution_path_unverified"]
-assert result["is_valid"] is False
-only_repeats = validate_strategy_experiment(baseline, [{**baseline, "name": "offload", "repeat_count": 5}])
-assert only_repeats["issues"] == ["offload:repeat_count_mismatch"]
+# %% hidden exercise=estimate_saved_activation_bytes points=1 name=every_part_follows_the_formula
+# hint: each of the six parts has its own formula in the docstring; check the per-layer groups (8h, 2*kv*d, 4i, a, 2) one by one and keep everything in whole bytes.
+gqa = {"hidden_size": 12, "intermediate_size": 20, "num_hidden_layers": 3, "num_attention_heads": 6,
+       "num_key_value_heads": 2, "head_dim": 2, "vocab_size": 7}
+parts = estimate_saved_activation_bytes(gqa, 2, 5, "baseline", dtype_bytes=2)
+tokens = 10
+assert parts["tokens"] == tokens
+assert parts["per_layer_bytes"] == 2 * tokens * (8 * 12 + 2 * 2 * 2 + 4 * 20 + 6 + 2) == 3840
+assert parts["layer_input_bytes"] == 2 * tokens * 12
+assert parts["outside_layers_bytes"] == 2 * tokens * (3 * 12 + 7 + 1)
+assert parts["rotary_bytes"] == 2 * 2 * 5 * 2
+assert parts["token_id_bytes"] == 16 * tokens
+assert parts["saved_bytes"] == 3 * 3840 + 880 + 40 + 160
+assert all(type(value) is int for value in parts.values()), {key: type(value) for key, value in parts.items()}
 
-# %% hidden exercise=validate_strategy_experiment points=1 name=missing_names_and_repeated_duplicates
-# hint: a candidate without a usable name is reported once and skipped; a name seen before is a duplicate every time it comes back, and the names list keeps the input order.
-baseline = {"name": "baseline", "workload_id": "w", "hardware_id": "g", "repeat_count": 3, "status": "ok",
-            "execution_path_verified": True, "peak_memory_mb": 100.0, "samples_per_s": 1.0, "eval_loss": 1.0}
-same = {**baseline, "name": "checkpoint"}
-result = validate_strategy_experiment(baseline, [{**same, "name": ""}, same, {**same, "name": None}, same, same])
-assert result["issues"] == ["candidate:missing_name", "candidate:missing_name",
-                            "checkpoint:duplicate_name", "checkpoint:duplicate_name"]
-assert result["candidate_names"] == ["checkpoint", "checkpoint", "checkpoint"]
-empty = validate_strategy_experiment(baseline, [])
-assert empty == {"is_valid": True, "issues": [], "candidate_names": []}
+# %% hidden exercise=estimate_saved_activation_bytes points=1 name=checkpoint_keeps_layer_inputs_without_cos_sin
+# hint: with recomputation each layer keeps only its input (T*h elements); cos and sin are rebuilt in the recomputation, so they are not kept, while the loss side and the token ids still are.
+arch = {"hidden_size": 16, "intermediate_size": 24, "num_hidden_layers": 5, "num_attention_heads": 4,
+        "num_key_value_heads": 4, "head_dim": 4, "vocab_size": 50}
+ckpt = estimate_saved_activation_bytes(arch, 1, 9, "checkpoint")
+expected = 5 * ckpt["layer_input_bytes"] + ckpt["outside_layers_bytes"] + ckpt["token_id_bytes"]
+assert ckpt["saved_bytes"] == expected == ckpt["device_bytes"], (ckpt, expected)
+assert ckpt["host_bytes"] == 0
+hybrid = estimate_saved_activation_bytes(arch, 1, 9, "hybrid")
+assert hybrid["saved_bytes"] == expected and hybrid["host_bytes"] == expected and hybrid["device_bytes"] == 0
 
-# %% hidden exercise=validate_strategy_experiment points=1 name=unverified_path_flagged_but_failures_exempt
-# hint: a candidate that ran needs a path proven exactly True (a truthy look-alike is not proof); a candidate that ran out of memory or failed has no path to prove.
-baseline = {"name": "baseline", "workload_id": "w", "hardware_id": "g", "repeat_count": 3, "status": "ok",
-            "execution_path_verified": True, "peak_memory_mb": 100.0, "samples_per_s": 1.0, "eval_loss": 1.0}
-candidates = [
-    {**baseline, "name": "checkpoint", "execution_path_verified": "yes"},
-    {**baseline, "name": "offload", "status": "oom", "execution_path_verified": False,
-     "peak_memory_mb": None, "samples_per_s": None, "eval_loss": None},
-    {**baseline, "name": "hybrid", "status": "failed", "execution_path_verified": None},
-    {**baseline, "name": "selective"},
+# %% hidden exercise=estimate_saved_activation_bytes points=1 name=offload_strategies_keep_nothing_on_the_device
+# hint: offload and hybrid keep the same amount as baseline and checkpoint, but on the host; every part is still reported.
+arch = {"hidden_size": 8, "intermediate_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2,
+        "num_key_value_heads": 1, "head_dim": 4, "vocab_size": 11}
+by_name = {name: estimate_saved_activation_bytes(arch, 3, 4, name) for name in ("baseline", "checkpoint", "offload", "hybrid")}
+assert by_name["offload"]["host_bytes"] == by_name["baseline"]["device_bytes"] == by_name["baseline"]["saved_bytes"]
+assert by_name["offload"]["device_bytes"] == 0 and by_name["baseline"]["host_bytes"] == 0
+assert by_name["hybrid"]["host_bytes"] == by_name["checkpoint"]["device_bytes"] > 0
+for name, result in by_name.items():
+    assert result["device_bytes"] + result["host_bytes"] == result["saved_bytes"], name
+    assert result["rotary_bytes"] == by_name["baseline"]["rotary_bytes"], name
+
+# %% hidden exercise=estimate_saved_activation_bytes points=1 name=cos_sin_ignore_the_batch_and_ids_are_int64
+# hint: cos and sin have one row per position, not per sequence in the batch; the input ids and the labels are two int64 tensors whatever the activation dtype.
+arch = {"hidden_size": 4, "intermediate_size": 4, "num_hidden_layers": 2, "num_attention_heads": 2,
+        "num_key_value_heads": 2, "head_dim": 2, "vocab_size": 5}
+one = estimate_saved_activation_bytes(arch, 1, 6, "baseline", dtype_bytes=2)
+four = estimate_saved_activation_bytes(arch, 4, 6, "baseline", dtype_bytes=2)
+assert four["rotary_bytes"] == one["rotary_bytes"] == 2 * 2 * 6 * 2
+assert four["token_id_bytes"] == 16 * 24 and one["token_id_bytes"] == 16 * 6
+assert four["saved_bytes"] == 4 * one["saved_bytes"] - 3 * one["rotary_bytes"]
+
+# %% hidden exercise=estimate_saved_activation_bytes points=1 name=every_argument_is_checked
+# hint: each argument has its own check (strategy, batch_size, seq_len, dtype_bytes, and every one of the seven architecture numbers); a bool is not an int and a float is not an int either.
+arch = {"hidden_size": 4, "intermediate_size": 4, "num_hidden_layers": 2, "num_attention_heads": 2,
+        "num_key_value_heads": 2, "head_dim": 2, "vocab_size": 5}
+bad_calls = [
+    (arch, 1, 4, "checkpointing", 4), (arch, 0, 4, "baseline", 4), (arch, True, 4, "baseline", 4),
+    (arch, 1, 2.0, "baseline", 4), (arch, 1, 4, "baseline", 0), (arch, 1, 4, "baseline", False),
+    ([("hidden_size", 4)], 1, 4, "baseline", 4), (None, 1, 4, "baseline", 4),
 ]
-del candidates[3]["execution_path_verified"]
-result = validate_strategy_experiment(baseline, candidates)
-assert result["issues"] == ["checkpoint:execution_path_unverified", "selective:execution_path_unverified"]
-oom_only = validate_strategy_experiment(baseline, [candidates[1]])
-assert oom_only["is_valid"] is True and oom_only["issues"] == []
-
-# %% hidden exercise=validate_strategy_experiment points=1 name=baseline_metrics_checked_last
-# hint: the baseline itself must have complete, finite metrics; that issue comes after all candidate issues, and it applies even when there are no candidates.
-baseline = {"name": "baseline", "workload_id": "w", "hardware_id": "g", "repeat_count": 3, "status": "ok",
-            "execution_path_verified": True, "peak_memory_mb": None, "samples_per_s": 1.0, "eval_loss": 1.0}
-alone = validate_strategy_experiment(baseline, [])
-assert alone["is_valid"] is False and alone["issues"] == ["baseline:invalid_metrics"]
-with_candidate = validate_strategy_experiment(baseline, [{**baseline, "name": "checkpoint", "hardware_id": "x"}])
-assert with_candidate["issues"] == ["checkpoint:hardware_id_mismatch", "baseline:invalid_metrics"]
-for broken in ({"samples_per_s": float("nan")}, {"eval_loss": float("inf")}, {"peak_memory_mb": True}):
-    report = {**baseline, "peak_memory_mb": 100.0, **broken}
-    assert validate_strategy_experiment(report, [])["issues"] == ["baseline:invalid_metrics"], broken
-assert validate_strategy_experiment({**baseline, "peak_memory_mb": 100.0}, [])["is_valid"] is True
-
-# %% hidden exercise=build_strategy_pair_evidence points=1 name=failures_never_become_savings
-# hint: a run that ran out of memory or failed is kept with its name and status only, whatever its metric fields say, and it is counted by its kind.
-baseline = {"name": "baseline", "repeat_count": 3, "status": "ok", "execution_path_verified": True,
-            "peak_memory_mb": 12000.0, "samples_per_s": 10.0, "eval_loss": 2.0}
-crashed_early = {**baseline, "name": "offload", "status": "oom", "peak_memory_mb": 150.0, "samples_per_s": 40.0}
-broken = {**baseline, "name": "hybrid", "status": "failed", "peak_memory_mb": 0.0}
-result = build_strategy_pair_evidence(baseline, [crashed_early, broken])
-assert result["comparisons"] == [{"name": "offload", "status": "oom"}, {"name": "hybrid", "status": "failed"}]
-assert (result["comparable_count"], result["oom_count"], result["failed_count"], result["invalid_count"]) == (0, 1, 1, 0)
-assert result["baseline"] is baseline and result["baseline_usable"] is True
-
-# %% hidden exercise=build_strategy_pair_evidence points=1 name=incomplete_metrics_are_invalid_in_order
-# hint: a candidate that did not fail but lacks a finite metric cannot be paired; every candidate keeps its place in the input order and a missing status means the run completed.
-baseline = {"name": "baseline", "repeat_count": 3, "status": "ok", "execution_path_verified": True,
-            "peak_memory_mb": 1000.0, "samples_per_s": 5.0, "eval_loss": 1.5}
-candidates = [
-    {**baseline, "name": "a", "samples_per_s": float("nan")},
-    {**baseline, "name": "b", "eval_loss": None},
-    {"name": "c", "repeat_count": 3, "execution_path_verified": True,
-     "peak_memory_mb": 800.0, "samples_per_s": 5.0, "eval_loss": 1.5},
-    {**baseline, "name": "d", "peak_memory_mb": False},
-]
-result = build_strategy_pair_evidence(baseline, candidates)
-assert [(item["name"], item["status"]) for item in result["comparisons"]] == [
-    ("a", "invalid"), ("b", "invalid"), ("c", "comparable"), ("d", "invalid")]
-assert result["invalid_count"] == 3 and result["comparable_count"] == 1
-assert result["comparisons"][2]["memory_saving_mb"] == 200.0
-assert "memory_saving_mb" not in result["comparisons"][0]
-
-# %% hidden exercise=build_strategy_pair_evidence points=1 name=unusable_baseline_pairs_nothing
-# hint: without a complete baseline with positive throughput there is nothing to pair against, so no candidate gets a difference; failures are still counted as failures.
-candidate = {"name": "checkpoint", "status": "ok", "repeat_count": 3, "execution_path_verified": True,
-             "peak_memory_mb": 500.0, "samples_per_s": 2.0, "eval_loss": 1.0}
-oom = {"name": "offload", "status": "oom"}
-for baseline in (
-    {"name": "baseline", "status": "ok", "peak_memory_mb": None, "samples_per_s": 2.0, "eval_loss": 1.0},
-    {"name": "baseline", "status": "ok", "peak_memory_mb": 900.0, "samples_per_s": 0.0, "eval_loss": 1.0},
-):
-    result = build_strategy_pair_evidence(baseline, [candidate, oom])
-    assert result["baseline_usable"] is False
-    assert result["comparisons"] == [{"name": "checkpoint", "status": "invalid"}, {"name": "offload", "status": "oom"}]
-    assert (result["comparable_count"], result["oom_count"], result["invalid_count"]) == (0, 1, 1)
-
-# %% hidden exercise=build_strategy_pair_evidence points=1 name=signs_and_ratio_direction
-# hint: saving is baseline minus candidate (negative when the candidate needs more), the throughput ratio is candidate over baseline, the quality delta is candidate minus baseline.
-baseline = {"name": "baseline", "repeat_count": 4, "status": "ok", "execution_path_verified": True,
-            "peak_memory_mb": 4000.0, "samples_per_s": 5.0, "eval_loss": 2.5}
-heavier = {**baseline, "name": "offload", "peak_memory_mb": 4500.0, "samples_per_s": 10.0, "eval_loss": 2.0,
-           "execution_path_verified": 1}
-result = build_strategy_pair_evidence(baseline, [heavier])
-entry = result["comparisons"][0]
-assert entry["status"] == "comparable" and entry["name"] == "offload"
-assert entry["memory_saving_mb"] == -500.0
-assert entry["throughput_ratio"] == 2.0
-assert entry["quality_delta"] == -0.5
-assert entry["repeat_count"] == 4
-assert entry["execution_path_verified"] is False
-
-# %% hidden exercise=decide_strategy_handoff points=1 name=short_candidate_repeats_force_rerun
-# hint: every comparable candidate needs enough repeats, not only the baseline; name who must be rerun, baseline first. Failed entries carry no repeats and do not count.
-evidence = {
-    "baseline": {"name": "baseline", "repeat_count": 3},
-    "comparisons": [
-        {"name": "checkpoint", "status": "comparable", "repeat_count": 3, "execution_path_verified": True},
-        {"name": "offload", "status": "oom"},
-        {"name": "hybrid", "status": "comparable", "repeat_count": 1, "execution_path_verified": True},
-        {"name": "selective", "status": "invalid", "repeat_count": 0},
-    ],
-}
-result = decide_strategy_handoff(evidence, minimum_repeats=3)
-assert result["status"] == "rerun_required" and result["reason"] == "insufficient_repeats"
-assert result["rerun_candidates"] == ["hybrid"] and result["eligible_candidates"] == []
-assert result["next_action"] == "repeat_paired_runs"
-no_baseline_count = decide_strategy_handoff({**evidence, "baseline": {"name": "baseline"}}, minimum_repeats=3)
-assert no_baseline_count["rerun_candidates"] == ["baseline", "hybrid"]
-
-# %% hidden exercise=decide_strategy_handoff points=1 name=only_verified_comparable_candidates_hand_off
-# hint: eligibility needs a comparable entry whose path is proven exactly True; keep the input order, and with none left there is no valid candidate.
-evidence = {
-    "baseline": {"name": "baseline", "repeat_count": 5},
-    "comparisons": [
-        {"name": "hybrid", "status": "comparable", "repeat_count": 5, "execution_path_verified": True},
-        {"name": "offload", "status": "comparable", "repeat_count": 5, "execution_path_verified": False},
-        {"name": "checkpoint", "status": "comparable", "repeat_count": 5, "execution_path_verified": True},
-        {"name": "broken", "status": "failed", "execution_path_verified": True},
-    ],
-}
-result = decide_strategy_handoff(evidence)
-assert result["status"] == "ready_for_budget_review" and result["reason"] == "paired_evidence_complete"
-assert result["eligible_candidates"] == ["hybrid", "checkpoint"]
-assert result["next_action"] == "send_to_75_memory_budget" and result["rerun_candidates"] == []
-unverified = {**evidence, "comparisons": [evidence["comparisons"][1], evidence["comparisons"][3]]}
-none_left = decide_strategy_handoff(unverified)
-assert none_left["status"] == "no_valid_candidate"
-assert none_left["reason"] == "no_verified_comparable_candidate"
-assert none_left["eligible_candidates"] == [] and none_left["next_action"] == "repair_strategy_execution"
-
-# %% hidden exercise=decide_strategy_handoff points=1 name=minimum_repeats_must_be_a_positive_int
-# hint: check the minimum number of repeats before looking at the evidence.
-evidence = {"baseline": {"name": "baseline", "repeat_count": 3},
-            "comparisons": [{"name": "checkpoint", "status": "comparable", "repeat_count": 3,
-                             "execution_path_verified": True}]}
-for bad in (0, -1, 2.5, True, "3", None):
+for key in arch:
+    bad_calls.append(({**arch, key: 0}, 1, 4, "baseline", 4))
+    bad_calls.append(({**arch, key: True}, 1, 4, "baseline", 4))
+    bad_calls.append(({name: value for name, value in arch.items() if name != key}, 1, 4, "offload", 4))
+bad_calls.append(({**arch, "vocab_size": 5.0}, 1, 4, "hybrid", 4))
+for call in bad_calls:
     try:
-        decide_strategy_handoff(evidence, minimum_repeats=bad)
+        estimate_saved_activation_bytes(*call)
     except ValueError:
         continue
-    raise AssertionError(f"minimum_repeats={bad!r} must raise ValueError")
+    raise AssertionError(f"estimate_saved_activation_bytes{call!r} must raise ValueError")
 
-# %% hidden exercise=decide_strategy_handoff points=1 name=exact_minimum_passes_and_empty_evidence
-# hint: a repeat count equal to the minimum is enough; evidence without any comparable entry cannot hand anything off.
-evidence = {"baseline": {"name": "baseline", "repeat_count": 1},
-            "comparisons": [{"name": "checkpoint", "status": "comparable", "repeat_count": 1,
-                             "execution_path_verified": True}]}
-assert decide_strategy_handoff(evidence, minimum_repeats=1)["status"] == "ready_for_budget_review"
-assert decide_strategy_handoff(evidence, minimum_repeats=2)["status"] == "rerun_required"
-empty = decide_strategy_handoff({"baseline": {"name": "baseline", "repeat_count": 3}, "comparisons": []})
-assert empty["status"] == "no_valid_candidate" and empty["eligible_candidates"] == []
+# %% hidden exercise=estimate_saved_activation_bytes points=2 name=agrees_with_reference_on_generated_architectures
+# hint: any architecture, sizes, strategy and dtype, valid or not: the same dict of ints, or a ValueError, as the contract says; the arch dict must not be changed.
+from hypothesis import strategies as st
+
+ARCH_NAMES = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+              "num_key_value_heads", "head_dim", "vocab_size")
+STRATEGY_NAMES = ["baseline", "checkpoint", "offload", "hybrid"]
+whole = st.integers(min_value=1, max_value=4096)
+odd = st.sampled_from([0, -2, True, False, 2.0, 1.5, None, "4"])
+
+
+def archs(value):
+    return st.fixed_dictionaries({name: value for name in ARCH_NAMES},
+                                 optional={"model_type": st.just("qwen2"), "rope_theta": st.floats(1.0, 1e6)})
+
+
+valid = st.tuples(archs(whole), whole, whole, st.sampled_from(STRATEGY_NAMES), st.sampled_from([1, 2, 4]))
+
+
+def spoiled(args, position, value):
+    """One argument made invalid: positions 0-6 are the architecture numbers, then batch, seq, strategy, dtype."""
+    args = list(args)
+    if position < len(ARCH_NAMES):
+        args[0] = {**args[0], ARCH_NAMES[position]: value}
+    elif position == len(ARCH_NAMES) + 4:
+        args[0] = value if value is None or isinstance(value, str) else [args[0]]
+    elif position == len(ARCH_NAMES) + 5:
+        args[0] = {k: v for k, v in args[0].items() if k != ARCH_NAMES[value % len(ARCH_NAMES)]} \
+            if isinstance(value, int) else {}
+    else:
+        args[position - len(ARCH_NAMES) + 1] = value
+    return tuple(args)
+
+
+invalid = st.builds(spoiled, valid, st.integers(0, len(ARCH_NAMES) + 5), odd)
+reference.agrees("estimate_saved_activation_bytes", st.one_of(valid, valid, invalid), cases=150)
+
+# %% hidden exercise=saved_tensor_ledger points=1 name=parameters_are_counted_but_never_as_bytes
+# hint: a saved weight (or its transposed view) shares storage with a parameter: count it as a parameter and add no bytes for it; every other saved tensor is an activation.
+torch.manual_seed(3)
+two_layers = nn.Sequential(nn.Linear(4, 3), nn.Linear(3, 2))
+x = torch.randn(5, 4)
+ledger = saved_tensor_ledger(two_layers, x, lambda module, batch: module(batch).pow(2).sum())
+# the first layer saves x; the second saves its input and (its input needs a gradient) its weight, transposed;
+# pow saves the output
+assert ledger["parameter_tensors"] == 1 and ledger["activation_tensors"] == 3, ledger
+assert ledger["saved_tensors"] == 4 and ledger["activation_storages"] == 3
+expected = (5 * 4 + 5 * 3 + 5 * 2) * 4
+assert ledger["activation_bytes"] == expected and ledger["device_bytes"] == {"cpu": expected}, (ledger, expected)
+
+# %% hidden exercise=saved_tensor_ledger points=1 name=one_storage_counts_once_whatever_its_views
+# hint: two saved views of one storage (a slice is a view) keep the whole storage alive once: key the bytes by the storage address, and take the storage's size, not the view's.
+
+
+class SavesSlices(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight):
+        ctx.save_for_backward(x[1:], x[:, :2], weight.t())
+        return x * weight
+
+    @staticmethod
+    def backward(ctx, grad):
+        tail, left, weight_t = ctx.saved_tensors
+        return grad * weight_t.t(), None
+
+
+class SlicesModule(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(3, 4))
+
+    def forward(self, x):
+        return SavesSlices.apply(x, self.weight)
+
+
+x = torch.arange(12.0).reshape(3, 4)
+ledger = saved_tensor_ledger(SlicesModule(), x, lambda module, batch: module(batch).sum())
+assert ledger["saved_tensors"] == 3 and ledger["parameter_tensors"] == 1 and ledger["activation_tensors"] == 2, ledger
+assert ledger["activation_storages"] == 1 and ledger["activation_bytes"] == 48 == ledger["device_bytes"]["cpu"], ledger
+
+# %% hidden exercise=saved_tensor_ledger points=1 name=unpack_counts_backward_and_nothing_moves
+# hint: unpack runs during backward (after leaving the hooks context) and returns what it got; the gradients must be those of a step without hooks.
+torch.manual_seed(5)
+hooked = nn.Sequential(nn.Linear(3, 5), nn.Tanh(), nn.Linear(5, 1))
+plain = copy.deepcopy(hooked)
+batch = torch.randn(6, 3)
+kept = batch.clone()
+ledger = saved_tensor_ledger(hooked, batch, lambda module, x: module(x).square().mean())
+plain(batch).square().mean().backward()
+assert ledger["unpacked"] == ledger["saved_tensors"] > 0, ledger
+for mine, theirs in zip(hooked.parameters(), plain.parameters()):
+    assert mine.grad is not None and torch.equal(mine.grad, theirs.grad)
+assert torch.equal(batch, kept)
+
+# %% hidden exercise=saved_tensor_ledger points=1 name=types_devices_and_an_empty_ledger
+# hint: the loss is a Python float and every count an int; bytes are grouped by str(device); a step that saves nothing has an empty device_bytes dict.
+torch.manual_seed(7)
+ledger = saved_tensor_ledger(nn.Linear(2, 2), torch.randn(3, 2), lambda module, x: module(x).sum())
+assert type(ledger["loss"]) is float
+for key in ("saved_tensors", "parameter_tensors", "activation_tensors", "activation_storages", "activation_bytes",
+            "unpacked"):
+    assert type(ledger[key]) is int, (key, type(ledger[key]))
+assert list(ledger["device_bytes"]) == ["cpu"] and type(ledger["device_bytes"]["cpu"]) is int
+nothing = saved_tensor_ledger(nn.Linear(2, 2), torch.randn(3, 2), lambda module, x: (module.weight * 2.0).sum())
+assert nothing["device_bytes"] == {} and nothing["activation_bytes"] == 0 and nothing["activation_storages"] == 0
+
+# %% hidden exercise=saved_tensor_ledger points=1 name=ledger_checks_module_then_loss
+# hint: refuse something that is not a module before calling loss_fn, and a loss that is not a 0-dim floating tensor requiring grad before backward, both with ValueError.
+calls = []
+
+
+def counting_loss(module, batch):
+    calls.append(1)
+    return module(batch).sum()
+
+
+for module, loss_fn in (("not a module", counting_loss), (None, counting_loss),
+                        (nn.Linear(2, 2), lambda m, x: m(x).sum(0)),
+                        (nn.Linear(2, 2), lambda m, x: m(x).sum().detach()),
+                        (nn.Linear(2, 2), lambda m, x: torch.tensor(3))):
+    try:
+        saved_tensor_ledger(module, torch.ones(1, 2), loss_fn)
+    except ValueError:
+        continue
+    raise AssertionError(f"saved_tensor_ledger({module!r}, ...) must raise ValueError")
+assert calls == [], "loss_fn was called before the module was checked"
+
+# %% hidden exercise=saved_tensor_ledger points=2 name=ledger_agrees_with_reference_on_generated_modules
+# hint: any small stack of layers, batch and loss function, valid or not: the same ledger (counts, bytes per device, loss) or the same ValueError.
+from hypothesis import strategies as st
+
+LAYERS = {"tanh": lambda width: nn.Tanh(), "relu": lambda width: nn.ReLU(), "sigmoid": lambda width: nn.Sigmoid(),
+          "gelu": lambda width: nn.GELU(), "norm": lambda width: nn.LayerNorm(width), "none": lambda width: nn.Identity()}
+
+
+def square_mean(module, batch):
+    return module(batch).pow(2).mean()
+
+
+def softplus_sum(module, batch):
+    return nn.functional.softplus(module(batch)).sum()
+
+
+def row_losses(module, batch):
+    return module(batch).pow(2).mean(-1)
+
+
+def detached(module, batch):
+    return module(batch).pow(2).mean().detach()
+
+
+def stack_case(widths, kinds, rows, seed, loss_fn, replacement):
+    torch.manual_seed(seed)
+    layers = []
+    for (width_in, width_out), kind in zip(zip(widths, widths[1:]), kinds):
+        layers += [nn.Linear(width_in, width_out), LAYERS[kind](width_out)]
+    batch = torch.randn(rows, widths[0], generator=torch.Generator().manual_seed(seed))
+    return (nn.Sequential(*layers) if replacement is None else replacement, batch, loss_fn)
+
+
+stack_cases = st.builds(
+    stack_case, widths=st.lists(st.integers(1, 6), min_size=2, max_size=4),
+    kinds=st.lists(st.sampled_from(sorted(LAYERS)), min_size=3, max_size=3), rows=st.integers(1, 4),
+    seed=st.integers(0, 2**16), loss_fn=st.sampled_from([square_mean] * 4 + [softplus_sum] * 2 + [row_losses, detached]),
+    replacement=st.sampled_from([None] * 8 + ["a module", {"weight": 1.0}]))
+reference.agrees("saved_tensor_ledger", stack_cases, cases=60, check_inputs=False)
+
+# %% hidden exercise=offloaded_step points=1 name=gradients_match_a_step_without_hooks
+# hint: unpack must give back exactly what pack received, on the device it came from; only where the tensor waits may change, never its value, dtype or shape.
+torch.manual_seed(11)
+offloaded = nn.Sequential(nn.Linear(4, 6), nn.LayerNorm(6), nn.GELU(), nn.Linear(6, 2)).double()
+plain = copy.deepcopy(offloaded)
+batch = torch.randn(5, 4, dtype=torch.float64)
+result = offloaded_step(offloaded, batch, lambda module, x: module(x).pow(2).mean())
+loss = plain(batch).pow(2).mean()
+loss.backward()
+assert math.isclose(result["loss"], loss.item(), rel_tol=1e-12)
+for mine, theirs in zip(offloaded.parameters(), plain.parameters()):
+    assert mine.grad.dtype == torch.float64 and torch.allclose(mine.grad, theirs.grad, rtol=1e-12, atol=0)
+
+# %% hidden exercise=offloaded_step points=1 name=host_copy_is_a_real_copy
+# hint: on a CPU, tensor.cpu() and tensor.to("cpu") return the tensor itself; allocate a new host buffer and copy into it, so a later in-place change cannot reach the saved value.
+
+
+class DoublesAfterSaving(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(13)
+        self.linear = nn.Linear(2, 3)
+
+    def forward(self, x):
+        y = torch.sigmoid(self.linear(x))
+        total = (y * y).sum()
+        y.mul_(2.0)
+        return total
+
+
+inputs = torch.randn(4, 2, generator=torch.Generator().manual_seed(17))
+offloaded, plain = DoublesAfterSaving(), DoublesAfterSaving()
+offloaded_step(offloaded, inputs, lambda module, x: module(x))
+y = torch.sigmoid(plain.linear(inputs))
+(y * y).sum().backward()
+assert torch.allclose(offloaded.linear.weight.grad, plain.linear.weight.grad), "the saved tensor changed after pack"
+
+# %% hidden exercise=offloaded_step points=1 name=one_copy_per_pack_and_parameters_stay
+# hint: every saved activation is copied at each pack (views of one storage are copied separately, each with its own size); parameters stay where they are and are only counted.
+
+
+class SavesThreeViews(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight):
+        ctx.save_for_backward(x, x[:1], x[:, 1:], weight)
+        return x * weight
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, first_row, rest, weight = ctx.saved_tensors
+        assert first_row.shape == (1, 4) and rest.shape == (3, 3) and rest.dtype == x.dtype
+        return grad * weight, (grad * x).sum(0)
+
+
+class ThreeViews(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.full((4,), 0.5, dtype=torch.float16))
+
+    def forward(self, x):
+        return SavesThreeViews.apply(x, self.weight)
+
+
+x = torch.arange(12.0, dtype=torch.float16).reshape(3, 4)
+result = offloaded_step(ThreeViews(), x, lambda module, batch: module(batch).float().sum())
+assert result["host_copies"] == 3 and result["restored_tensors"] == 3, result
+assert result["host_bytes"] == (12 + 4 + 9) * 2, result
+assert result["kept_parameter_tensors"] == 1, result
+assert type(result["loss"]) is float and all(type(result[key]) is int for key in result if key != "loss")
+
+# %% hidden exercise=offloaded_step points=1 name=offload_checks_module_then_loss
+# hint: the same checks as the ledger: a module first (before loss_fn runs), then a 0-dim floating loss that requires grad, both with ValueError.
+calls = []
+
+
+def counting_loss(module, batch):
+    calls.append(1)
+    return module(batch).sum()
+
+
+for module, loss_fn in (([nn.Linear(2, 2)], counting_loss), (3, counting_loss),
+                        (nn.Linear(2, 2), lambda m, x: m(x)),
+                        (nn.Linear(2, 2), lambda m, x: m(x).sum().detach())):
+    try:
+        offloaded_step(module, torch.ones(1, 2), loss_fn)
+    except ValueError:
+        continue
+    raise AssertionError(f"offloaded_step({module!r}, ...) must raise ValueError")
+assert calls == [], "loss_fn was called before the module was checked"
+
+# %% hidden exercise=offloaded_step points=2 name=offload_agrees_with_reference_on_generated_modules
+# hint: any small stack of layers, batch and loss function, valid or not: the same copies, bytes, restores and loss, or the same ValueError.
+from hypothesis import strategies as st
+
+LAYERS = {"tanh": lambda width: nn.Tanh(), "relu": lambda width: nn.ReLU(), "sigmoid": lambda width: nn.Sigmoid(),
+          "gelu": lambda width: nn.GELU(), "norm": lambda width: nn.LayerNorm(width), "none": lambda width: nn.Identity()}
+
+
+def square_mean(module, batch):
+    return module(batch).pow(2).mean()
+
+
+def softplus_sum(module, batch):
+    return nn.functional.softplus(module(batch)).sum()
+
+
+def row_losses(module, batch):
+    return module(batch).pow(2).mean(-1)
+
+
+def detached(module, batch):
+    return module(batch).pow(2).mean().detach()
+
+
+def stack_case(widths, kinds, rows, seed, loss_fn, dtype, replacement):
+    torch.manual_seed(seed)
+    layers = []
+    for (width_in, width_out), kind in zip(zip(widths, widths[1:]), kinds):
+        layers += [nn.Linear(width_in, width_out), LAYERS[kind](width_out)]
+    module = nn.Sequential(*layers).to(dtype)
+    batch = torch.randn(rows, widths[0], generator=torch.Generator().manual_seed(seed)).to(dtype)
+    return (module if replacement is None else replacement, batch, loss_fn)
+
+
+stack_cases = st.builds(
+    stack_case, widths=st.lists(st.integers(1, 6), min_size=2, max_size=4),
+    kinds=st.lists(st.sampled_from(sorted(LAYERS)), min_size=3, max_size=3), rows=st.integers(1, 4),
+    seed=st.integers(0, 2**16), loss_fn=st.sampled_from([square_mean] * 4 + [softplus_sum] * 2 + [row_losses, detached]),
+    dtype=st.sampled_from([torch.float32, torch.float32, torch.float64]),
+    replacement=st.sampled_from([None] * 8 + ["a module", {"weight": 1.0}]))
+reference.agrees("offloaded_step", stack_cases, cases=60, check_inputs=False)
+
+# %% hidden exercise=decide_strategy_handoff points=1 name=partial_failures_force_a_rerun_baseline_first
+# hint: a partial OOM or partial failure means incomplete evidence, and so does an ok record short of repeats; list the baseline first when it is incomplete, then the others in input order.
+def g0_record(name, status="ok", runs=3, verified=True, peak=500.0):
+    return {"name": name, "status": status, "successful_runs": runs, "execution_path_verified": verified,
+            "peak_memory_mb": peak}
+
+
+result = decide_strategy_handoff([g0_record("hybrid", "partial_failed", 1), g0_record("baseline", "partial_oom", 2),
+                                  g0_record("checkpoint", "ok", 2), g0_record("offload", "failed", 0)])
+assert result == {"status": "rerun_required", "reason": "incomplete_repeats", "eligible_candidates": [],
+                  "rerun_candidates": ["baseline", "hybrid", "checkpoint"], "failed_candidates": ["offload"],
+                  "next_action": "repeat_paired_runs_with_a_new_label"}, result
+short_baseline = decide_strategy_handoff([g0_record("baseline", runs=1), g0_record("checkpoint")], minimum_repeats=2)
+assert short_baseline["rerun_candidates"] == ["baseline"]
+
+# %% hidden exercise=decide_strategy_handoff points=1 name=whole_failures_are_kept_not_rerun
+# hint: a strategy that never succeeded is a result, not a gap: list it among the failures in every outcome, never ask for its rerun and never hand it off.
+def g0_record(name, status="ok", runs=3, verified=True, peak=500.0):
+    return {"name": name, "status": status, "successful_runs": runs, "execution_path_verified": verified,
+            "peak_memory_mb": peak}
+
+
+result = decide_strategy_handoff([g0_record("baseline"), g0_record("offload", "oom", 0, True, 10.0),
+                                  g0_record("hybrid", "failed", 0, True, 20.0), g0_record("checkpoint")])
+assert result["status"] == "ready_for_budget_review" and result["eligible_candidates"] == ["checkpoint"]
+assert result["failed_candidates"] == ["offload", "hybrid"] and result["rerun_candidates"] == []
+only_failures = decide_strategy_handoff([g0_record("baseline"), g0_record("offload", "oom", 0)])
+assert only_failures["status"] == "no_valid_candidate" and only_failures["failed_candidates"] == ["offload"]
+
+# %% hidden exercise=decide_strategy_handoff points=1 name=eligible_needs_exact_verification_and_a_measured_peak
+# hint: only execution_path_verified exactly True counts (1 or "yes" do not), and the device peak must be a finite number: None (a CPU run), NaN, infinity or a bool is no measurement.
+def g0_record(name, status="ok", runs=3, verified=True, peak=500.0):
+    return {"name": name, "status": status, "successful_runs": runs, "execution_path_verified": verified,
+            "peak_memory_mb": peak}
+
+
+result = decide_strategy_handoff([
+    g0_record("baseline", peak=None), g0_record("a", verified=1), g0_record("b", verified="yes"),
+    g0_record("c", peak=None), g0_record("d", peak=float("nan")), g0_record("e", peak=float("inf")),
+    g0_record("f", peak=True), g0_record("g", peak=300), g0_record("h", peak=250.5),
+])
+assert result["status"] == "ready_for_budget_review" and result["eligible_candidates"] == ["g", "h"], result
+none_left = decide_strategy_handoff([g0_record("baseline"), g0_record("a", verified=False), g0_record("c", peak=None)])
+assert none_left == {"status": "no_valid_candidate", "reason": "no_measured_verified_candidate",
+                     "eligible_candidates": [], "rerun_candidates": [], "failed_candidates": [],
+                     "next_action": "repair_strategy_execution_or_measure_on_a_gpu"}, none_left
+
+# %% hidden exercise=decide_strategy_handoff points=1 name=exact_minimum_is_enough_and_the_input_is_unchanged
+# hint: successful_runs equal to minimum_repeats is complete; the function reads the records and never changes them.
+records = [{"name": "baseline", "status": "ok", "successful_runs": 2, "execution_path_verified": True,
+            "peak_memory_mb": 100.0},
+           {"name": "checkpoint", "status": "ok", "successful_runs": 2, "execution_path_verified": True,
+            "peak_memory_mb": 80.0}]
+snapshot = copy.deepcopy(records)
+assert decide_strategy_handoff(records, minimum_repeats=2)["status"] == "ready_for_budget_review"
+assert decide_strategy_handoff(records, minimum_repeats=3)["rerun_candidates"] == ["baseline", "checkpoint"]
+assert decide_strategy_handoff(records, 1)["eligible_candidates"] == ["checkpoint"]
+assert records == snapshot
+alone = decide_strategy_handoff(records[:1], 1)
+assert alone["status"] == "no_valid_candidate" and alone["eligible_candidates"] == []
+
+# %% hidden exercise=decide_strategy_handoff points=1 name=malformed_input_raises_value_error
+# hint: check minimum_repeats and every record (a list of dicts, distinct non-empty names, exactly one baseline, a known status, successful_runs an int >= 0) before deciding anything.
+good = [{"name": "baseline", "status": "ok", "successful_runs": 3, "execution_path_verified": True,
+         "peak_memory_mb": 1.0},
+        {"name": "checkpoint", "status": "partial_oom", "successful_runs": 1, "execution_path_verified": True,
+         "peak_memory_mb": 1.0}]
+bad_calls = [(good, 0), (good, True), (good, 2.5), (good, "3"), (tuple(good), 3), ([*good, "hybrid"], 3),
+             (good[1:], 3), ([good[0], good[0]], 3), ([good[0], {**good[1], "name": ""}], 3),
+             ([good[0], {**good[1], "name": None}], 3), ([good[0], {**good[1], "status": "done"}], 3),
+             ([good[0], {**good[1], "successful_runs": -1}], 3), ([good[0], {**good[1], "successful_runs": True}], 3),
+             ([good[0], {**good[1], "successful_runs": 1.0}], 3), ([{**good[0], "status": "skipped"}, good[1]], 3),
+             ([good[0], {**good[1], "name": "baseline"}], 3)]
+for candidates, minimum in bad_calls:
+    try:
+        decide_strategy_handoff(candidates, minimum)
+    except ValueError:
+        continue
+    raise AssertionError(f"decide_strategy_handoff({candidates!r}, {minimum!r}) must raise ValueError")
+
+# %% hidden exercise=decide_strategy_handoff points=2 name=agrees_with_reference_on_generated_g0_records
+# hint: any set of G0 records and minimum, valid or not: the same decision with the same lists in the same order, or the same ValueError; the records must not be changed.
+from hypothesis import strategies as st
+
+statuses = st.sampled_from(["ok"] * 4 + ["partial_oom", "partial_failed", "oom", "failed", "done"])
+successes = st.one_of(st.integers(0, 5), st.integers(0, 5), st.sampled_from([True, -1, 2.0]))
+verified = st.sampled_from([True, True, True, False, None, 1, "yes"])
+peaks = st.one_of(st.floats(1.0, 1e4), st.floats(1.0, 1e4), st.sampled_from([None, float("nan"), float("inf"), True, 700]))
+
+
+def g0_records(name):
+    return st.fixed_dictionaries({"name": st.just(name), "status": statuses, "successful_runs": successes,
+                                  "execution_path_verified": verified, "peak_memory_mb": peaks})
+
+
+names = st.lists(st.sampled_from(["checkpoint", "offload", "hybrid", "selective", "baseline", ""]), max_size=4)
+record_sets = names.flatmap(lambda others: st.tuples(*[g0_records(name) for name in ["baseline", *others]]))
+shuffled = record_sets.flatmap(lambda records: st.permutations(list(records)))
+minimums = st.one_of(st.integers(1, 4), st.integers(1, 4), st.sampled_from([0, True, 2.5]))
+reference.agrees("decide_strategy_handoff", st.tuples(shuffled, minimums), cases=200)

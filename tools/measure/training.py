@@ -1,9 +1,13 @@
-"""Measure a training step: time, throughput, last loss and CUDA peak memory; OOM as a status.
+"""Measure a training step: time, throughput, last loss and CUDA memory; OOM as a status.
 
-`measure_training_run` times any zero-argument `train_step` that returns the step's loss.
-`run_with_oom_guard` turns a CUDA out-of-memory error into a record and frees memory before the
-next candidate runs. `aggregate_runs` folds repeated runs of one candidate into one record.
-Measurements that cannot be taken (device memory on a CPU) are None, never 0.
+`measure_training_run` times any zero-argument `train_step` that returns the step's loss. On CUDA
+it records both peaks of PyTorch's caching allocator, allocated (tensors) and reserved (what the
+allocator holds from the driver, the figure an out-of-memory error is about), and the device
+memory used outside the allocator (the CUDA context, library handles, other processes).
+`run_with_oom_guard` turns an out-of-memory error, of the device or of host memory (a failed pinned
+allocation), into a record and frees memory before the next candidate runs. `aggregate_runs` folds
+repeated runs of one candidate into one record. Measurements that cannot be taken (device memory on
+a CPU) are None, never 0.
 """
 
 from __future__ import annotations
@@ -19,7 +23,9 @@ MIB = 2**20
 
 RUN_STATUSES = ("ok", "oom", "failed")
 AGGREGATE_STATUSES = ("ok", "partial_oom", "partial_failed", "oom", "failed")
-MEAN_KEYS = ("step_time_ms", "samples_per_s", "loss", "eval_loss", "peak_memory_mb", "peak_reserved_mb")
+MEAN_KEYS = ("step_time_ms", "samples_per_s", "loss", "eval_loss", "peak_memory_mb", "peak_reserved_mb",
+             "device_overhead_mb")
+OOM_KINDS = ("device_memory", "host_memory")
 RANGE_KEYS = {
     "step_time_range_ms": "step_time_ms",
     "throughput_range_samples_per_s": "samples_per_s",
@@ -48,8 +54,11 @@ def measure_training_run(train_step: Callable[[], float], *, torch_module: Any, 
     """Run `warmup` untimed then `iters` timed calls of `train_step`; return the measurement.
 
     On CUDA the peak allocated / reserved memory is read with `torch.cuda.max_memory_*` after a
-    reset taken once the warm-up is done, so it covers the steady-state timed steps only. On any
-    other device both are None. A non-finite last loss makes the run `failed`.
+    reset taken once the warm-up is done, so it covers the steady-state timed steps only;
+    `device_overhead_mb` is the driver's used memory minus what the allocator reserves, read after
+    the timed steps (the CUDA context, library workspaces outside the allocator, other processes),
+    and `device_total_mb` the device's size. On any other device all four are None. A non-finite
+    last loss makes the run `failed`.
     """
     _require_int("batch_size", batch_size, 1)
     _require_int("warmup", warmup, 0)
@@ -77,10 +86,19 @@ def measure_training_run(train_step: Callable[[], float], *, torch_module: Any, 
         "loss": float(loss),
         "peak_memory_mb": torch_module.cuda.max_memory_allocated(device) / MIB if cuda else None,
         "peak_reserved_mb": torch_module.cuda.max_memory_reserved(device) / MIB if cuda else None,
+        **_outside_allocator(torch_module, device, cuda),
     }
     if not math.isfinite(result["loss"]):
         result.update(status="failed", error=f"non-finite training loss {result['loss']!r}", loss=None)
     return result
+
+
+def _outside_allocator(torch_module: Any, device: Any, cuda: bool) -> dict:
+    if not cuda:
+        return {"device_overhead_mb": None, "device_total_mb": None}
+    free, total = torch_module.cuda.mem_get_info(device)
+    reserved = torch_module.cuda.memory_reserved(device)
+    return {"device_overhead_mb": max(total - free - reserved, 0) / MIB, "device_total_mb": total / MIB}
 
 
 def device_memory_mb(torch_module: Any, device: Any) -> dict | None:
@@ -92,9 +110,11 @@ def device_memory_mb(torch_module: Any, device: Any) -> dict | None:
 
 
 def free_device_memory(torch_module: Any) -> None:
-    """Collect garbage and return cached CUDA blocks to the driver (no-op for CUDA on a CPU host)."""
-    gc.collect()
+    """On a CUDA host: collect garbage (tensors held in reference cycles), then return the allocator's
+    cached blocks to the driver. On a CPU-only host nothing: there is no device memory to give back,
+    and a full collection there costs more than the training step it follows."""
     if torch_module.cuda.is_available():
+        gc.collect()
         torch_module.cuda.empty_cache()
 
 
@@ -108,20 +128,29 @@ def out_of_memory_error(torch_module: Any) -> type:
 
 def run_with_oom_guard(run: Callable[[], Mapping[str, Any]], *, torch_module: Any,
                        context: Mapping[str, Any] | None = None) -> dict:
-    """Call `run()`; an out-of-memory error becomes `{**context, "status": "oom", "error": <first line>}`.
+    """Call `run()`; an out-of-memory error becomes
+    `{**context, "status": "oom", "oom_kind": "device_memory" | "host_memory", "error": <first line>}`.
 
-    Memory is freed after the exception has left scope (its traceback holds the frames that own
-    the model's tensors), so the next candidate starts from a clean allocator. Other errors propagate.
+    The device's OutOfMemoryError is `device_memory`; a MemoryError (host memory: a pinned or
+    pageable buffer the offload hook could not allocate) is `host_memory`. Memory is freed after the
+    exception has left scope (its traceback holds the frames that own the model's tensors), so the
+    next candidate starts from a clean allocator. Other errors propagate.
     """
     oom_type = out_of_memory_error(torch_module)
-    message = None
+    message, kind = None, None
     try:
         return dict(run())
     except oom_type as error:
-        lines = str(error).strip().splitlines()
-        message = lines[0] if lines else type(error).__name__
+        message, kind = _first_line(error), "device_memory"
+    except MemoryError as error:
+        message, kind = _first_line(error), "host_memory"
     free_device_memory(torch_module)
-    return {**(context or {}), "status": "oom", "error": message}
+    return {**(context or {}), "status": "oom", "oom_kind": kind, "error": message}
+
+
+def _first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__
 
 
 def _mean(values: list) -> float | None:
@@ -171,6 +200,7 @@ def aggregate_runs(name: str, runs: Iterable[Mapping[str, Any]]) -> dict:
     record["repeat_count"] = len(runs)
     record["successful_runs"] = len(successful)
     record["oom_runs"] = sum(run["status"] == "oom" for run in runs)
+    record["oom_kinds"] = sorted({run["oom_kind"] for run in runs if run["status"] == "oom" and run.get("oom_kind")})
     record["failed_runs"] = sum(run["status"] == "failed" for run in runs)
     for key in MEAN_KEYS:
         record[key] = _mean([run.get(key) for run in successful])

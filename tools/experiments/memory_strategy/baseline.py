@@ -1,0 +1,222 @@
+"""The chapter-73 training baseline (a stand-in until 73 is in the course) and 76's input manifest.
+
+`run_training_baseline` measures the baseline workload (batch 1, sequence 768, warm-up 2, 5 timed
+iterations, seed 42, float32, AdamW; `cpu_smoke` uses the tiny model and sequence 64) and writes
+two write-once records under the results root, in the chapters' folders:
+
+- `73-training-performance/73-training-performance_training_baseline_<label>.json`
+  (schema `training-performance-baseline/v1`);
+- `76-activation-memory-strategies/76-activation-memory-strategies_input_manifest_<label>.json`
+  (schema `memory-strategy-input-manifest/v1`): the baseline's path (relative to the results root),
+  its sha256, and the workload 76 must reproduce.
+
+The workload identity includes the weights (`pretrained` or `random_init`): a baseline measured on
+random weights never stands in for a run on real weights. `load_input_manifest` is what 76 calls.
+
+    python -m tools.experiments.memory_strategy.baseline --run-mode cpu_smoke --label L --results-dir DIR
+    python -m tools.experiments.memory_strategy.baseline --run-mode real_gpu --label L [--model-source random_init]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from tools.core.environment import runtime_snapshot
+from tools.core.paths import chapter_record_path, resolve_project_root, results_root_for
+from tools.core.records import lineage_entry, load_record, record_header, resolve_lineage, save_json_record_once
+from tools.core.records import sha256_file
+from tools.core.runs import validate_run_label, validate_run_mode
+from tools.errors import ConfigError, CourseError, ModelCacheMissingError, RecordExistsError, UpstreamRecordError
+from tools.experiments.memory_strategy.runner import TrainingWorkload, course_model, run_memory_strategy
+from tools.measure.training import run_with_oom_guard
+
+BASELINE_SCHEMA_VERSION = "training-performance-baseline/v1"
+MANIFEST_SCHEMA_VERSION = "memory-strategy-input-manifest/v1"
+BASELINE_CHAPTER, BASELINE_SLUG = "73", "73-training-performance"
+CHAPTER_ID, CHAPTER_SLUG = "76", "76-activation-memory-strategies"
+WORKLOAD_NAME = "pressure"
+RUN_MODES = ("cpu_smoke", "real_gpu")
+TINY, QWEN = "tiny", "Qwen/Qwen2.5-0.5B-Instruct"
+MODEL_CHOICES = (TINY, QWEN)
+MODEL_SOURCES = ("local", "random_init")
+DEFAULT_MODELS = {"cpu_smoke": TINY, "real_gpu": QWEN}
+WORKLOADS = {
+    "real_gpu": TrainingWorkload(batch_size=1, seq_len=768, warmup=2, iters=5, seed=42, optimizer="adamw"),
+    "cpu_smoke": TrainingWorkload(batch_size=1, seq_len=64, warmup=2, iters=5, seed=42, optimizer="adamw"),
+}
+DEVICES = {"cpu_smoke": "cpu", "real_gpu": "cuda"}
+IDENTITY_KEYS = ("model_id", "weights", "workload", "batch_size", "seq_len", "dtype", "optimizer", "warmup", "iters",
+                 "seed")
+EXIT_OK, EXIT_RUN_FAILED, EXIT_CONFIG, EXIT_MODEL_CACHE = 0, 1, 2, 4
+
+
+def baseline_path(results_root: Path, label: str) -> Path:
+    return chapter_record_path(results_root, BASELINE_SLUG, "training_baseline", label)
+
+
+def manifest_path(results_root: Path, label: str) -> Path:
+    return chapter_record_path(results_root, CHAPTER_SLUG, "input_manifest", label)
+
+
+def expected_weights(model_id: str, model_source: str) -> str:
+    """`random_init` for the tiny model (built with random weights) and for source random_init, else `pretrained`."""
+    return "random_init" if model_id == TINY or model_source == "random_init" else "pretrained"
+
+
+def expected_workload(run_mode: str, model_id: str | None = None, model_source: str = "local") -> dict:
+    """The workload identity a baseline of `run_mode` must carry (what 76 passes to load_input_manifest)."""
+    if run_mode not in WORKLOADS:
+        raise ConfigError(f"run mode {run_mode!r} has no training workload; choose one of {', '.join(RUN_MODES)}.")
+    model_id = model_id or DEFAULT_MODELS[run_mode]
+    identity = {"model_id": model_id, "weights": expected_weights(model_id, model_source), "workload": WORKLOAD_NAME,
+                **WORKLOADS[run_mode].as_config()}
+    return {key: identity[key] for key in IDENTITY_KEYS}
+
+
+def _plan(run_mode: str, label: str, results_dir: Any, model_id: str | None, model_source: str) -> dict:
+    """Check every argument and the output paths before any work; return the resolved plan."""
+    if run_mode not in RUN_MODES:
+        validate_run_mode(run_mode)
+        raise ConfigError(f"the training baseline runs in {' or '.join(RUN_MODES)}, not {run_mode!r}.")
+    validate_run_label(label)
+    model_id = model_id or DEFAULT_MODELS[run_mode]
+    if model_id not in MODEL_CHOICES:
+        raise ConfigError(f"unknown model {model_id!r}; choose one of {', '.join(MODEL_CHOICES)}.")
+    if run_mode == "cpu_smoke" and model_id != TINY:
+        raise ConfigError("cpu_smoke measures the tiny model only; use --run-mode real_gpu for a real model.")
+    if model_source not in MODEL_SOURCES:
+        raise ConfigError(f"unknown model source {model_source!r}; choose one of {', '.join(MODEL_SOURCES)}.")
+    root = results_root_for(run_mode, results_dir)
+    paths = {"baseline": baseline_path(root, label), "manifest": manifest_path(root, label)}
+    for path in paths.values():
+        if path.exists():
+            raise RecordExistsError(f"record {path} already exists; records are write-once, use a new label.")
+    if run_mode == "real_gpu":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError(f"real_gpu needs a CUDA device; torch {torch.__version__} sees none. "
+                              "Use --run-mode cpu_smoke on this machine.")
+    return {"run_mode": run_mode, "label": label, "model_id": model_id, "model_source": model_source,
+            "workload": WORKLOADS[run_mode], "device": DEVICES[run_mode], "results_root": root, **paths}
+
+
+def run_training_baseline(*, run_mode: str, label: str, results_dir: str | Path | None = None,
+                          model_id: str | None = None, model_source: str = "local", models=None) -> dict:
+    """Measure the baseline workload and write the 73 record, then (if it ran) the 76 input manifest.
+
+    `models` (optional): a `runner.CachedModel` to reuse a model already loaded. Returns
+    `{"status", "baseline_path", "baseline_sha256", "manifest_path", "manifest_sha256"}`; the
+    manifest fields are None when the baseline ran out of memory or failed (recorded as such).
+    """
+    plan = _plan(run_mode, label, results_dir, model_id, model_source)
+    import torch
+
+    models = models or course_model(plan["model_id"], plan["model_source"])
+    workload: TrainingWorkload = plan["workload"]
+    run = run_with_oom_guard(
+        lambda: run_memory_strategy(models, "baseline", workload, device=plan["device"]),
+        torch_module=torch, context={"name": "baseline", "strategy": "baseline", "seq_len": workload.seq_len})
+    identity = models.identity or {}
+    config = {
+        "model_id": plan["model_id"], "weights": identity.get("weights"), "model_source": plan["model_source"],
+        "workload": WORKLOAD_NAME, **workload.as_config(), "device": plan["device"], "strategy": "baseline",
+        "mode": "fp32",
+    }
+    record = {
+        **record_header(schema_version=BASELINE_SCHEMA_VERSION, chapter=BASELINE_CHAPTER, stage="training_baseline",
+                        run_mode=run_mode, run_label=label),
+        "status": run["status"],
+        "stand_in": "tools.experiments.memory_strategy.baseline (chapter 73 is not in the course yet)",
+        "config": config,
+        "model": identity,
+        "environment": runtime_snapshot(resolve_project_root()),
+        "measurement": run,
+    }
+    baseline_sha256 = save_json_record_once(plan["baseline"], record)
+    result = {"status": run["status"], "baseline_path": plan["baseline"], "baseline_sha256": baseline_sha256,
+              "manifest_path": None, "manifest_sha256": None}
+    if run["status"] != "ok":
+        return result
+    manifest = {
+        **record_header(schema_version=MANIFEST_SCHEMA_VERSION, chapter=CHAPTER_ID, stage="input_manifest",
+                        run_mode=run_mode, run_label=label),
+        "workload": {key: config[key] for key in IDENTITY_KEYS},
+        "source_artifacts": {
+            "training_baseline": {**lineage_entry(plan["baseline"], plan["results_root"]),
+                                  "path_relative_to": "results_root", "schema_version": BASELINE_SCHEMA_VERSION},
+        },
+    }
+    result["manifest_sha256"] = save_json_record_once(plan["manifest"], manifest)
+    result["manifest_path"] = plan["manifest"]
+    return result
+
+
+def load_input_manifest(path: str | Path, expected: Mapping[str, Any], results_root: str | Path) -> dict:
+    """Read a 76 input manifest, check the baseline's sha256 and workload; return both records.
+
+    Raises UpstreamRecordError when the manifest or baseline is missing or of another schema, the
+    baseline's bytes changed since the manifest was written, the baseline did not run, or its
+    workload (weights included) differs from `expected` in any key.
+    """
+    manifest_file = Path(path)
+    manifest = load_record(manifest_file, schema_version=MANIFEST_SCHEMA_VERSION)
+    entry = manifest.get("source_artifacts", {}).get("training_baseline")
+    if not isinstance(entry, Mapping) or not entry.get("path") or not entry.get("sha256"):
+        raise UpstreamRecordError(f"{manifest_file} names no training_baseline path and sha256.")
+    baseline = resolve_lineage(entry, results_root, schema_version=BASELINE_SCHEMA_VERSION)
+    baseline_file = Path(results_root) / entry["path"]
+    if baseline.get("status") != "ok":
+        raise UpstreamRecordError(f"training baseline {baseline_file} has status {baseline.get('status')!r}, not ok.")
+    config, written = baseline.get("config", {}), manifest.get("workload", {})
+    mismatches = {key: {"baseline": config.get(key), "expected": value}
+                  for key, value in expected.items() if config.get(key) != value}
+    mismatches.update({f"manifest.{key}": {"manifest": written.get(key), "expected": value}
+                       for key, value in expected.items() if written.get(key) != value})
+    if mismatches:
+        detail = "; ".join(f"{key}: {values}" for key, values in mismatches.items())
+        raise UpstreamRecordError(
+            f"training baseline {baseline_file} does not match the expected workload ({detail}); rerun "
+            "python -m tools.experiments.memory_strategy.baseline with the same workload and a new label.")
+    return {"manifest": manifest, "manifest_path": manifest_file, "manifest_sha256": sha256_file(manifest_file),
+            "baseline": baseline, "baseline_path": baseline_file, "baseline_sha256": entry["sha256"]}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m tools.experiments.memory_strategy.baseline",
+                                     description="Measure the chapter-73 training baseline and write 76's input manifest.")
+    parser.add_argument("--run-mode", required=True, choices=RUN_MODES)
+    parser.add_argument("--label", required=True, help="unique run label (names the records)")
+    parser.add_argument("--results-dir", default=None,
+                        help="results root (default: build/results for cpu_smoke, benchmarks/results for real_gpu)")
+    parser.add_argument("--model", default=None, choices=MODEL_CHOICES,
+                        help="model to train (default: tiny in cpu_smoke, Qwen/Qwen2.5-0.5B-Instruct in real_gpu)")
+    parser.add_argument("--model-source", "--weights", dest="model_source", default="local", choices=MODEL_SOURCES,
+                        help="local cache weights, or the architecture with random weights (recorded as such)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        result = run_training_baseline(run_mode=args.run_mode, label=args.label, results_dir=args.results_dir,
+                                       model_id=args.model, model_source=args.model_source)
+    except ModelCacheMissingError as error:
+        print(f"ERROR: {error}", file=sys.stderr)
+        return EXIT_MODEL_CACHE
+    except CourseError as error:
+        print(f"ERROR: {error}", file=sys.stderr)
+        return EXIT_CONFIG
+    print(f"training baseline: {result['status']}  {result['baseline_path']}  sha256={result['baseline_sha256']}")
+    if result["manifest_path"] is None:
+        print("no input manifest written: the baseline did not complete (see its record).", file=sys.stderr)
+        return EXIT_RUN_FAILED
+    print(f"input manifest:    {result['manifest_path']}  sha256={result['manifest_sha256']}")
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())
