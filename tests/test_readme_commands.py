@@ -199,7 +199,10 @@ def test_call_blocks_reach_the_library(checkout, monkeypatch):
 
 def test_gpu_blocks_parse_and_name_existing_files(checkout):
     from tools.course.__main__ import build_parser
-    from tools.training_baseline import build_parser as baseline_parser
+    from tools.experiments.memory_strategy import baseline, stages
+
+    module_parsers = {"tools.experiments.memory_strategy.baseline": baseline.build_parser,
+                      "tools.experiments.memory_strategy.stages": stages.build_parser}
 
     for _, lines in blocks_of("gpu"):
         for line in lines:
@@ -207,8 +210,9 @@ def test_gpu_blocks_parse_and_name_existing_files(checkout):
             words = shlex.split(line)
             if args is not None:
                 build_parser().parse_args(args)
-            elif "tools.training_baseline" in words:
-                baseline_parser().parse_args(words[words.index("tools.training_baseline") + 1:])
+            elif "-m" in words and words[words.index("-m") + 1] in module_parsers:
+                module = words[words.index("-m") + 1]
+                module_parsers[module]().parse_args(words[words.index(module) + 1:])
             else:
                 assert line.startswith(KNOWN_SETUP), f"unknown GPU-runbook step: {line}"
             for index, word in enumerate(words[:-1]):
