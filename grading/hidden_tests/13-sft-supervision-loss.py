@@ -203,3 +203,163 @@ for _bad_nll, _bad_mask, _mode in _cases:
     except ValueError:
         continue
     raise AssertionError(f"invalid input accepted: mode {_mode!r}, mask dtype {_bad_mask.dtype}, shape {tuple(_bad_mask.shape)}")
+
+# %% hidden exercise=build_sft_example points=1 name=misaligned_template_prefix_is_refused
+# hint: when a template glues the reply to its header so that the rendered prefix's tokens are not a prefix of the whole conversation's tokens, the boundary would be wrong: refuse with ValueError instead of returning shifted labels.
+import copy
+_glued = copy.deepcopy(TOKENIZER)
+_glued.chat_template = ("{%- for message in messages -%}{{ '<|im_start|>' + message['role'] + message['content'] + "
+                        "'<|im_end|>\\n' }}{%- endfor -%}{%- if add_generation_prompt -%}{{ '<|im_start|>assistant' }}{%- endif -%}")
+try:
+    build_sft_example([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "ed"}], _glued)
+except ValueError:
+    pass
+else:
+    raise AssertionError("a reply whose first token merges with the template's header was accepted")
+_aligned = build_sft_example([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "5"}], _glued)
+assert _glued.decode([t for t in _aligned["labels"] if t != -100]) == "5<|im_end|>"
+
+# %% hidden exercise=build_sft_example points=1 name=messages_are_not_modified_and_types_are_plain
+# hint: never write into the caller's messages; return plain Python lists of ints (not tensors, not tuples) and ints for the counts.
+import copy
+_messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Compute 2 + 2."},
+             {"role": "assistant", "content": "4", "name": "calc"}]
+_snapshot = copy.deepcopy(_messages)
+_example = build_sft_example(_messages, TOKENIZER, max_length=40)
+assert _messages == _snapshot
+assert type(_example["input_ids"]) is list and type(_example["labels"]) is list
+assert all(type(value) is int for value in _example["input_ids"] + _example["labels"])
+assert type(_example["supervised_tokens"]) is int and type(_example["truncated_supervised_tokens"]) is int
+assert all(type(span) is list and len(span) == 2 for span in _example["assistant_spans"])
+
+# %% hidden exercise=build_sft_example points=1 name=generated_valid_conversations_match_the_reference
+# hint: on any valid conversation (optional system turn, several user and assistant turns, empty replies, tabs, newlines, full-width text, ligatures, extra keys, any max_length) the ids, labels, spans and counts are exactly the reference's.
+from hypothesis import strategies as st
+_contents = st.one_of(
+    st.sampled_from(["42", "", "Compute 12 + 30.", "The answer is 42.", "  spaced  ", "tab\there", "two\nlines", "\n",
+                     "Ｆｕｌｌ ｗｉｄｔｈ １２", "ﬁne", "中文回答", "5 * 3 = 15", "ed"]),
+    st.text(max_size=6).filter(lambda text: "<|" not in text))
+
+
+def _conversation(has_system, middle, tail, contents, name):
+    roles = (["system"] if has_system else []) + ["user"] + middle + ["assistant"] + tail
+    messages = [{"role": role, "content": contents[index % len(contents)]} for index, role in enumerate(roles)]
+    if name:
+        messages[-1]["name"] = "calc"
+    return messages
+
+
+_conversations = st.tuples(st.booleans(), st.lists(st.sampled_from(["user", "assistant"]), max_size=3),
+                           st.sampled_from([[], ["user"]]), st.lists(_contents, min_size=1, max_size=5),
+                           st.booleans()).map(lambda drawn: _conversation(*drawn))
+_lengths = st.one_of(st.none(), st.integers(1, 70))
+_calls = st.one_of(st.tuples(_conversations, st.just(TOKENIZER), _lengths),
+                   st.tuples(st.tuples(_conversations, st.just(TOKENIZER)), st.fixed_dictionaries({"max_length": _lengths})))
+reference.agrees("build_sft_example", _calls, cases=50, check_inputs=False)
+
+# %% hidden exercise=build_sft_example points=1 name=generated_invalid_conversations_raise_as_the_reference
+# hint: check every message and every argument before rendering: non-list or empty conversations, non-dict messages, missing keys, unknown or miscased roles, non-text contents, a late system turn, an assistant or system turn first, no assistant turn, and a max_length that is not None or a positive int (bools, floats, text) each give a ValueError.
+from hypothesis import strategies as st
+_good = st.sampled_from([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"},
+                         {"role": "system", "content": "Be brief."}, {"role": "user", "content": "\tＴａｂ\n"}])
+_bad = st.sampled_from([{"role": "tool", "content": "x"}, {"role": "User", "content": "x"}, {"role": "", "content": "x"},
+                        {"role": None, "content": "x"}, {"role": ["user"], "content": "x"}, {"role": "user"},
+                        {"content": "x"}, {"role": "user", "content": None}, {"role": "assistant", "content": 5},
+                        {"role": "assistant", "content": ["a"]}, "user: hi", None, ("user", "hi")])
+_valid = st.sampled_from([[{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}],
+                          [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
+                           {"role": "assistant", "content": ""}]])
+_messages = st.one_of(st.lists(st.one_of(_good, _good, _good, _bad), max_size=4), _valid, _valid, st.none(),
+                      st.just(()), st.tuples(_good, _good), st.just("user: hi"), st.just({"role": "user", "content": "Hi"}))
+_lengths = st.one_of(st.none(), st.integers(-2, 30), st.booleans(), st.sampled_from([2.5, "8", 8.0, float("nan")]))
+reference.agrees("build_sft_example", st.tuples(_messages, st.just(TOKENIZER), _lengths), cases=150, check_inputs=False)
+
+# %% hidden exercise=shifted_token_nll points=1 name=generated_valid_logits_and_labels_match_the_reference
+# hint: on any valid batch (float16, bfloat16, float32 or float64 logits, nan and infinities among them, int8 to int64 labels with ignored positions, a custom or default ignore_index, a vocabulary of one) the float32 losses, the bool mask and the two Python int counts are exactly the reference's.
+import torch
+from hypothesis import strategies as st
+_specials = st.lists(st.tuples(st.integers(0, 31), st.sampled_from([float("nan"), float("inf"), -float("inf")])),
+                     max_size=2)
+
+
+def _call(dims, values, specials, targets, logits_dtype, labels_dtype, ignore, how, grad):
+    batch, time, vocab = dims
+    for position, special in specials:
+        values[position % len(values)] = special
+    logits = torch.tensor(values, dtype=torch.float32).reshape(batch, time, vocab).to(logits_dtype)
+    logits.requires_grad_(grad)
+    labels = torch.tensor([ignore if target is None else target for target in targets]).reshape(batch, time)
+    labels = labels.to(labels_dtype)
+    if how == "keyword":
+        return (logits, labels), {"ignore_index": ignore}
+    return ((logits, labels, ignore), {}) if how == "positional" or ignore != -100 else ((logits, labels), {})
+
+
+_calls = st.tuples(st.integers(1, 2), st.integers(2, 4), st.integers(1, 4)).flatmap(lambda dims: st.tuples(
+    st.just(dims),
+    st.lists(st.floats(-1, 1, width=32), min_size=dims[0] * dims[1] * dims[2], max_size=dims[0] * dims[1] * dims[2]),
+    _specials,
+    st.lists(st.one_of(st.none(), st.integers(0, dims[2] - 1)), min_size=dims[0] * dims[1], max_size=dims[0] * dims[1]),
+    st.sampled_from([torch.float32, torch.float64, torch.bfloat16, torch.float16]),
+    st.sampled_from([torch.int64, torch.int32, torch.int16, torch.int8]),
+    st.sampled_from([-100, -100, -1]), st.sampled_from(["default", "positional", "keyword"]), st.booleans(),
+).map(lambda drawn: _call(*drawn)))
+reference.agrees("shifted_token_nll", _calls, cases=100)
+
+# %% hidden exercise=shifted_token_nll points=1 name=generated_invalid_logits_and_labels_raise_as_the_reference
+# hint: check both tensors and ignore_index before computing: logits that are not a 3-D floating tensor (integer, bool, complex, lists, 2-D or 4-D, an empty vocabulary), labels that are not a 2-D integer tensor (float, bool, lists), batch or time sizes that differ, a single position, a target outside the vocabulary, and an ignore_index that is a bool, a float or text each give a ValueError.
+import torch
+from hypothesis import strategies as st
+_logits = st.sampled_from([torch.zeros(1, 3, 4), torch.zeros(1, 3, 4, dtype=torch.float64), torch.zeros(3, 4),
+                           torch.zeros(1, 1, 3, 4), torch.zeros(1, 3, 4, dtype=torch.long),
+                           torch.zeros(1, 3, 4, dtype=torch.bool), torch.zeros(1, 3, 4, dtype=torch.complex64),
+                           torch.zeros(1, 3, 0), torch.zeros(2, 3, 4), torch.zeros(1, 1, 4), [[[0.0] * 4] * 3], None])
+_labels = st.sampled_from([torch.tensor([[-100, 1, 2]]), torch.tensor([[-100, 1, 2]], dtype=torch.int32),
+                           torch.tensor([[-100.0, 1.0, 2.0]]), torch.tensor([[True, False, True]]),
+                           torch.tensor([-100, 1, 2]), torch.tensor([[[-100, 1, 2]]]), torch.tensor([[-100, 1]]),
+                           torch.tensor([[-100, 4, 1]]), torch.tensor([[-100, -5, 1]]), torch.tensor([[-100]]),
+                           torch.tensor([[-100, 1, 2], [0, 0, 0]]), [[-100, 1, 2]], None])
+_ignore = st.sampled_from([-100, -100, -1, True, False, -100.0, "-100", None])
+reference.agrees("shifted_token_nll", st.tuples(_logits, _labels, _ignore), cases=150)
+
+# %% hidden exercise=reduce_sft_loss points=1 name=generated_valid_losses_and_masks_match_the_reference
+# hint: on any valid float64 batch (nan or inf outside and inside the mask, empty samples, both modes given by position, by keyword or by default) the loss is a 0-dim tensor of the input's dtype, the weights a tensor, the sample weights and per-sample losses Python floats (or None), all exactly the reference's.
+import torch
+from hypothesis import strategies as st
+_specials = st.lists(st.tuples(st.integers(0, 11), st.sampled_from([float("nan"), float("inf")])), max_size=2)
+
+
+def _call(dims, values, specials, flags, mode, how, grad):
+    batch, positions = dims
+    for position, special in specials:
+        values[position % len(values)] = special
+    if not any(flags):
+        flags = [True] + flags[1:]
+    token_nll = torch.tensor(values, dtype=torch.float64).reshape(batch, positions).requires_grad_(grad)
+    mask = torch.tensor(flags).reshape(batch, positions)
+    if how == "keyword":
+        return (token_nll, mask), {"mode": mode}
+    return ((token_nll, mask, mode), {}) if how == "positional" or mode != "token" else ((token_nll, mask), {})
+
+
+_calls = st.tuples(st.integers(1, 3), st.integers(1, 4)).flatmap(lambda dims: st.tuples(
+    st.just(dims), st.lists(st.floats(0, 10), min_size=dims[0] * dims[1], max_size=dims[0] * dims[1]), _specials,
+    st.lists(st.booleans(), min_size=dims[0] * dims[1], max_size=dims[0] * dims[1]),
+    st.sampled_from(["token", "sample"]), st.sampled_from(["default", "positional", "keyword"]), st.booleans(),
+).map(lambda drawn: _call(*drawn)))
+reference.agrees("reduce_sft_loss", _calls, cases=150)
+
+# %% hidden exercise=reduce_sft_loss points=1 name=generated_invalid_losses_and_masks_raise_as_the_reference
+# hint: check the mode and both tensors before computing: a mode other than exactly "token" or "sample" (case, spaces, None, bools, lists), a token_nll that is not a 2-D floating tensor (integer, bool, 1-D, 3-D, lists), a mask that is not a bool tensor of the same shape (float, int, uint8, lists), and a mask without any True each give a ValueError.
+import torch
+from hypothesis import strategies as st
+_nll = st.sampled_from([torch.ones(2, 3, dtype=torch.float64), torch.ones(2, 3, dtype=torch.long),
+                        torch.ones(2, 3, dtype=torch.bool), torch.ones(6, dtype=torch.float64),
+                        torch.ones(1, 2, 3, dtype=torch.float64), torch.ones(3, 2, dtype=torch.float64),
+                        [[1.0, 1.0, 1.0], [1.0, 1.0, 1.0]], None])
+_mask = st.sampled_from([torch.tensor([[True, False, True], [False, False, True]]), torch.ones(2, 3, dtype=torch.bool),
+                         torch.zeros(2, 3, dtype=torch.bool), torch.ones(2, 3), torch.ones(2, 3, dtype=torch.long),
+                         torch.ones(2, 3, dtype=torch.uint8), torch.ones(2, 2, dtype=torch.bool),
+                         [[True, False, True], [False, False, True]], None])
+_mode = st.sampled_from(["token", "sample", "mean", "TOKEN", " token", "sample ", None, 0, True, ["token"]])
+reference.agrees("reduce_sft_loss", st.tuples(_nll, _mask, _mode), cases=150)

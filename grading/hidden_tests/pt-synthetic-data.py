@@ -96,6 +96,16 @@ assert _report["kept"] == ["p0", "p4"]
 assert _report["duplicates"] == {"p1": "p0", "p2": "p0", "p3": "p0"}
 assert _report["contaminated"] == [] and _report["eval_hits"] == []
 
+# %% hidden exercise=screen_overlap points=1 name=casefold_and_nfkc_fold_sharp_s_and_ligatures
+# hint: the key uses casefold(), which is stronger than lower() (ß and SS fold together), after NFKC, which splits ligatures such as ﬁ into plain letters.
+_samples = [{"sample_id": "g1", "prompt": "Straße 12 + 30"}, {"sample_id": "g2", "prompt": "STRASSE 12 + 30"},
+            {"sample_id": "l1", "prompt": "ﬁnd 6 * 7"}, {"sample_id": "l2", "prompt": "FIND 6 * 7"},
+            {"sample_id": "w1", "prompt": "ｆｉｎｄ ６ ＊ ７"}]
+_report = screen_overlap(_samples, ["strasse 12 + 31"])
+assert _report["kept"] == ["g1", "l1"]
+assert _report["duplicates"] == {"g2": "g1", "l2": "l1", "w1": "l1"}
+assert screen_overlap(_samples[:2], ["STRASSE 12 + 30"])["contaminated"] == ["g1", "g2"]
+
 # %% hidden exercise=screen_overlap points=1 name=every_copy_of_an_evaluation_prompt_is_contaminated
 # hint: contamination is decided before duplication and for every copy; a repeated evaluation prompt never turns into a duplicate, and it does not become the first kept copy either.
 _eval = ["Compute 25 + 68. Reply with the integer result only.", "Compute 84 - 43. Reply with the integer result only."]
@@ -243,3 +253,109 @@ for _samples, _labels, _min_pass, _max_wrong in _cases:
     except ValueError:
         continue
     raise AssertionError(f"invalid input accepted: {_samples!r}, {_labels!r}, {_min_pass!r}, {_max_wrong!r}")
+
+# %% hidden exercise=stamp_generation points=1 name=generated_valid_batches_stamp_as_the_reference
+# hint: on any valid batch (non-ASCII, full-width and ligature text, tabs and newlines, None responses, extra keys, large seeds) the identity, every content hash and the copied samples are exactly the reference's, and the caller's samples are untouched.
+from hypothesis import strategies as st
+_texts = st.one_of(st.sampled_from(["Compute 12 + 30.", "计算 12 + 30，只回复整数。", "Ｃｏｍｐｕｔｅ １２ ＋ ３０", "ﬁnd 7 * 6",
+                                    "tab\there\nnew line", "Straße", " padded ", "\u00a0nbsp\u3000", "42"]),
+                   st.text(min_size=1, max_size=8).filter(lambda text: text.strip()))
+_sample = st.fixed_dictionaries({"sample_id": st.sampled_from(["a", "b", "job/c", "样本-d", "e"]), "prompt": _texts,
+                                 "response": st.one_of(st.none(), st.text(max_size=6), _texts)},
+                                optional={"task_id": st.text(max_size=4), "generation_id": st.none(),
+                                          "content_sha256": st.just("stale")})
+_batch = st.lists(_sample, max_size=5, unique_by=lambda sample: sample["sample_id"])
+_name = st.sampled_from(["gen", "tools.data.arithmetic.generate_tasks", "生成器 v2", " spaced "])
+reference.agrees("stamp_generation", st.tuples(_batch, _name, _texts, st.integers(0, 2**63), _name), cases=120)
+
+# %% hidden exercise=stamp_generation points=1 name=generated_invalid_stamping_raises_as_the_reference
+# hint: every argument is checked, in every position and every sample: blank or non-text names, bool, float, string or negative seeds, non-list batches, non-dict samples, missing keys, empty or repeated ids, blank prompts, non-text responses, a foreign generation id; each gives a ValueError, never another exception or a result.
+from hypothesis import strategies as st
+_good_text = st.sampled_from(["Compute 1 + 2.", "ＡＢＣ", "x"])
+_bad_text = st.sampled_from(["", " ", "\t\n", "\u3000", None, 0, 1.5, True, b"gen", ["gen"]])
+_maybe_text = st.one_of(_good_text, _good_text, _bad_text)
+_sample = st.fixed_dictionaries({}, optional={
+    "sample_id": st.one_of(st.sampled_from(["a", "b", "a"]), st.sampled_from(["", None, 3, True, ("a",)])),
+    "prompt": _maybe_text,
+    "response": st.one_of(st.none(), _good_text, st.sampled_from([42, 4.2, b"42", ["42"], False])),
+    "generation_id": st.sampled_from([None, "0" * 64, "foreign"]),
+})
+_item = st.one_of(_sample, _sample, _sample, st.none(), st.integers(), st.text(max_size=2))
+_samples = st.one_of(st.lists(_item, max_size=4), st.tuples(_sample), st.none(), st.text(max_size=3),
+                     st.dictionaries(st.text(max_size=2), _good_text, max_size=2))
+_seed = st.one_of(st.integers(-3, 3), st.booleans(), st.floats(allow_nan=True, allow_infinity=True),
+                  st.sampled_from(["7", None, 2.0]))
+reference.agrees("stamp_generation", st.tuples(_samples, _maybe_text, _maybe_text, _seed, _maybe_text), cases=250)
+
+# %% hidden exercise=screen_overlap points=1 name=generated_valid_batches_screen_as_the_reference
+# hint: on any valid batch of prompt variants (full-width letters and digits, ligatures, ß, tabs, newlines, non-breaking and ideographic spaces, case) against any evaluation list, the kept list, the duplicate map, the contaminated list, the evaluation hits and the counts are exactly the reference's.
+from hypothesis import strategies as st
+_families = [
+    ["Compute 12 + 30.", "compute 12 + 30.", "COMPUTE １２ ＋ ３０．", "Compute\t12 + 30.\n", "Compute 12\u00a0+\u300030.",
+     "Ｃｏｍｐｕｔｅ 12 + 30.", "What is 12 + 30?", "Compute 12 + 3."],
+    ["ﬁnd 6 * 7", "find 6 * 7", "FIND 6 * 7", "Find 6 *\n7", "ｆｉｎｄ ６ ＊ ７"],
+    ["Straße 5 - 2", "STRASSE 5 - 2", "strasse 5 - 2", "straße 5  -  2", "Strasse 5 - 2 "],
+]
+_batch = st.sampled_from(_families).flatmap(lambda family: st.tuples(
+    st.lists(st.one_of(st.sampled_from(family), st.sampled_from(family), st.text(max_size=4).filter(str.split)),
+             max_size=7).map(lambda prompts: [{"sample_id": f"s{index}", "prompt": prompt, "note": index}
+                                              for index, prompt in enumerate(prompts)]),
+    st.lists(st.sampled_from(family), max_size=3)))
+reference.agrees("screen_overlap", _batch, cases=200)
+
+# %% hidden exercise=screen_overlap points=1 name=generated_invalid_screening_raises_as_the_reference
+# hint: both arguments are checked before screening: non-list batches or evaluation lists (a single string is not a list), non-dict samples, missing, empty, non-text or repeated ids, missing or non-text prompts, and prompts or evaluation prompts that are empty after normalisation each give a ValueError.
+from hypothesis import strategies as st
+_good = st.sampled_from(["Compute 1 + 2.", "compute 1 + 2.", "Ｃｏｍｐｕｔｅ 3"])
+_bad = st.sampled_from(["", " ", "\t\n", "\u3000\u00a0", None, 7, 1.0, True, b"x"])
+_sample = st.fixed_dictionaries({}, optional={
+    "sample_id": st.one_of(st.sampled_from(["a", "b", "c", "a"]), st.sampled_from(["", None, 0, False])),
+    "prompt": st.one_of(_good, _good, _bad)})
+_samples = st.one_of(st.lists(st.one_of(_sample, _sample, _sample, st.none(), st.just("a")), max_size=4),
+                     st.tuples(_sample), st.none(), st.just("Compute 1 + 2."))
+_evals = st.one_of(st.lists(st.one_of(_good, _good, _bad), max_size=3), st.none(), st.just("Compute 1 + 2."),
+                   st.tuples(_good))
+reference.agrees("screen_overlap", st.tuples(_samples, _evals), cases=250)
+
+# %% hidden exercise=admit_by_verifier points=1 name=generated_valid_batches_admit_as_the_reference
+# hint: on any valid batch (answers with signs, spaces, newlines, full-width digits, words, decimals, empty or missing, samples without labels, thresholds at 0, 1 and exactly at a rate) the decision, every reason, the counts, both rates (floats, or None) and the admitted and rejected samples are exactly the reference's.
+from hypothesis import strategies as st
+
+
+def _answer_forms(label):
+    digits = str(label).translate(str.maketrans("0123456789", "０１２３４５６７８９"))
+    return [str(label), f" {label}\n", f"+{label}" if label >= 0 else str(label), str(label + 1), digits,
+            f"The answer is {label}.", f"{label}.0", "", None, "\t", f"{label} {label}", "missing"]
+
+
+def _batch(labels_drawn, labelled, forms, extra, min_pass, max_wrong):
+    labels = {f"s{index}": label for index, (label, keep) in enumerate(zip(labels_drawn, labelled)) if keep}
+    samples = []
+    for index, (label, form) in enumerate(zip(labels_drawn, forms)):
+        response = _answer_forms(label)[form]
+        samples.append({"sample_id": f"s{index}"} if response == "missing" else {"sample_id": f"s{index}", "response": response})
+    return samples, {**extra, **labels}, min_pass, max_wrong
+
+
+_rates = st.one_of(st.sampled_from([0, 1, 0.0, 1.0, 0.05, 0.9, 0.25, 0.5, 0.75, 1 / 3, 2 / 3, 0.2, 0.8]), st.floats(0, 1))
+_batches = st.integers(0, 6).flatmap(lambda size: st.tuples(
+    st.lists(st.integers(-120, 120), min_size=size, max_size=size),
+    st.lists(st.sampled_from([True, True, True, True, False]), min_size=size, max_size=size),
+    st.lists(st.integers(0, 11), min_size=size, max_size=size),
+    st.dictionaries(st.sampled_from(["unused", "z"]), st.integers(-3, 3), max_size=2),
+    _rates, _rates).map(lambda drawn: _batch(*drawn)))
+reference.agrees("admit_by_verifier", _batches, cases=200)
+
+# %% hidden exercise=admit_by_verifier points=1 name=generated_invalid_admission_raises_as_the_reference
+# hint: every argument is checked before any verification: thresholds that are NaN, infinite, outside [0, 1], bools or text; non-list batches; non-dict labels and any label value that is not an int (bools included, even for unused ids); non-dict samples, missing, empty or repeated ids, non-text responses.
+from hypothesis import strategies as st
+_rate = st.one_of(st.sampled_from([0.5, 0, 1]), st.sampled_from([float("nan"), float("inf"), -0.1, 1.5, True, False, "0.5", None]))
+_sample = st.fixed_dictionaries({}, optional={
+    "sample_id": st.one_of(st.sampled_from(["a", "b", "a"]), st.sampled_from(["", None, 1, True])),
+    "response": st.one_of(st.sampled_from(["1", None, "x"]), st.sampled_from([1, 1.0, b"1", ["1"]]))})
+_samples = st.one_of(st.lists(st.one_of(_sample, _sample, _sample, st.none(), st.just("a")), max_size=4),
+                     st.tuples(_sample), st.none(), st.just("a"))
+_label = st.one_of(st.integers(-2, 2), st.integers(-2, 2), st.sampled_from([True, False, 1.0, "1", None, float("nan")]))
+_labels = st.one_of(st.dictionaries(st.sampled_from(["a", "b", "unused"]), _label, max_size=3), st.none(),
+                    st.lists(st.tuples(st.just("a"), st.integers(0, 2)), max_size=2))
+reference.agrees("admit_by_verifier", st.tuples(_samples, _labels, _rate, _rate), cases=250)
