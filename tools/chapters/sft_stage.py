@@ -1,0 +1,71 @@
+"""A chapter notebook's Step 5 on the shared SFT training stage: the same plan the command line runs.
+
+`stage_config(run, plan, model_source)` builds the StageConfig exactly as
+`python -m tools.experiments.sft_training` does (tiny model on the CPU in cpu_smoke,
+Qwen2.5-0.5B-Instruct on CUDA in real_gpu, then the plan's overrides for the mode);
+`run_plan` runs the plan's variants and returns their records; `plan_lines` is what dry_run prints
+instead (no model is loaded); `gpu_command` is the command line of the same stage.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tools.chapters.context import ChapterContext
+from tools.core.records import lineage_entry
+from tools.errors import ConfigError
+from tools.experiments.sft_training.config import StageConfig
+from tools.experiments.sft_training.plans import Plan, plan_for
+from tools.experiments.sft_training.runner import run_stage
+
+REAL_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
+
+
+def stage_config(run: ChapterContext, plan: Plan, model_source: str = "local") -> StageConfig:
+    """The stage settings of this run (ConfigError in dry_run: it trains nothing)."""
+    if not run.writes_records:
+        raise ConfigError("dry_run trains nothing: use cpu_smoke or real_gpu")
+    settings = {"model_id": "tiny" if run.run_mode == "cpu_smoke" else REAL_MODEL,
+                "device": "cpu" if run.run_mode == "cpu_smoke" else "cuda", **plan.stage.get(run.run_mode, {})}
+    return StageConfig(chapter=run.chapter_id, run_mode=run.run_mode, run_label=run.run_label,
+                       results_root=run.results_root, model_source=model_source, **settings)
+
+
+def variant_stages(chapter_id: str, run_mode: str) -> list[str]:
+    """The record stages the plan's variants write (`sft_<variant>`)."""
+    mode = run_mode if run_mode != "dry_run" else "cpu_smoke"
+    return [f"sft_{spec.name}" for spec in plan_for(chapter_id).variants(mode)]
+
+
+def run_plan(run: ChapterContext, model_source: str = "local") -> tuple[list[dict], list[dict]]:
+    """Run the chapter's plan; returns (what run_stage wrote, the records read back), in variant order."""
+    plan = plan_for(run.chapter_id)
+    written = run_stage(stage_config(run, plan, model_source), plan.variants(run.run_mode), prepare=plan.prepare,
+                        measure=plan.measure, collate=plan.collate)
+    records = [json.loads(Path(item["path"]).read_text(encoding="utf-8")) for item in written]
+    return written, records
+
+
+def lineage(run: ChapterContext, written: list[dict]) -> list[dict]:
+    """`{path, sha256}` of every variant record, relative to the results root."""
+    return [lineage_entry(item["path"], run.results_root) for item in written]
+
+
+def gpu_command(chapter_id: str, label: str = "<unique_label>", model_source: str = "local") -> str:
+    return (f"python -m tools.experiments.sft_training --chapter {chapter_id} --run-mode real_gpu --label {label}"
+            + ("" if model_source == "local" else f" --model-source {model_source}"))
+
+
+def plan_lines(chapter_id: str, run_mode: str = "cpu_smoke") -> list[str]:
+    """What the stage would run, read from the plan (nothing is loaded or trained)."""
+    plan = plan_for(chapter_id)
+    lines = []
+    for mode in ("cpu_smoke", "real_gpu"):
+        model = "tiny offline model on the CPU" if mode == "cpu_smoke" else f"{REAL_MODEL} on CUDA"
+        lines.append(f"{mode}: {model}; stage overrides {plan.stage.get(mode, {})}")
+        for spec in plan.variants(mode):
+            lines.append(f"  {spec.name}: {spec.method} r{spec.rank} alpha {spec.alpha:g} on {','.join(spec.target_modules)}, "
+                         f"batching {spec.batching}, max_length {spec.max_length or 'stage default'}")
+    lines.append(f"GPU command line (same plan): {gpu_command(chapter_id)}")
+    return lines

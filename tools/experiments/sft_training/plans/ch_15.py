@@ -1,0 +1,65 @@
+"""Chapter 15 (effective SFT update and the training loop): an update that really trains vs two that only look like it.
+
+- `effective`: LoRA r8 alpha 16 on q/v; the reference run.
+- `vanishing_scale`: the same adapter with alpha 1e-4 (scaling 1.25e-5). Its tensors change (Adam moves
+  lora_B by about the learning rate whatever the gradient's size) and its gradient norms are finite
+  and non-zero, yet the model's function barely moves: the same batch's loss stays where it was.
+- `eval_leak`: the effective adapter, but its collate swaps one example of every micro-batch for a
+  held-apart evaluation example; its evaluation loss improves most, for the wrong reason.
+
+All three share data, seeds, steps and a linearly decaying learning rate. `measure` records the
+same batch's loss before and after training, the evaluation's side effects, the learning rates the
+schedule planned, and which evaluation examples were trained on (from the ledger `collate` keeps).
+"""
+
+from __future__ import annotations
+
+from tools.experiments.sft_training.config import AdapterSpec
+from tools.experiments.sft_training.data import pad_batch
+from tools.experiments.sft_training.effective_update import (
+    TrainingLedger,
+    evaluation_examples,
+    evaluation_side_effects,
+    leaking_examples,
+    same_batch_losses,
+    split_audit,
+)
+from tools.experiments.sft_training.training import learning_rate
+
+LEAKING_VARIANTS = ("eval_leak",)
+STAGE = {
+    "cpu_smoke": {"steps": 3, "batch_size": 4, "lr_schedule": "linear_decay", "learning_rate": 3e-3},
+    "real_gpu": {"steps": 8, "batch_size": 4, "grad_accumulation": 2, "lr_schedule": "linear_decay",
+                 "learning_rate": 1e-3},
+}
+LEDGER = TrainingLedger()
+_calls: dict[str, int] = {}
+
+
+def variants(run_mode: str) -> list[AdapterSpec]:
+    return [AdapterSpec("effective", rank=8, alpha=16.0),
+            AdapterSpec("vanishing_scale", rank=8, alpha=1e-4),
+            AdapterSpec("eval_leak", rank=8, alpha=16.0)]
+
+
+def prepare(model, spec: AdapterSpec):
+    """Start the variant's training ledger; the base model is not changed."""
+    LEDGER.start(spec.name)
+    _calls[spec.name] = 0
+    return model
+
+
+def collate(examples, pad_id: int, spec: AdapterSpec, config) -> dict:
+    """Right-padded micro-batches; every example that goes into one is written in the ledger."""
+    if spec.name in LEAKING_VARIANTS:
+        examples = leaking_examples(examples, evaluation_examples(config, spec), _calls[spec.name])
+    _calls[spec.name] += 1
+    LEDGER.add(spec.name, examples)
+    return pad_batch(examples, pad_id)
+
+
+def measure(model, spec: AdapterSpec, split, config, tokenizer) -> dict:
+    return {"same_batch": same_batch_losses(model, split, config, tokenizer),
+            "evaluation_side_effects": evaluation_side_effects(model, split, config, tokenizer),
+            "split_audit": split_audit(LEDGER.seen(spec.name), split),
+            "planned_learning_rates": [learning_rate(config, step) for step in range(config.steps)]}
