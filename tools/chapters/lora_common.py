@@ -13,12 +13,11 @@ import copy
 import json
 from pathlib import Path
 
+from tools.chapters import sft_stage
 from tools.chapters.context import ChapterContext
 from tools.core.catalog import find_chapter
 from tools.core.paths import default_results_dir, resolve_project_root
-from tools.experiments.sft_training.config import StageConfig
-from tools.experiments.sft_training.plans import Plan, plan_for
-from tools.experiments.sft_training.runner import run_stage
+from tools.experiments.sft_training.plans import Plan
 from tools.models.architectures import (
     QWEN25_05B_INSTRUCT,
     RANDOM_INIT_ARCHITECTURES,
@@ -100,36 +99,13 @@ def stage_names(plan: Plan, run_mode: str) -> list[str]:
     return [f"sft_{spec.name}" for spec in plan.variants("cpu_smoke" if run_mode == "dry_run" else run_mode)]
 
 
-def stage_config(run: ChapterContext, plan: Plan, model_source: str = "local") -> StageConfig:
-    """The stage settings of this run: what `python -m tools.experiments.sft_training` would use."""
-    settings = {"model_id": TINY_MODEL_ID if run.run_mode == "cpu_smoke" else QWEN25_05B_INSTRUCT,
-                "device": "cpu" if run.run_mode == "cpu_smoke" else "cuda", **plan.stage.get(run.run_mode, {})}
-    return StageConfig(chapter=run.chapter_id, run_mode=run.run_mode, run_label=run.run_label,
-                       results_root=run.results_root, model_source=model_source, **settings)
-
-
 def run_plan(run: ChapterContext, model_source: str = "local") -> list[dict]:
-    """Run the chapter's plan (every variant, one write-once record each); ConfigError in dry_run.
-
-    On a CPU the stage runs on one thread: the tiny model's matrices are so small that a second
-    thread only adds synchronisation, which costs ten times the run on a busy machine."""
-    import torch
-
-    plan = plan_for(run.chapter_id)
-    config = stage_config(run, plan, model_source)
-    threads = torch.get_num_threads()
-    if config.device == "cpu":
-        torch.set_num_threads(1)
-    try:
-        return run_stage(config, plan.variants(run.run_mode), prepare=plan.prepare, measure=plan.measure,
-                         collate=plan.collate)
-    finally:
-        torch.set_num_threads(threads)
+    """Run the chapter's plan (every variant, one write-once record each); ConfigError in dry_run."""
+    return sft_stage.run_plan(run, model_source)[0]
 
 
 def gpu_command(chapter_id: str, label: str = "<new_label>") -> str:
-    return (f"python -m tools.experiments.sft_training --chapter {chapter_id} --run-mode real_gpu "
-            f"--label {label} --model-source random_init")
+    return sft_stage.gpu_command(chapter_id, label)
 
 
 def read_written(written: list[dict]) -> list[dict]:

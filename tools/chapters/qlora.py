@@ -15,14 +15,14 @@ from typing import Callable
 
 import torch
 
+from tools.chapters import sft_stage
 from tools.chapters.context import ChapterContext
 from tools.chapters.own_runs import HOW_TO_RUN, LEVEL_NOTE, latest_record
 from tools.core.environment import installed_version
 from tools.core.paths import resolve_project_root
 from tools.experiments.sft_training import quantisation
-from tools.experiments.sft_training.config import StageConfig
 from tools.experiments.sft_training.plans import plan_for
-from tools.experiments.sft_training.quantisation import NF4_LEVELS, memory_account, qwen2_base_shapes
+from tools.experiments.sft_training.quantisation import NF4_LEVELS, qwen2_base_shapes
 from tools.models.architectures import QWEN25_05B_INSTRUCT, RANDOM_INIT_ARCHITECTURES
 
 CHAPTER_ID = "26"
@@ -233,18 +233,8 @@ def draw_base_accounts(plt, accounts: dict):
 
 # ---- Step 5 -------------------------------------------------------------------------------------
 
-def stage_config(run: ChapterContext, model_source: str = "local") -> StageConfig:
-    """The StageConfig of this run (what `python -m tools.experiments.sft_training --chapter 26` builds)."""
-    gpu = run.run_mode == "real_gpu"
-    settings = {"model_id": QWEN25_05B_INSTRUCT if gpu else "tiny", "device": "cuda" if gpu else "cpu",
-                **PLAN.stage.get(run.run_mode, {})}
-    return StageConfig(chapter=CHAPTER_ID, run_mode=run.run_mode, run_label=run.run_label,
-                       results_root=run.results_root, model_source=model_source, **settings)
-
-
 def gpu_command(label: str = "<new_label>", model_source: str = "random_init") -> str:
-    return (f"python -m tools.experiments.sft_training --chapter {CHAPTER_ID} --run-mode real_gpu --label {label} "
-            f"--model-source {model_source}")
+    return sft_stage.gpu_command(CHAPTER_ID, label, model_source)
 
 
 def describe_plan(run_mode: str) -> str:
@@ -260,10 +250,7 @@ def describe_plan(run_mode: str) -> str:
 
 def run_variants(run: ChapterContext, model_source: str = "local") -> list[dict]:
     """Run the chapter's plan (both variants, one record each); returns run_stage's list."""
-    from tools.experiments.sft_training.runner import run_stage
-
-    return run_stage(stage_config(run, model_source), PLAN.variants(run.run_mode), prepare=PLAN.prepare,
-                     measure=PLAN.measure, collate=PLAN.collate)
+    return sft_stage.run_plan(run, model_source)[0]
 
 
 def load_variant_records(run: ChapterContext, written: list[dict] | None, root: Path | None = None) -> list[tuple[str, dict]]:

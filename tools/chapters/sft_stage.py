@@ -16,20 +16,15 @@ from tools.chapters.context import ChapterContext
 from tools.core.records import lineage_entry
 from tools.errors import ConfigError
 from tools.experiments.sft_training.config import StageConfig
-from tools.experiments.sft_training.plans import Plan, plan_for
-from tools.experiments.sft_training.runner import run_stage
-
-REAL_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
+from tools.experiments.sft_training.plans import REAL_MODEL, Plan, plan_for, stage_config_for
+from tools.experiments.sft_training.plans import run_plan as run_stage_plan
 
 
-def stage_config(run: ChapterContext, plan: Plan, model_source: str = "local") -> StageConfig:
-    """The stage settings of this run (ConfigError in dry_run: it trains nothing)."""
+def stage_config(run: ChapterContext, plan: Plan | None = None, model_source: str = "local") -> StageConfig:
+    """The stage settings of this run, as the command line builds them (ConfigError in dry_run: it trains nothing)."""
     if not run.writes_records:
         raise ConfigError("dry_run trains nothing: use cpu_smoke or real_gpu")
-    settings = {"model_id": "tiny" if run.run_mode == "cpu_smoke" else REAL_MODEL,
-                "device": "cpu" if run.run_mode == "cpu_smoke" else "cuda", **plan.stage.get(run.run_mode, {})}
-    return StageConfig(chapter=run.chapter_id, run_mode=run.run_mode, run_label=run.run_label,
-                       results_root=run.results_root, model_source=model_source, **settings)
+    return stage_config_for(run.chapter_id, run.run_mode, run.run_label, run.results_root, model_source=model_source)
 
 
 def variant_stages(chapter_id: str, run_mode: str) -> list[str]:
@@ -40,9 +35,7 @@ def variant_stages(chapter_id: str, run_mode: str) -> list[str]:
 
 def run_plan(run: ChapterContext, model_source: str = "local") -> tuple[list[dict], list[dict]]:
     """Run the chapter's plan; returns (what run_stage wrote, the records read back), in variant order."""
-    plan = plan_for(run.chapter_id)
-    written = run_stage(stage_config(run, plan, model_source), plan.variants(run.run_mode), prepare=plan.prepare,
-                        measure=plan.measure, collate=plan.collate)
+    written = run_stage_plan(stage_config(run, model_source=model_source))
     records = [json.loads(Path(item["path"]).read_text(encoding="utf-8")) for item in written]
     return written, records
 
@@ -52,7 +45,7 @@ def lineage(run: ChapterContext, written: list[dict]) -> list[dict]:
     return [lineage_entry(item["path"], run.results_root) for item in written]
 
 
-def gpu_command(chapter_id: str, label: str = "<unique_label>", model_source: str = "local") -> str:
+def gpu_command(chapter_id: str, label: str = "<unique_label>", model_source: str = "random_init") -> str:
     return (f"python -m tools.experiments.sft_training --chapter {chapter_id} --run-mode real_gpu --label {label}"
             + ("" if model_source == "local" else f" --model-source {model_source}"))
 

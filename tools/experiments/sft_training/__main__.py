@@ -12,9 +12,8 @@ import sys
 
 from tools.core.paths import results_root_for
 from tools.errors import CourseError
-from tools.experiments.sft_training.config import DEVICES, MODEL_SOURCES, StageConfig
-from tools.experiments.sft_training.plans import plan_for
-from tools.experiments.sft_training.runner import run_stage
+from tools.experiments.sft_training.config import DEVICES, MODEL_SOURCES
+from tools.experiments.sft_training.plans import run_plan, stage_config_for
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,15 +31,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        plan = plan_for(args.chapter)
-        settings = {"model_id": args.model or ("tiny" if args.run_mode == "cpu_smoke" else "Qwen/Qwen2.5-0.5B-Instruct"),
-                    "device": args.device or ("cpu" if args.run_mode == "cpu_smoke" else "cuda"),
-                    **plan.stage.get(args.run_mode, {})}
-        config = StageConfig(chapter=args.chapter, run_mode=args.run_mode, run_label=args.label,
-                             results_root=results_root_for(args.run_mode, args.results_dir),
-                             model_source=args.model_source, **settings)
-        written = run_stage(config, plan.variants(args.run_mode), prepare=plan.prepare, measure=plan.measure,
-                            collate=plan.collate)
+        config = stage_config_for(args.chapter, args.run_mode, args.label,
+                                  results_root_for(args.run_mode, args.results_dir), model_source=args.model_source,
+                                  model_id=args.model, device=args.device)
+        written = run_plan(config)
     except CourseError as error:
         print(f"ERROR {error}", file=sys.stderr)
         return 2

@@ -40,3 +40,29 @@ def plan_for(chapter_id: str) -> Plan:
         raise
     return Plan(chapter_id, module.variants, dict(getattr(module, "STAGE", {})), getattr(module, "prepare", None),
                 getattr(module, "measure", None), getattr(module, "collate", None))
+
+
+REAL_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
+
+
+def stage_config_for(chapter_id: str, run_mode: str, run_label: str, results_root, *, model_source: str = "local",
+                     model_id: str | None = None, device: str | None = None):
+    """The StageConfig of a chapter's run: the tiny model on the CPU in cpu_smoke, Qwen2.5-0.5B-Instruct
+    on CUDA in real_gpu, then the plan's overrides for the mode. The notebook and the command line
+    both build it here, so they run the same stage."""
+    from tools.experiments.sft_training.config import StageConfig
+
+    plan = plan_for(chapter_id)
+    settings = {"model_id": model_id or ("tiny" if run_mode == "cpu_smoke" else REAL_MODEL),
+                "device": device or ("cpu" if run_mode == "cpu_smoke" else "cuda"), **plan.stage.get(run_mode, {})}
+    return StageConfig(chapter=chapter_id, run_mode=run_mode, run_label=run_label, results_root=results_root,
+                       model_source=model_source, **settings)
+
+
+def run_plan(config) -> list[dict]:
+    """Run the plan of `config.chapter` with `config`; returns run_stage's list (one item per variant)."""
+    from tools.experiments.sft_training.runner import run_stage
+
+    plan = plan_for(config.chapter)
+    return run_stage(config, plan.variants(config.run_mode), prepare=plan.prepare, measure=plan.measure,
+                     collate=plan.collate)
