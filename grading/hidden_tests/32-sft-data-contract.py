@@ -77,6 +77,11 @@ bad_calls = [
     lambda: validate_records(good, schema, non_empty=("answer",)),
     lambda: validate_records(good, schema, non_empty=("score",)),
     lambda: validate_records(good, schema, non_empty="id"),
+    lambda: validate_records(good, schema, non_empty=(["id"],)),
+    lambda: validate_records(good, schema, non_empty=(3,)),
+    lambda: validate_records(good, {"id": str, " \t": str}),
+    lambda: validate_records(good, {"id": (str, int)}),
+    lambda: validate_records(good, {"id": str, 3: str}),
 ]
 for bad_call in bad_calls:
     try:
@@ -251,6 +256,7 @@ bad_calls = [
     lambda: admission_verdict({"train": {"valid": [0, 1]}, "test": {"valid": [0], "invalid": []}}, audit),
     lambda: admission_verdict([("train", {"valid": [0, 1], "invalid": []})], audit),
     lambda: admission_verdict(schema_reports, {"splits": ["test", "train"], "records": {"train": 2, "test": 1}}),
+    lambda: admission_verdict({}, {"splits": [], "records": {}, "duplicate_groups": [], "leaks": []}),
 ]
 for bad_call in bad_calls:
     try:
@@ -259,3 +265,253 @@ for bad_call in bad_calls:
         continue
     raise AssertionError("a wrong call was accepted")
 assert admission_verdict(schema_reports, audit, max_invalid_fraction=0)["verdict"] == "accept"
+
+# %% hidden exercise=validate_records points=1 name=isinstance_decides_types_and_keys_show_as_str
+# hint: a type problem is exactly `not isinstance(value, expected)` (True passes an int field, an int fails a float field); an unexpected key is written and sorted as str(key).
+schema = {"id": str, "n": int, "score": float}
+records = [{"id": "a", "n": True, "score": 0.5},
+           {"id": "b", "n": 1.0, "score": 2},
+           {"id": "c", "n": 3, "score": 1.5, 10: "x", ("k", 1): "y", "Extra": None, 2: "z"}]
+report = validate_records(records, schema)
+assert report["valid"] == [0]
+assert report["invalid"] == [
+    {"index": 1, "id": "b", "problems": ["type:n", "type:score"]},
+    {"index": 2, "id": "c", "problems": ["unexpected:('k', 1)", "unexpected:10", "unexpected:2", "unexpected:Extra"]},
+]
+assert report["counts"]["type"] == 2 and report["counts"]["unexpected"] == 4
+
+# %% hidden exercise=validate_records points=1 name=ids_compare_exactly_and_tabs_are_no_content
+# hint: ids are compared as they are (no stripping, no case folding), and a value made of tabs and newlines is empty where content is required.
+schema = {"id": str, "output": str}
+records = [{"id": "a", "output": "1"}, {"id": " a", "output": "2"}, {"id": "A", "output": "3"},
+           {"id": "ａ", "output": "4"}, {"id": "a", "output": "\t\n"}, {"id": "d", "output": "\u3000"}]
+report = validate_records(tuple(records), schema, non_empty=["output"])
+assert report["valid"] == [0, 1, 2, 3]
+assert report["invalid"] == [{"index": 4, "id": "a", "problems": ["empty:output", "duplicate_id"]},
+                             {"index": 5, "id": "d", "problems": ["empty:output"]}]
+
+# %% hidden exercise=audit_splits points=1 name=tuples_extra_keys_and_code_point_order
+# hint: splits may hold tuples, extra record keys are ignored, and split names and ids sort as plain str (upper case before lower case).
+def rec(record_id, instruction, input_text, **extra):
+    return {"id": record_id, "instruction": instruction, "input": input_text, "output": "x", **extra}
+splits = {"dev": (rec("b2", "Tab\tseparated", "x\ny"), rec("B1", "tab separated", "X Y", source="web")),
+          "Train": [rec("a", "Tab separated", "x y")]}
+report = audit_splits(splits)
+assert report["splits"] == ["Train", "dev"]
+assert report["records"] == {"dev": 2, "Train": 1}
+assert report["duplicate_groups"] == [{"split": "dev", "key": ["tab separated", "x y"], "ids": ["B1", "b2"],
+                                       "conflict": False}]
+assert report["leaks"] == [{"splits": ["Train", "dev"], "key": ["tab separated", "x y"],
+                            "ids": {"Train": ["a"], "dev": ["B1", "b2"]}, "kind": "normalised"}]
+
+# %% hidden exercise=admission_verdict points=1 name=malformed_audit_entries_raise
+# hint: every group needs a bool conflict, every leak a kind of exact or normalised, every split name a str, and the audit's record counts must be ints (a bool is not a count).
+schema_reports = {"train": {"valid": [0], "invalid": []}, "test": {"valid": (0, 1), "invalid": ()}}
+audit = {"splits": ("test", "train"), "records": {"train": 1, "test": 2}, "duplicate_groups": [], "leaks": []}
+assert admission_verdict(schema_reports, audit)["verdict"] == "accept"
+bad_calls = [
+    lambda: admission_verdict(schema_reports, dict(audit, duplicate_groups=[{"ids": ["a", "b"]}])),
+    lambda: admission_verdict(schema_reports, dict(audit, duplicate_groups=[{"conflict": 1}])),
+    lambda: admission_verdict(schema_reports, dict(audit, duplicate_groups=["a"])),
+    lambda: admission_verdict(schema_reports, dict(audit, leaks=[{"kind": "Exact"}])),
+    lambda: admission_verdict(schema_reports, dict(audit, leaks=[{}])),
+    lambda: admission_verdict(schema_reports, dict(audit, records={"train": True, "test": 2})),
+    lambda: admission_verdict(schema_reports, dict(audit, records={"train": 1.0, "test": 2})),
+    lambda: admission_verdict(schema_reports, dict(audit, splits=["test", "train", "train"])),
+    lambda: admission_verdict(schema_reports, dict(audit, records={"train": 1, "test": 2, "dev": 0})),
+    lambda: admission_verdict({**schema_reports, 3: {"valid": [], "invalid": []}}, audit),
+    lambda: admission_verdict(schema_reports, dict(audit, leaks="exact")),
+]
+for bad_call in bad_calls:
+    try:
+        bad_call()
+    except ValueError:
+        continue
+    raise AssertionError("a malformed report was accepted")
+
+
+# %% hidden exercise=validate_records points=2 name=agrees_with_reference_on_generated_valid_records
+# hint: any records under any valid contract (fields in any order, bools in int fields, ints in float fields, blank or tabbed text, ids that differ in case or width, keys that are not str): the same report.
+from hypothesis import strategies as st
+
+texts = ["", " ", "\t\n", "a", " a ", "ｆｕｌｌ", "ﬁ", "x\ny", "\u3000"]
+by_class = {str: st.sampled_from(texts), int: st.one_of(st.integers(-1, 2), st.booleans(), st.just(1.0)),
+            float: st.one_of(st.sampled_from([0.5, float("nan"), -0.0]), st.integers(0, 1))}
+anything = st.one_of(st.sampled_from(texts), st.integers(0, 2), st.none(), st.just(["a"]))
+
+@st.composite
+def damaged(draw, record):
+    record = dict(draw(record))
+    for field in draw(st.lists(st.sampled_from(list(record)), max_size=1)):
+        if draw(st.booleans()):
+            del record[field]
+        else:
+            record[field] = draw(anything)
+    return record
+
+@st.composite
+def valid_calls(draw):
+    fields = draw(st.lists(st.sampled_from(["instruction", "input", "output", "score", "n", "Output", "ｏutput"]),
+                           max_size=3, unique=True))
+    classes = {"id": str, **{field: draw(st.sampled_from([str, str, int, float])) for field in fields}}
+    schema = {field: classes[field] for field in draw(st.permutations(list(classes)))}
+    non_empty = draw(st.lists(st.sampled_from([field for field, kind in schema.items() if kind is str]), unique=True))
+    ids = st.one_of(st.sampled_from(["a", " a", "A", "a\t", "ａ"]), st.sampled_from(["b", "", "  ", "\t"]),
+                    st.integers(0, 1), st.none())
+    record = st.fixed_dictionaries({**{field: by_class[kind] for field, kind in schema.items()}, "id": ids},
+                                   optional={"ouput": anything, "ID": anything, 7: anything, 12: anything,
+                                             ("x", 1): anything})
+    records = draw(st.lists(st.one_of(record, damaged(record), st.sampled_from([None, "Add. 1 + 1 -> 2", ["id"]])),
+                            max_size=5))
+    return (records if draw(st.booleans()) else tuple(records), schema,
+            non_empty if draw(st.booleans()) else tuple(non_empty))
+
+reference.agrees("validate_records", valid_calls(), cases=120)
+
+# %% hidden exercise=validate_records points=2 name=agrees_with_reference_on_generated_wrong_calls
+# hint: one wrong thing in the call (records not a list, a schema without id or with a blank or non-str name or a non-class type, non_empty not a list or naming a missing, non-str or unhashable field): the same ValueError.
+from hypothesis import strategies as st
+
+defects = ([("records", bad) for bad in [None, {"a": {"id": "a"}}, "records", 3, {"id": "a"}]]
+           + [("schema", bad) for bad in [None, {}, [("id", str)], {"output": str}, {"id": "str"}, {"id": (str, int)},
+                                          {"id": str, "": str}, {"id": str, " ": str}, {"id": str, "\t\n": str},
+                                          {"id": str, 3: str}, {"id": str, "output": None}, {"id": str, "n": 1}]]
+           + [("non_empty", bad) for bad in ["id", None, {"id"}, 3, ("answer",), ("score",), (3,), (["id"],),
+                                             (None,), ("id", "Output"), ("ｏutput",)]])
+
+@st.composite
+def one_defect(draw):
+    kind, bad = draw(st.sampled_from(defects))
+    records = draw(st.lists(st.fixed_dictionaries({"id": st.sampled_from(["a", "b", " "]),
+                                                   "output": st.sampled_from(["1", " ", "x"])},
+                                                  optional={"score": st.just(0.5)}), max_size=3))
+    arguments = {"records": records, "schema": {"id": str, "output": str, "score": float}, "non_empty": ("output",)}
+    arguments[kind] = bad
+    return arguments["records"], arguments["schema"], arguments["non_empty"]
+
+reference.agrees("validate_records", one_defect(), cases=100)
+
+# %% hidden exercise=audit_splits points=2 name=agrees_with_reference_on_generated_valid_splits
+# hint: any validated splits (full-width letters and digits, ligatures, ß, tabs and newlines, case variants, tuples, empty splits, names that sort by code point): the same audit.
+from hypothesis import strategies as st
+
+text = st.sampled_from(["Add.", "add.", "ADD.", "Add. ", " Add.", "Add.\t", "Add.\n", "ａｄｄ.", "Ａdd.", "ﬁnd", "find",
+                        "FIND", "Straße", "STRASSE", "2 + 3", "2  +  3", "２ ＋ ３", "2\t+\n3", "2+3", "2-3", "", " "])
+ids = st.sampled_from(["a", "b", "B", "c", "ａ", " a"])
+record = st.one_of(
+    st.fixed_dictionaries({"id": ids, "instruction": text, "input": text, "output": text},
+                          optional={"source": st.just("web")}),
+    st.fixed_dictionaries({"id": ids, "instruction": st.sampled_from(["Add.", "add.", "ＡＤＤ."]),
+                           "input": st.sampled_from(["2 + 3", "2\t+ 3", "２ ＋ ３"]), "output": st.sampled_from(["5", "5 "])}))
+records = st.one_of(st.lists(record, max_size=4), st.lists(record, max_size=3).map(tuple))
+splits = st.dictionaries(st.sampled_from(["train", "test", "validation", "Train", "dev", "ｔｅｓｔ", ""]), records,
+                         min_size=1, max_size=3)
+reference.agrees("audit_splits", st.tuples(splits), cases=150)
+
+# %% hidden exercise=audit_splits points=2 name=agrees_with_reference_on_generated_unvalidated_splits
+# hint: one wrong thing anywhere (splits not a non-empty dict, a non-str split name, a split that is not a list, a record that is not a dict or lacks a str id, instruction, input or output): the same ValueError.
+from hypothesis import strategies as st
+
+fields = ["id", "instruction", "input", "output"]
+defects = ([("splits", bad) for bad in [None, {}, [], "train", [("train", [])], 3]]
+           + [("name", bad) for bad in [3, None, ("train",), b"train", 1.5]]
+           + [("split", bad) for bad in [None, {"a": {}}, "records", 3, {"id": "a"}]]
+           + [("record", bad) for bad in [None, "Add. -> 1", ["id", "a"], 3, ("a", "b")]]
+           + [("missing", field) for field in fields]
+           + [("value", (field, bad)) for field in fields for bad in [None, 3, b"x", ["a"], 1.0]])
+
+@st.composite
+def one_defect(draw):
+    kind, bad = draw(st.sampled_from(defects))
+    records = [{"id": f"r{n}", "instruction": "Add.", "input": draw(st.sampled_from(["1 + 1", "１ ＋ １"])),
+                "output": "2"} for n in range(draw(st.integers(1, 3)))]
+    splits = {"train": records, "test": [dict(records[0], id="t0")]}
+    target = draw(st.sampled_from(["train", "test"]))
+    if kind == "splits":
+        return (bad,)
+    if kind == "name":
+        splits[bad] = []
+    elif kind == "split":
+        splits[target] = bad
+    elif kind == "record":
+        splits[target].insert(draw(st.integers(0, 1)), bad)
+    elif kind == "missing":
+        del splits[target][0][bad]
+    else:
+        splits[target][0][bad[0]] = bad[1]
+    return (splits,)
+
+reference.agrees("audit_splits", one_defect(), cases=100)
+
+# %% hidden exercise=admission_verdict points=2 name=agrees_with_reference_on_generated_valid_reports
+# hint: any matching reports (splits in any order or as tuples, empty splits, shares exactly at the limit, a limit of 0): the same verdict with the same counts and float fractions.
+from hypothesis import strategies as st
+
+@st.composite
+def valid_reports(draw):
+    names = draw(st.lists(st.sampled_from(["train", "test", "dev", "Train", "ｔｅｓｔ"]), min_size=1, max_size=3,
+                          unique=True))
+    schema_reports, records = {}, {}
+    for name in names:
+        valid, invalid = draw(st.integers(0, 24)), draw(st.sampled_from([0, 0, 1, 2, 5]))
+        rows = [{"index": index, "id": None, "problems": ["missing:output"]} for index in range(invalid)]
+        schema_reports[name] = {"valid": list(range(valid)), "invalid": rows if draw(st.booleans()) else tuple(rows)}
+        records[name] = valid
+    audit = {"splits": draw(st.permutations(names)), "records": records,
+             "duplicate_groups": draw(st.lists(st.fixed_dictionaries({"conflict": st.booleans()},
+                                                                     optional={"split": st.just("train")}), max_size=4)),
+             "leaks": draw(st.lists(st.fixed_dictionaries({"kind": st.sampled_from(["exact", "normalised"])}),
+                                    max_size=4))}
+    limit = draw(st.sampled_from([0, 0.0, 0.02, 0.05, 0.1, 0.2, 0.25, 1 / 3, 0.5, 0.999]))
+    return schema_reports, audit, limit
+
+reference.agrees("admission_verdict", valid_reports(), cases=150)
+
+# %% hidden exercise=admission_verdict points=2 name=agrees_with_reference_on_generated_mismatched_reports
+# hint: one wrong thing anywhere (a limit of 1, NaN or True; a report without its lists; splits named twice, missing or not str; a bool or float record count; a group without a bool conflict; a leak of another kind): the same ValueError.
+from hypothesis import strategies as st
+
+defects = ([("limit", bad) for bad in [1, 1.0, -0.01, float("nan"), float("inf"), True, False, None, "0.02"]]
+           + [("schema_reports", bad) for bad in [None, {}, [("train", {})], "train"]]
+           + [("report", bad) for bad in [None, [], {"valid": [0]}, {"invalid": []}, {"valid": 1, "invalid": []},
+                                          {"valid": [0], "invalid": None}, {"valid": "0", "invalid": []}]]
+           + [("name", bad) for bad in [3, None, ("dev",)]]
+           + [("audit", bad) for bad in [None, [], "audit"]]
+           + [("audit_key", bad) for bad in ["splits", "records", "duplicate_groups", "leaks"]]
+           + [("splits", bad) for bad in [["train"], ["test", "train", "train"], ["test", "train", "dev"], "test,train",
+                                          ["test", "Train"], [3, "train"], None]]
+           + [("records", bad) for bad in [{"train": 1}, {"train": 1, "test": 2, "dev": 0}, None, [1, 2]]]
+           + [("count", bad) for bad in [True, 1.0, "1", None, 2, 0]]
+           + [("group", bad) for bad in [{}, {"conflict": 1}, {"conflict": None}, "group", None]]
+           + [("leak", bad) for bad in [{}, {"kind": "Exact"}, {"kind": None}, {"kind": "normalized"}, "exact"]])
+
+@st.composite
+def one_defect(draw):
+    kind, bad = draw(st.sampled_from(defects))
+    reports = {"train": {"valid": [0], "invalid": []}, "test": {"valid": [0, 1], "invalid": [{"index": 2}]}}
+    audit = {"splits": ["test", "train"], "records": {"train": 1, "test": 2},
+             "duplicate_groups": [{"conflict": False}], "leaks": [{"kind": "exact"}]}
+    limit = draw(st.sampled_from([0.02, 0.5]))
+    if kind == "limit":
+        limit = bad
+    elif kind == "schema_reports":
+        reports = bad
+    elif kind == "report":
+        reports[draw(st.sampled_from(["train", "test"]))] = bad
+    elif kind == "name":
+        reports[bad] = {"valid": [], "invalid": []}
+    elif kind == "audit":
+        audit = bad
+    elif kind == "audit_key":
+        del audit[bad]
+    elif kind == "count":
+        audit["records"]["train"] = bad
+    elif kind == "group":
+        audit["duplicate_groups"].insert(draw(st.integers(0, 1)), bad)
+    elif kind == "leak":
+        audit["leaks"].insert(draw(st.integers(0, 1)), bad)
+    else:
+        audit[kind] = bad
+    return reports, audit, limit
+
+reference.agrees("admission_verdict", one_defect(), cases=120)
