@@ -88,4 +88,9 @@ def test_a_mutant_only_the_differential_test_catches_loses_points(tmp_path):
     assert report.passed and report.disagreements == []
     assert outcomes["reference"].total == outcomes["reference"].max_total == 6  # through nbgrader too
     float_sum = outcomes["mutant_float_sum"]
-    assert float_sum.per_exercise["add_rates"] == report.max_per_exercise["add_rates"] - 1
+    assert float_sum.passed and float_sum.per_exercise["add_rates"] < report.max_per_exercise["add_rates"]
+    assert float_sum.per_exercise["halve"] is None  # a mutant is judged on its own exercise only
+    full = verify_chapter(root, load_catalog(root)[0], full=True, endless_loop=False, log_dir=tmp_path / "full")
+    float_full = next(o for o in full.outcomes if o.student == "mutant_float_sum")
+    assert float_full.per_exercise["add_rates"] == full.max_per_exercise["add_rates"] - 1  # only the differential test
+    assert full.disagreements == []

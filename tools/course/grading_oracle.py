@@ -57,6 +57,7 @@ class OracleResult:
     errors: dict[str, str]
     seconds: float
     timed_out: bool = False
+    stopped_at_first_loss: bool = False
 
 
 def _nbgrader_meta(cell: dict) -> dict:
@@ -71,18 +72,24 @@ def job_cells(source: NotebookNode) -> list[dict]:
             continue
         meta = _nbgrader_meta(cell)
         cells.append({"grade_id": meta.get("grade_id"), "solution": bool(meta.get("solution")),
-                      "grade": bool(meta.get("grade")), "points": meta.get("points"), "source": cell.source})
+                      "grade": bool(meta.get("grade")), "points": meta.get("points"), "source": cell.source,
+                      "exercise": cell.metadata.get("course", {}).get("exercise")})
     return cells
 
 
 def run_oracle(source: NotebookNode, submissions: dict[str, dict[str, str]], *, cell_timeout_s: int = 30,
-               submission_timeout_s: float = 120.0, cwd: Path | None = None) -> dict[str, OracleResult]:
+               submission_timeout_s: float = 120.0, cwd: Path | None = None,
+               only_exercise: dict[str, str] | None = None) -> dict[str, OracleResult]:
     """Score each submission (`student -> {solution grade_id: source}`) against `source`.
 
+    `only_exercise` (`student -> exercise`) runs, for those students, only the test cells of that
+    exercise (every other cell still runs) and stops at the first of them that loses a point: enough
+    to judge whether a mutant of one exercise loses points on it, at a fraction of the cost. Their
+    other test cells are missing from `scores`.
     Raises GradingError when the oracle process itself fails (not when a submission does).
     """
     job = {"cells": job_cells(source), "submissions": submissions, "cell_timeout_s": cell_timeout_s,
-           "submission_timeout_s": submission_timeout_s}
+           "submission_timeout_s": submission_timeout_s, "only_exercise": only_exercise or {}}
     env = {**os.environ, **ORACLE_ENV}
     with tempfile.TemporaryDirectory(prefix="grading-oracle-") as folder:
         completed = subprocess.run([sys.executable, "-m", "tools.course.grading_oracle"], input=json.dumps(job),
@@ -93,7 +100,7 @@ def run_oracle(source: NotebookNode, submissions: dict[str, dict[str, str]], *, 
         raise GradingError(f"the grading oracle exited {completed.returncode}:\n{tail}")
     payload = json.loads(completed.stdout.strip().splitlines()[-1])
     return {student: OracleResult(student, {k: tuple(v) for k, v in item["scores"].items()}, item["errors"],
-                                  item["seconds"], item["timed_out"])
+                                  item["seconds"], item["timed_out"], bool(item.get("stopped_at_first_loss")))
             for student, item in payload.items()}
 
 
@@ -164,10 +171,14 @@ def _first_error(outputs: list[dict]) -> str | None:
     return None
 
 
-def grade_rest(shell, cells: list[dict], solutions: dict[str, str], timeout_s: int) -> dict:
-    """Execute `cells` with the submission's solution sources; score every grade cell."""
+def grade_rest(shell, cells: list[dict], solutions: dict[str, str], timeout_s: int,
+               only_exercise: str | None = None) -> dict:
+    """Execute `cells` with the submission's solution sources; score every grade cell (or, with
+    `only_exercise`, only that exercise's test cells; other test cells are skipped)."""
     scores, errors = {}, {}
     for cell in cells:
+        if only_exercise and cell["grade"] and not cell["solution"] and cell["exercise"] != only_exercise:
+            continue
         source = solutions.get(cell["grade_id"], cell["source"]) if cell["solution"] else cell["source"]
         outputs = execute_cell(shell, source, timeout_s)
         if cell["grade"] and not cell["solution"]:
@@ -175,10 +186,13 @@ def grade_rest(shell, cells: list[dict], solutions: dict[str, str], timeout_s: i
             error = _first_error(outputs)
             if error:
                 errors[cell["grade_id"]] = error
-    return {"scores": scores, "errors": errors}
+            if only_exercise and scores[cell["grade_id"]][0] < scores[cell["grade_id"]][1]:
+                return {"scores": scores, "errors": errors, "stopped_at_first_loss": True}
+    return {"scores": scores, "errors": errors, "stopped_at_first_loss": False}
 
 
-def _grade_in_fork(shell, rest: list[dict], solutions: dict[str, str], job: dict) -> dict:
+def _grade_in_fork(shell, rest: list[dict], solutions: dict[str, str], job: dict,
+                   only_exercise: str | None = None) -> dict:
     """Fork, grade in the child, return its result (or a timed-out result with every cell at 0)."""
     started = time.monotonic()
     read_end, write_end = os.pipe()
@@ -186,7 +200,7 @@ def _grade_in_fork(shell, rest: list[dict], solutions: dict[str, str], job: dict
     if pid == 0:  # the child: grade, send JSON, leave without running the parent's clean-up
         os.close(read_end)
         try:
-            result = grade_rest(shell, rest, solutions, int(job["cell_timeout_s"]))
+            result = grade_rest(shell, rest, solutions, int(job["cell_timeout_s"]), only_exercise)
         except BaseException as error:  # recorded in the result; the parent decides
             result = {"scores": {}, "errors": {"_oracle": f"{type(error).__name__}: {error}"}}
         with os.fdopen(write_end, "w", encoding="utf-8") as pipe:
@@ -208,8 +222,11 @@ def _grade_in_fork(shell, rest: list[dict], solutions: dict[str, str], job: dict
                 break
     os.waitpid(pid, 0)
     result = json.loads("".join(chunks)) if chunks and not timed_out else {"scores": {}, "errors": {}}
+    if result.get("stopped_at_first_loss"):
+        return {**result, "seconds": round(time.monotonic() - started, 3), "timed_out": False}
     for cell in rest:
-        if cell["grade"] and not cell["solution"] and cell["grade_id"] not in result["scores"]:
+        skipped = only_exercise and cell["exercise"] != only_exercise
+        if cell["grade"] and not cell["solution"] and not skipped and cell["grade_id"] not in result["scores"]:
             result["scores"][cell["grade_id"]] = (0.0, float(cell["points"]))
             result["errors"].setdefault(cell["grade_id"], "submission timed out" if timed_out else "not run")
     result["seconds"] = round(time.monotonic() - started, 3)
@@ -223,14 +240,18 @@ def main() -> int:
     first_solution = next((i for i, cell in enumerate(cells) if cell["solution"]), len(cells))
     shared, rest = cells[:first_solution], cells[first_solution:]
     shell = _shell()
-    import nbgrader.utils  # noqa: F401 - imported once here, not in every forked copy
+    # imported once here, not in every forked copy: nbgrader's scoring and the differential tests' hypothesis
+    import hypothesis.strategies  # noqa: F401
+    import nbgrader.utils  # noqa: F401
+
+    import tools.course.differential  # noqa: F401
 
     for cell in shared:
         outputs = execute_cell(shell, cell["source"], int(job["cell_timeout_s"]))
         error = _first_error(outputs)
         if error and cell["grade"]:
             raise GradingError(f"the shared cell {cell['grade_id']} before the first exercise failed: {error}")
-    results = {student: _grade_in_fork(shell, rest, solutions, job)
+    results = {student: _grade_in_fork(shell, rest, solutions, job, job["only_exercise"].get(student))
                for student, solutions in job["submissions"].items()}
     sys.stdout.write("\n" + json.dumps(results) + "\n")
     return 0

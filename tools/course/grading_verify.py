@@ -7,8 +7,9 @@ the release; submissions are made from it and from the reference:
   marks) and the stub with every other test cell edited into `assert True` and the rest deleted
   (0), so the release, the locked cells and the restored tests work;
 * through the grading oracle (`tools.course.grading_oracle`, one forked process per submission):
-  every planted wrong solution, which must lose points on its own exercise, plus the stub and the
-  reference, whose per-cell scores must equal nbgrader's (a drift check on every chapter).
+  every planted wrong solution, which must lose points on its own exercise (only that exercise's
+  test cells run for it: the matrix shows `·` for the others), plus the stub and the reference,
+  whose per-cell scores must equal nbgrader's (a drift check on every chapter).
 
 `full=True` (`grading verify --full`, before a release) grades every submission through nbgrader
 as well, adds a tampered mutant and an endless loop, and requires the oracle to agree with
@@ -66,8 +67,8 @@ class Outcome:
     kind: str
     expectation: str
     graded_by: str
-    per_exercise: dict[str, float]
-    total: float
+    per_exercise: dict[str, float | None]
+    total: float | None
     max_total: float
     passed: bool
     detail: str = ""
@@ -199,8 +200,8 @@ def _judge(submission: Submission, per_exercise: dict[str, float], total: float,
         return total == max_total, "must score full marks"
     if rule == "loses_points":
         target = submission.target_exercise
-        lost = per_exercise[target] < max_per_exercise[target]
-        return lost and total < max_total, f"must lose points on {target}"
+        lost = per_exercise[target] is not None and per_exercise[target] < max_per_exercise[target]  # -1: lost early
+        return lost and (total is None or total < max_total), f"must lose points on {target}"
     if rule.startswith("same_as:"):
         base = rule.split(":", 1)[1]
         return total == totals[base], f"must gain nothing over {base} ({totals[base]:g})"
@@ -259,12 +260,19 @@ def autograde_planted(prepared: PreparedChapter, slug: str, submissions: list[Su
             for submission in submissions}
 
 
-def oracle_planted(prepared: PreparedChapter, submissions: list[Submission], cell_timeout_s: int) -> dict[str, Scores]:
+def oracle_planted(prepared: PreparedChapter, submissions: list[Submission], cell_timeout_s: int, *,
+                   own_exercise_only: bool = False) -> tuple[dict[str, Scores], set[str]]:
+    """Oracle scores, and the students graded only up to their first lost point. With
+    `own_exercise_only` a mutant runs only its own exercise's test cells (its rule concerns that
+    exercise alone) and stops at the first that loses a point; every other submission runs all."""
     if not submissions:
-        return {}
+        return {}, set()
+    only = {s.student: s.target_exercise for s in submissions
+            if own_exercise_only and s.expectation == "loses_points" and NBGRADER not in s.graders}
     results = run_oracle(prepared.source, {s.student: solutions_of(s.notebook) for s in submissions},
-                         cell_timeout_s=cell_timeout_s)
-    return {student: result.scores for student, result in results.items()}
+                         cell_timeout_s=cell_timeout_s, only_exercise=only)
+    partial = {student for student, result in results.items() if result.stopped_at_first_loss}
+    return {student: result.scores for student, result in results.items()}, partial
 
 
 def course_cell_timeout(root: Path) -> int:
@@ -297,7 +305,7 @@ def verify_chapter(root: Path, chapter: Chapter, *, full: bool = False, endless_
         nbgrader_scores = autograde_planted(prepared, chapter.slug, by_nbgrader, log_path)
         nbgrader_seconds = time.perf_counter() - started
         started = time.perf_counter()
-        oracle_scores = oracle_planted(prepared, by_oracle, course_cell_timeout(root))
+        oracle_scores, partial = oracle_planted(prepared, by_oracle, course_cell_timeout(root), own_exercise_only=not full)
         oracle_seconds = time.perf_counter() - started
         source = prepared.source
     exercise_of = {_meta(cell)["grade_id"]: cell.metadata.get("course", {}).get("exercise")
@@ -313,8 +321,13 @@ def verify_chapter(root: Path, chapter: Chapter, *, full: bool = False, endless_
     totals = {student: sum(score for score, _ in cells.values()) for student, cells in scored.items()}
     for submission in submissions:
         cells = scored[submission.student]
+        graded = {exercise_of.get(cell) for cell in cells}
         per_exercise = {name: sum(s for cell, (s, _) in cells.items() if exercise_of.get(cell) == name)
-                        for name in exercises}
+                        if name in graded else None for name in exercises}
+        if None in per_exercise.values() or submission.student in partial:
+            totals[submission.student] = None  # only its own exercise was graded, up to its first lost point
+            if submission.student in partial:
+                per_exercise[submission.target_exercise] = -1.0  # lost at least one point; the rest was not run
         passed, detail = _judge(submission, per_exercise, totals[submission.student], max_total,
                                 report.max_per_exercise, totals)
         report.outcomes.append(Outcome(submission.student, submission.kind, submission.expectation,
@@ -326,14 +339,23 @@ def verify_chapter(root: Path, chapter: Chapter, *, full: bool = False, endless_
     return report
 
 
+def _cell_text(score: float | None, maximum: float) -> str:
+    if score is None:
+        return "·"  # not run: a mutant is judged on its own exercise only
+    if score < 0:
+        return f"lost/{maximum:g}"  # lost a point; its remaining tests were not run
+    return f"{score:g}/{maximum:g}"
+
+
 def format_matrix(report: VerifyReport) -> str:
     """The verification matrix as a fixed-width table."""
     headers = ["submission", "graded by", *report.exercises, "total", "rule", "ok"]
     rows = []
     for outcome in report.outcomes:
         rows.append([outcome.student, outcome.graded_by,
-                     *(f"{outcome.per_exercise[name]:g}/{report.max_per_exercise[name]:g}" for name in report.exercises),
-                     f"{outcome.total:g}/{outcome.max_total:g}", outcome.detail, "PASS" if outcome.passed else "FAIL"])
+                     *(_cell_text(outcome.per_exercise[name], report.max_per_exercise[name]) for name in report.exercises),
+                     "·" if outcome.total is None else f"{outcome.total:g}/{outcome.max_total:g}", outcome.detail,
+                     "PASS" if outcome.passed else "FAIL"])
     widths = [max(len(str(row[i])) for row in [headers, *rows]) for i in range(len(headers))]
     lines = ["  ".join(str(value).ljust(width) for value, width in zip(headers, widths))]
     lines.append("  ".join("-" * width for width in widths))
