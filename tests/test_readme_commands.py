@@ -32,7 +32,8 @@ from chapter_factory import REPO_ROOT
 README = REPO_ROOT / "README.md"
 MARKER = re.compile(r"<!-- readme-test: (\w+)(?: after=(\w+))? -->\n```bash\n(.*?)```", re.S)
 FENCE = re.compile(r"^```bash$", re.M)
-KNOWN_SETUP = ("python -m venv ", ". .venv-verl/bin/activate", "pip install ", "export ", "hf download ")
+KNOWN_SETUP = ("python -m venv ", ". .venv-verl/bin/activate", "pip install ", "export ", "hf download ",
+               "bash benchmarks/gpu/")
 
 
 def readme_blocks() -> list[tuple[str, str | None, list[str]]]:
@@ -215,6 +216,8 @@ def test_gpu_blocks_parse_and_name_existing_files(checkout):
                 module_parsers[module]().parse_args(words[words.index(module) + 1:])
             else:
                 assert line.startswith(KNOWN_SETUP), f"unknown GPU-runbook step: {line}"
+                if words[0] == "bash":
+                    assert (checkout / words[1]).is_file(), f"{line}: {words[1]} does not exist"
             for index, word in enumerate(words[:-1]):
                 if word == "-r":
                     assert (checkout / words[index + 1]).is_file(), f"{line}: {words[index + 1]} does not exist"
