@@ -1,231 +1,485 @@
-# %% hidden exercise=pipeline_capacity points=1 name=multipliers_convert_to_prompt_groups
-# hint: convert every stage to work units per second before comparing it with the arrival rate; a stage may handle less than one item per work unit.
-result = pipeline_capacity(
-    {"rollout": 128, "reference": 160, "reward": 80, "learner": 0.5},
-    24,
-    {"rollout": 4, "reference": 4, "reward": 4, "learner": 1 / 64},
-)
-assert result["effective_rates"] == {"rollout": 32.0, "reference": 40.0, "reward": 20.0, "learner": 32.0}
-assert result["capacity"] == 20.0
-assert result["bottlenecks"] == ["reward"]
-assert result["queue_margins"] == {"rollout": 8.0, "reference": 16.0, "reward": -4.0, "learner": 8.0}
-assert result["unstable_stages"] == ["reward"] and result["queue_stable"] is False
+# %% hidden exercise=pipeline_capacity points=1 name=items_per_work_unit_convert_every_stage
+# hint: divide each raw rate by how many of the stage's own items one work unit makes; a learner that updates once per K work units makes 1/K update per work unit.
+result = pipeline_capacity({"rollout": 120, "reference": 200, "reward": 72, "learner": 0.25}, 16,
+                           {"rollout": 8, "reference": 8, "reward": 4, "learner": 1 / 128})
+assert result["effective_rates"] == {"rollout": 15.0, "reference": 25.0, "reward": 18.0, "learner": 32.0}
+assert result["capacity"] == 15.0 and result["bottlenecks"] == ["rollout"]
+assert result["queue_margins"] == {"rollout": -1.0, "reference": 9.0, "reward": 2.0, "learner": 16.0}
 
-# %% hidden exercise=pipeline_capacity points=1 name=ties_within_rounding_are_all_bottlenecks
-# hint: effective rates that differ only by floating-point rounding are tied; the docstring says how to compare them, and the list is sorted.
-result = pipeline_capacity({"gen": 0.3, "score": 0.1, "update": 0.2}, 0.05, {"gen": 3, "score": 1, "update": 1})
-assert result["bottlenecks"] == ["gen", "score"]
-assert math.isclose(result["capacity"], 0.1, rel_tol=1e-9)
-result = pipeline_capacity({"zeta": 50, "alpha": 100, "mid": 25}, 10, {"zeta": 2, "alpha": 4, "mid": 1})
-assert result["bottlenecks"] == ["alpha", "mid", "zeta"]
+# %% hidden exercise=pipeline_capacity points=1 name=downstream_stage_sees_only_what_upstream_passes
+# hint: a stage's queue grows by what actually reaches it and it cannot finish; a saturated stage caps what every later stage receives, so the growths add up to arrivals minus capacity.
+result = pipeline_capacity({"gen": 18, "ref": 15, "score": 16, "train": 12}, 20,
+                           {"gen": 1, "ref": 1, "score": 1, "train": 1})
+assert result["inflow_rates"] == {"gen": 20.0, "ref": 18.0, "score": 15.0, "train": 15.0}
+assert result["queue_growth"] == {"gen": 2.0, "ref": 3.0, "score": 0.0, "train": 3.0}
+assert result["unstable_stages"] == ["gen", "ref", "train"] and result["queue_stable"] is False
+assert sum(result["queue_growth"].values()) == 20 - result["capacity"]
+assert result["queue_margins"]["score"] == -4.0, "short of the arrivals, yet not growing: it only receives 15"
 
-# %% hidden exercise=pipeline_capacity points=1 name=unstable_stages_sorted_zero_margin_keeps_up
-# hint: list every stage whose queue grows, in a stable order; a stage that exactly keeps up with the arrivals does not build a queue.
-result = pipeline_capacity(
-    {"zeta": 10, "alpha": 12, "mid": 30, "edge": 20}, 20,
-    {"zeta": 1, "alpha": 1, "mid": 1, "edge": 1},
-)
-assert result["unstable_stages"] == ["alpha", "zeta"]
-assert result["queue_margins"]["edge"] == 0.0
-assert result["queue_stable"] is False
-just_enough = pipeline_capacity({"rollout": 96, "learner": 0.375}, 24, {"rollout": 4, "learner": 1 / 64})
-assert just_enough["unstable_stages"] == [] and just_enough["queue_stable"] is True
+# %% hidden exercise=pipeline_capacity points=1 name=pipeline_order_is_the_key_order_of_stage_rates
+# hint: the key order of stage_rates is the pipeline (not the alphabet, not the order of items_per_work_unit), and every dict and list of the report follows it.
+items = {"a": 1, "b": 1, "c": 1}
+forward = pipeline_capacity({"c": 10, "b": 30, "a": 20}, 25, items)
+assert list(forward["inflow_rates"]) == ["c", "b", "a"] and list(forward["queue_growth"]) == ["c", "b", "a"]
+assert forward["inflow_rates"] == {"c": 25.0, "b": 10.0, "a": 10.0}
+assert forward["unstable_stages"] == ["c"]
+backward = pipeline_capacity({"a": 20, "b": 30, "c": 10}, 25, items)
+assert backward["inflow_rates"] == {"a": 25.0, "b": 20.0, "c": 20.0}
+assert backward["queue_growth"] == {"a": 5.0, "b": 0.0, "c": 10.0}
+assert backward["unstable_stages"] == ["a", "c"]
+tied = pipeline_capacity({"z": 4, "m": 2, "a": 4}, 1, {"a": 2, "m": 1, "z": 2})
+assert tied["bottlenecks"] == ["z", "m", "a"]
+assert list(tied["effective_rates"]) == ["z", "m", "a"] and list(tied["queue_margins"]) == ["z", "m", "a"]
 
-# %% hidden exercise=pipeline_capacity points=1 name=zero_arrival_is_valid_and_stable
-# hint: an arrival rate of zero is a valid input; margins are still reported for every stage.
-result = pipeline_capacity({"rollout": 8, "learner": 2}, 0, {"rollout": 4, "learner": 1})
-assert result["queue_margins"] == {"rollout": 2.0, "learner": 2.0}
+# %% hidden exercise=pipeline_capacity points=1 name=rounding_ties_are_bottlenecks_and_keep_up
+# hint: rates that differ only by floating-point rounding are equal: all are bottlenecks, and a stage within rounding of what reaches it keeps up (growth 0.0).
+result = pipeline_capacity({"gen": 0.3, "score": 0.1, "update": 0.1}, 0.1, {"gen": 3, "score": 1, "update": 1})
+assert result["bottlenecks"] == ["gen", "score", "update"]
+assert result["queue_growth"] == {"gen": 0.0, "score": 0.0, "update": 0.0}
 assert result["unstable_stages"] == [] and result["queue_stable"] is True
-assert result["bottlenecks"] == ["learner", "rollout"]
+swapped = pipeline_capacity({"score": 0.1, "gen": 0.3}, 0.1, {"gen": 3, "score": 1})
+assert swapped["queue_growth"] == {"score": 0.0, "gen": 0.0} and swapped["queue_stable"] is True
 
-# %% hidden exercise=pipeline_capacity points=1 name=invalid_stage_inputs_raise
-# hint: check the stage names, every rate, every multiplier and the arrival rate before computing anything.
-invalid_inputs = [
-    ({}, 1, {}),
-    ({"a": 1}, 1, {"a": 1, "b": 1}),
-    ({"a": float("inf")}, 1, {"a": 1}),
-    ({"a": 0}, 1, {"a": 1}),
-    ({"a": -5}, 1, {"a": 1}),
-    ({"a": 5}, 1, {"a": 0}),
-    ({"a": 5}, 1, {"a": float("nan")}),
-    ({"a": 5}, 1, {"a": -2}),
-    ({"a": 5}, -1, {"a": 1}),
-    ({"a": 5}, float("nan"), {"a": 1}),
-    ({"a": 5}, float("inf"), {"a": 1}),
+# %% hidden exercise=pipeline_capacity points=1 name=time_shared_stages_are_all_bottlenecks
+# hint: roles that take turns on one pool, each with a time share proportional to 1/R, all run at 1 / sum(1/R) up to rounding: every one of them is a bottleneck, and none of them builds a queue below that rate.
+alone = {"rollout": 256.0, "reference": 1024.0, "reward": 512.0, "learner": 2.0}  # items/s with the pool alone
+per_unit = {"rollout": 4, "reference": 4, "reward": 4, "learner": 1 / 64}
+seconds = {stage: per_unit[stage] / alone[stage] for stage in alone}
+cycle = sum(seconds.values())
+shared = {stage: seconds[stage] / cycle * alone[stage] for stage in alone}
+result = pipeline_capacity(shared, 1 / cycle, per_unit)
+assert result["bottlenecks"] == ["rollout", "reference", "reward", "learner"]
+assert math.isclose(result["capacity"], 256 / 9, rel_tol=1e-9)
+assert result["queue_stable"] is True and result["unstable_stages"] == []
+
+# %% hidden exercise=pipeline_capacity points=1 name=zero_arrival_and_exact_keep_up_are_stable
+# hint: an arrival rate of zero is valid; a stage whose rate equals what reaches it keeps up; margins are reported for every stage even when nothing grows.
+idle = pipeline_capacity({"rollout": 8, "learner": 2}, 0, {"rollout": 4, "learner": 1})
+assert idle["queue_margins"] == {"rollout": 2.0, "learner": 2.0}
+assert idle["inflow_rates"] == {"rollout": 0.0, "learner": 0.0}
+assert idle["queue_stable"] is True and idle["bottlenecks"] == ["rollout", "learner"]
+exact = pipeline_capacity({"rollout": 96, "learner": 0.375}, 24, {"rollout": 4, "learner": 1 / 64})
+assert exact["queue_growth"] == {"rollout": 0.0, "learner": 0.0} and exact["unstable_stages"] == []
+
+# %% hidden exercise=pipeline_capacity points=1 name=every_rate_is_a_float
+# hint: every rate of the report is a float, also when all the inputs are ints.
+result = pipeline_capacity({"a": 6, "b": 3}, 4, {"a": 2, "b": 1})
+for key in ("effective_rates", "queue_margins", "inflow_rates", "queue_growth"):
+    assert all(type(value) is float for value in result[key].values()), key
+assert type(result["capacity"]) is float
+assert result["queue_growth"] == {"a": 1.0, "b": 0.0}
+
+# %% hidden exercise=pipeline_capacity points=1 name=invalid_input_raises_value_error_in_every_position
+# hint: check both dicts, every stage name, every rate, every multiplier and the arrival rate before computing; a wrong type is a ValueError too, and a bool is not a number.
+ok_rates, ok_items = {"rollout": 8, "reward": 4}, {"rollout": 4, "reward": 2}
+cases = [
+    ([("rollout", 8), ("reward", 4)], 2, ok_items), (ok_rates, 2, [("rollout", 4), ("reward", 2)]), ({}, 2, {}),
+    ({"": 1}, 1, {"": 1}), ({" \t\n": 1}, 1, {" \t\n": 1}), ({3: 1}, 1, {3: 1}),
+    (ok_rates, 2, {"rollout": 4}), (ok_rates, 2, {"rollout": 4, "reward": 2, "learner": 1}),
+    ({"rollout": 8, "reward": "4"}, 2, ok_items), ({"rollout": 8, "reward": False}, 2, ok_items),
+    ({"rollout": 8, "reward": float("inf")}, 2, ok_items), ({"rollout": 0, "reward": 4}, 2, ok_items),
+    (ok_rates, 2, {"rollout": 4, "reward": -2}), (ok_rates, 2, {"rollout": True, "reward": 2}),
+    (ok_rates, 2, {"rollout": float("nan"), "reward": 2}), (ok_rates, 2, {"rollout": 4, "reward": None}),
+    (ok_rates, -0.5, ok_items), (ok_rates, float("nan"), ok_items), (ok_rates, True, ok_items),
+    (ok_rates, "2", ok_items), (ok_rates, None, ok_items),
 ]
-for stage_rates, arrival_rate, items_per_work_unit in invalid_inputs:
+for stage_rates, arrival_rate, items in cases:
     try:
-        pipeline_capacity(stage_rates, arrival_rate, items_per_work_unit)
+        pipeline_capacity(stage_rates, arrival_rate, items)
     except ValueError:
         continue
     raise AssertionError("an invalid input was accepted")
 
-# %% hidden exercise=transfer_ledger points=1 name=same_pool_edges_carry_no_traffic
-# hint: an edge whose two ends share a pool never touches the interconnect, yet it still gets a row; with no cross-pool edge there is no critical fabric.
-edges = [
-    {"source": "rollout", "target": "reward", "bytes_per_item": 4096, "items_per_work_unit": 4,
-     "work_units_per_second": 24, "bandwidth_bytes_per_s": 1e9, "overlap_fraction": 0.0, "fabric_id": "nvlink-0"},
-    {"source": "reward", "target": "rollout", "bytes_per_item": 8, "items_per_work_unit": 4,
-     "work_units_per_second": 24, "bandwidth_bytes_per_s": 1e9},
-]
-report = transfer_ledger(edges, {"rollout": "gen", "reward": "gen"})
-assert report["cross_pool_bytes_per_s"] == 0
-assert report["fabric_exposed_seconds_per_s"] == {}
-assert report["critical_exposed_seconds_per_s"] == 0.0
-assert report["critical_fabrics"] == []
-assert [row["cross_pool"] for row in report["rows"]] == [False, False]
-assert all(row["traffic_bytes_per_s"] == 0 and row["transfer_seconds_per_s"] == 0
-           and row["exposed_seconds_per_s"] == 0 for row in report["rows"])
-empty = transfer_ledger([], {"rollout": "gen"})
-assert empty["cross_pool_bytes_per_s"] == 0 and empty["critical_exposed_seconds_per_s"] == 0.0
-assert empty["critical_fabrics"] == [] and empty["rows"] == []
+# %% hidden exercise=pipeline_capacity points=2 name=agrees_with_reference_on_generated_pipelines
+# hint: any chain of stages the contract allows (ints and floats, fractional multipliers, rates tied within rounding, zero arrivals, the two dicts in different key orders): the same report, with floats where floats are due.
+from hypothesis import strategies as st
 
-# %% hidden exercise=transfer_ledger points=1 name=critical_value_is_busiest_fabric_not_total
-# hint: edges on one fabric compete for it and add up; separate fabrics work in parallel, so the critical value belongs to one fabric.
-edges = [
-    {"source": "learner", "target": "rollout", "bytes_per_item": 1000, "items_per_work_unit": 2,
-     "work_units_per_second": 5, "bandwidth_bytes_per_s": 20000, "overlap_fraction": 0.5, "fabric_id": "ib-0"},
-    {"source": "rollout", "target": "learner", "bytes_per_item": 500, "items_per_work_unit": 2,
-     "work_units_per_second": 5, "bandwidth_bytes_per_s": 20000, "overlap_fraction": 0.5, "fabric_id": "ib-0"},
-    {"source": "reward", "target": "learner", "bytes_per_item": 4000, "items_per_work_unit": 1,
-     "work_units_per_second": 5, "bandwidth_bytes_per_s": 80000, "overlap_fraction": 0.0, "fabric_id": "ib-1"},
-]
-report = transfer_ledger(edges, {"learner": "train", "rollout": "gen", "reward": "rm"})
-assert math.isclose(report["cross_pool_bytes_per_s"], 35000.0)
-assert set(report["fabric_exposed_seconds_per_s"]) == {"ib-0", "ib-1"}
-assert math.isclose(report["fabric_exposed_seconds_per_s"]["ib-0"], 0.375)
-assert math.isclose(report["fabric_exposed_seconds_per_s"]["ib-1"], 0.25)
-assert math.isclose(report["critical_exposed_seconds_per_s"], 0.375)
-assert report["critical_fabrics"] == ["ib-0"]
+names = ["rollout", "reference", "reward", "learner", "judge", "Rollout", "a b", "ｒollout"]
+rates = st.sampled_from([1, 2, 3, 4, 8, 12, 24, 24.0, 80, 96, 112.0, 0.1, 0.3, 0.25, 0.375, 0.5, 1.5, 1e-3, 7 / 3])
+multipliers = st.sampled_from([1, 2, 3, 4, 8, 3.0, 0.5, 0.1, 1 / 3, 1 / 64, 1 / 96])
+arrivals = st.sampled_from([0, 0.0, 1, 6, 8, 20, 24, 24.0, 32, 100, 0.1, 0.3, 1 / 3])
 
-# %% hidden exercise=transfer_ledger points=1 name=rows_report_overlap_per_edge
-# hint: each row reports its edge's own traffic, link time and the part of that time that overlap does not hide, next to the edge's original fields.
-edge = {"source": "rollout", "target": "learner", "bytes_per_item": 100, "items_per_work_unit": 8,
-        "work_units_per_second": 10, "bandwidth_bytes_per_s": 16000, "overlap_fraction": 0.75, "fabric_id": "pcie-3"}
-report = transfer_ledger([edge], {"rollout": "A", "learner": "B"})
-row = report["rows"][0]
-assert row["source"] == "rollout" and row["target"] == "learner" and row["fabric_id"] == "pcie-3"
-assert row["cross_pool"] is True
-assert math.isclose(row["traffic_bytes_per_s"], 8000.0)
-assert math.isclose(row["transfer_seconds_per_s"], 0.5)
-assert math.isclose(row["exposed_seconds_per_s"], 0.125)
-hidden = transfer_ledger([dict(edge, overlap_fraction=1.0)], {"rollout": "A", "learner": "B"})
-assert hidden["rows"][0]["exposed_seconds_per_s"] == 0.0
-assert hidden["critical_exposed_seconds_per_s"] == 0.0
-assert math.isclose(hidden["cross_pool_bytes_per_s"], 8000.0)
-default_overlap = {key: value for key, value in edge.items() if key != "overlap_fraction"}
-plain = transfer_ledger([default_overlap], {"rollout": "A", "learner": "B"})
-assert math.isclose(plain["rows"][0]["exposed_seconds_per_s"], 0.5)
 
-# %% hidden exercise=transfer_ledger points=1 name=cross_pool_edge_needs_a_fabric
-# hint: a cross-pool edge must name the interconnect it uses; an edge inside one pool needs none.
-base = {"source": "rollout", "target": "learner", "bytes_per_item": 10, "items_per_work_unit": 1,
-        "work_units_per_second": 1, "bandwidth_bytes_per_s": 100, "overlap_fraction": 0.0}
-placement = {"rollout": "A", "learner": "B", "reward": "A"}
-for bad_edge in (dict(base), dict(base, fabric_id=None), dict(base, fabric_id="")):
-    try:
-        transfer_ledger([bad_edge], placement)
-    except ValueError:
-        continue
-    raise AssertionError("a cross-pool edge without a fabric was accepted")
-inside = transfer_ledger([dict(base, target="reward")], placement)
-assert inside["rows"][0]["cross_pool"] is False
+@st.composite
+def pipelines(draw):
+    stages = draw(st.lists(st.sampled_from(names), min_size=1, max_size=5, unique=True))
+    stage_rates = {stage: draw(rates) for stage in stages}
+    per_unit = {stage: draw(multipliers) for stage in stages}
+    return stage_rates, draw(arrivals), {stage: per_unit[stage] for stage in draw(st.permutations(stages))}
 
-# %% hidden exercise=transfer_ledger points=1 name=invalid_edges_raise
-# hint: validate both endpoints and every number of every edge, and keep a single bandwidth per fabric.
-base = {"source": "rollout", "target": "learner", "bytes_per_item": 10, "items_per_work_unit": 1,
-        "work_units_per_second": 1, "bandwidth_bytes_per_s": 100, "overlap_fraction": 0.0, "fabric_id": "ib-0"}
-placement = {"rollout": "A", "learner": "B"}
-bad_cases = [
-    [dict(base, target="verifier")],
-    [dict(base, overlap_fraction=-0.1)],
-    [dict(base, overlap_fraction=float("nan"))],
-    [dict(base, bandwidth_bytes_per_s=0)],
-    [dict(base, bandwidth_bytes_per_s=float("inf"))],
-    [dict(base, bytes_per_item=-1)],
-    [dict(base, bytes_per_item=float("nan"))],
-    [dict(base, work_units_per_second=-1)],
-    [dict(base, items_per_work_unit=0)],
-    [base, dict(base, source="learner", target="rollout", bandwidth_bytes_per_s=200)],
-]
-for bad_edges in bad_cases:
-    try:
-        transfer_ledger(bad_edges, placement)
-    except ValueError:
-        continue
-    raise AssertionError("an invalid edge list was accepted")
 
-# %% hidden exercise=transfer_ledger points=1 name=all_tied_fabrics_are_critical
-# hint: report every fabric tied at the largest exposure, in a stable order.
-edges = [
-    {"source": "learner", "target": f"rollout-{fabric}", "bytes_per_item": 50, "items_per_work_unit": 1,
-     "work_units_per_second": 1, "bandwidth_bytes_per_s": 100, "overlap_fraction": 0.0, "fabric_id": fabric}
-    for fabric in ("z", "a", "m")
-]
-placement = {"learner": "train", "rollout-z": "gen-z", "rollout-a": "gen-a", "rollout-m": "gen-m"}
+@st.composite
+def rounding_ties(draw):
+    """Stages whose effective rates are 0.1 up to rounding (0.3 / 3, 0.7 / 7, 0.2 / 2, 0.1 / 1), in any order."""
+    stages = draw(st.lists(st.sampled_from(names), min_size=1, max_size=4, unique=True))
+    pairs = [draw(st.sampled_from([(0.3, 3), (0.7, 7), (0.2, 2), (0.1, 1), (0.6, 6), (0.5, 4)])) for _ in stages]
+    arrival = draw(st.sampled_from([0.1, 0.3 / 3, 0.7 / 7, 0.2, 0.05]))
+    return dict(zip(stages, (rate for rate, _ in pairs))), arrival, dict(zip(stages, (per for _, per in pairs)))
+
+
+reference.agrees("pipeline_capacity", st.one_of(pipelines(), rounding_ties()), cases=200)
+
+# %% hidden exercise=pipeline_capacity points=2 name=agrees_with_reference_on_generated_invalid_pipelines
+# hint: one wrong thing anywhere (a dict that is a list, no stage, a blank or non-str name, a stage missing from one dict, a rate or multiplier that is zero, negative, NaN, infinite, a bool or a str, a bad arrival rate): the same ValueError as the contract says.
+from hypothesis import strategies as st
+
+bad_numbers = [0, 0.0, -1, -0.5, float("nan"), float("inf"), -float("inf"), True, False, None, "4", [4]]
+bad_arrivals = [-1, -1e-9, float("nan"), float("inf"), True, False, None, "24", [24]]
+bad_names = ["", " ", "\t", "\n", " \t\n", "\u3000", 0, 1.5, None, True, ("a",)]
+kinds = ["rates_type", "items_type", "empty", "name", "missing", "extra", "rate", "multiplier", "arrival"]
+
+
+@st.composite
+def one_defect(draw):
+    stages = draw(st.lists(st.sampled_from(["rollout", "reference", "reward", "learner"]), min_size=1, max_size=4,
+                           unique=True))
+    stage_rates = {stage: draw(st.sampled_from([8, 2.5, 96])) for stage in stages}
+    per_unit = {stage: draw(st.sampled_from([4, 1, 1 / 64])) for stage in stages}
+    arrival = draw(st.sampled_from([0, 3, 24.0]))
+    kind, where = draw(st.sampled_from(kinds)), draw(st.sampled_from(stages))
+    if kind == "rates_type":
+        stage_rates = draw(st.sampled_from([list(stage_rates.items()), None, "rollout", 8, tuple(stages)]))
+    elif kind == "items_type":
+        per_unit = draw(st.sampled_from([list(per_unit.items()), None, 4, [4] * len(stages)]))
+    elif kind == "empty":
+        stage_rates, per_unit = {}, draw(st.sampled_from([{}, per_unit]))
+    elif kind == "name":
+        bad, at = draw(st.sampled_from(bad_names)), draw(st.integers(0, len(stages)))
+        order = stages[:at] + [bad] + stages[at:]
+        stage_rates = {stage: stage_rates.get(stage, 8) for stage in order}
+        per_unit = {stage: per_unit.get(stage, 1) for stage in order}
+    elif kind == "missing":
+        del per_unit[where]
+    elif kind == "extra":
+        per_unit["verifier"] = 1
+    elif kind == "rate":
+        stage_rates[where] = draw(st.sampled_from(bad_numbers))
+    elif kind == "multiplier":
+        per_unit[where] = draw(st.sampled_from(bad_numbers))
+    else:
+        arrival = draw(st.sampled_from(bad_arrivals))
+    return stage_rates, arrival, per_unit
+
+
+reference.agrees("pipeline_capacity", one_defect(), cases=150)
+
+# %% hidden exercise=transfer_ledger points=1 name=same_pool_edges_keep_a_zero_row_and_open_no_port
+# hint: an edge whose two ends share a pool touches no fabric: its row is all zeros, it opens no port, its fabric and bandwidth are not read, and with no cross-pool edge nothing is critical.
+placement = {"rollout": "gen", "reward": "gen", "verifier": "gen"}
+edges = [{"source": "rollout", "target": "reward", "bytes_per_item": 4096, "items_per_work_unit": 4,
+          "work_units_per_second": 24, "bandwidth_bytes_per_s": 1e9, "fabric_id": "nv-0"},
+         {"source": "reward", "target": "verifier", "bytes_per_item": 8, "items_per_work_unit": 4,
+          "work_units_per_second": 24, "bandwidth_bytes_per_s": 5e8, "fabric_id": "nv-0"},
+         {"source": "verifier", "target": "verifier", "bytes_per_item": 1, "items_per_work_unit": 1,
+          "work_units_per_second": 1, "bandwidth_bytes_per_s": 1}]
 report = transfer_ledger(edges, placement)
-assert report["critical_fabrics"] == ["a", "m", "z"]
-assert math.isclose(report["critical_exposed_seconds_per_s"], 0.5)
+assert report["cross_pool_bytes_per_s"] == 0.0 and report["port_exposed_seconds_per_s"] == {}
+assert report["fabric_exposed_seconds_per_s"] == {} and report["critical_exposed_seconds_per_s"] == 0.0
+assert report["critical_fabrics"] == []
+assert [(row["cross_pool"], row["traffic_bytes_per_s"], row["transfer_seconds_per_s"], row["exposed_seconds_per_s"])
+        for row in report["rows"]] == [(False, 0.0, 0.0, 0.0)] * 3
+assert transfer_ledger([], {}) == {"cross_pool_bytes_per_s": 0.0, "port_exposed_seconds_per_s": {},
+                                   "fabric_exposed_seconds_per_s": {}, "critical_exposed_seconds_per_s": 0.0,
+                                   "critical_fabrics": [], "rows": []}
 
-# %% hidden exercise=evaluate_topology points=1 name=value_equal_to_limit_or_budget_passes
-# hint: a value exactly at its limit or exactly at the budget is still allowed.
-capacity = {"capacity": 24.0, "effective_rates": {"rollout": 24.0}, "bottlenecks": ["rollout"],
-            "queue_margins": {"rollout": 0.0}, "unstable_stages": [], "queue_stable": True}
-transfer = {"cross_pool_bytes_per_s": 10.0, "fabric_exposed_seconds_per_s": {"ib-0": 0.1},
-            "critical_exposed_seconds_per_s": 0.1, "critical_fabrics": ["ib-0"], "rows": []}
-result = evaluate_topology(capacity, {"gen": 80, "train": 80.0}, {"gen": 80, "train": 80}, transfer, True, True,
-                           max_exposed_s_per_s=0.1)
+# %% hidden exercise=transfer_ledger points=1 name=opposite_directions_of_a_port_do_not_add
+# hint: links are full-duplex: what leaves a pool and what enters it use the two directions of its port, so a weight broadcast and the answers coming back do not share bandwidth.
+placement = {"learner": "train", "rollout": "gen"}
+edges = [{"source": "learner", "target": "rollout", "bytes_per_item": 600, "items_per_work_unit": 1,
+          "work_units_per_second": 1, "bandwidth_bytes_per_s": 1000, "fabric_id": "ib-0"},
+         {"source": "rollout", "target": "learner", "bytes_per_item": 250, "items_per_work_unit": 2,
+          "work_units_per_second": 1, "bandwidth_bytes_per_s": 1000, "fabric_id": "ib-0"}]
+report = transfer_ledger(edges, placement)
+assert report["port_exposed_seconds_per_s"] == {"ib-0": {"train": {"out": 0.6, "in": 0.5},
+                                                         "gen": {"out": 0.5, "in": 0.6}}}
+assert report["fabric_exposed_seconds_per_s"] == {"ib-0": 0.6}
+assert report["critical_exposed_seconds_per_s"] == 0.6 and report["critical_fabrics"] == ["ib-0"]
+
+# %% hidden exercise=transfer_ledger points=1 name=one_port_one_direction_adds_up
+# hint: edges that leave one pool on one fabric share that port's outgoing direction, edges that enter one pool share its incoming direction: their exposed times add.
+placement = {"learner": "train", "rollout-0": "gen-0", "rollout-1": "gen-1", "reward": "rm"}
+
+
+def hop(source, target, size, overlap=0.0):
+    return {"source": source, "target": target, "bytes_per_item": size, "items_per_work_unit": 1,
+            "work_units_per_second": 1, "bandwidth_bytes_per_s": 1000, "overlap_fraction": overlap,
+            "fabric_id": "ib"}
+
+
+report = transfer_ledger([hop("learner", "rollout-0", 500, 0.5), hop("learner", "rollout-1", 500, 0.5),
+                          hop("rollout-0", "reward", 125), hop("rollout-1", "reward", 250)], placement)
+ports = report["port_exposed_seconds_per_s"]["ib"]
+assert set(ports) == {"train", "gen-0", "gen-1", "rm"}
+assert ports["train"] == {"out": 0.5, "in": 0.0}
+assert ports["gen-0"] == {"out": 0.125, "in": 0.25} and ports["gen-1"] == {"out": 0.25, "in": 0.25}
+assert ports["rm"] == {"out": 0.0, "in": 0.375}
+assert report["fabric_exposed_seconds_per_s"] == {"ib": 0.5}
+
+# %% hidden exercise=transfer_ledger points=1 name=fabric_is_its_busiest_port_and_critical_is_the_busiest_fabric
+# hint: a fabric is as busy as its busiest port direction, not the sum of its edges; separate fabrics run in parallel, so the critical value belongs to one fabric, never to a total.
+placement = {"a": "p1", "b": "p2", "c": "p3", "d": "p4", "e": "p5", "f": "p6", "g": "p7", "h": "p8"}
+edges = [{"source": source, "target": target, "bytes_per_item": size, "items_per_work_unit": 1,
+          "work_units_per_second": 1, "bandwidth_bytes_per_s": 1000, "fabric_id": fabric}
+         for source, target, size, fabric in [("a", "b", 200, "ib-0"), ("c", "d", 200, "ib-0"),
+                                              ("e", "f", 200, "ib-0"), ("g", "h", 350, "nv-1")]]
+report = transfer_ledger(edges, placement)
+assert report["fabric_exposed_seconds_per_s"] == {"ib-0": 0.2, "nv-1": 0.35}
+assert report["critical_exposed_seconds_per_s"] == 0.35 and report["critical_fabrics"] == ["nv-1"]
+assert report["cross_pool_bytes_per_s"] == 950.0
+
+# %% hidden exercise=transfer_ledger points=1 name=rows_copy_the_edge_and_report_overlap
+# hint: each row is a copy of its edge (extra keys included, a missing overlap stays missing) plus its own traffic, link time and the part that overlap does not hide; overlap 1 hides everything.
+edge = {"source": "rollout", "target": "learner", "bytes_per_item": 100, "items_per_work_unit": 8,
+        "work_units_per_second": 10, "bandwidth_bytes_per_s": 16000, "overlap_fraction": 0.75, "fabric_id": "pcie-3",
+        "payload": "trajectories"}
+placement = {"rollout": "A", "learner": "B"}
+row = transfer_ledger([edge], placement)["rows"][0]
+assert row == {**edge, "cross_pool": True, "traffic_bytes_per_s": 8000.0, "transfer_seconds_per_s": 0.5,
+               "exposed_seconds_per_s": 0.125}
+assert row is not edge
+hidden = transfer_ledger([dict(edge, overlap_fraction=1)], placement)
+assert hidden["rows"][0]["exposed_seconds_per_s"] == 0.0 and hidden["critical_exposed_seconds_per_s"] == 0.0
+assert hidden["cross_pool_bytes_per_s"] == 8000.0 and hidden["critical_fabrics"] == ["pcie-3"]
+plain = {key: value for key, value in edge.items() if key != "overlap_fraction"}
+row = transfer_ledger([plain], placement)["rows"][0]
+assert "overlap_fraction" not in row and row["exposed_seconds_per_s"] == 0.5
+
+# %% hidden exercise=transfer_ledger points=1 name=every_edge_is_checked_even_inside_a_pool
+# hint: validate every number of every edge before computing, the edges inside one pool included; a missing number, a bool or a str is a ValueError too.
+placement = {"rollout": "gen", "reward": "gen", "learner": "train"}
+inside = {"source": "rollout", "target": "reward", "bytes_per_item": 16, "items_per_work_unit": 4,
+          "work_units_per_second": 24, "bandwidth_bytes_per_s": 1e9, "overlap_fraction": 0.0}
+across = {"source": "rollout", "target": "learner", "bytes_per_item": 16, "items_per_work_unit": 4,
+          "work_units_per_second": 24, "bandwidth_bytes_per_s": 1e9, "fabric_id": "ib-0"}
+bad_inside = [dict(inside, bytes_per_item=float("nan")), dict(inside, items_per_work_unit=0),
+              dict(inside, work_units_per_second=-1), dict(inside, bandwidth_bytes_per_s=float("inf")),
+              dict(inside, overlap_fraction=1.5), dict(inside, overlap_fraction=None), dict(inside, bytes_per_item=True),
+              dict(inside, work_units_per_second="24"), {k: v for k, v in inside.items() if k != "bandwidth_bytes_per_s"}]
+for bad in bad_inside:
+    for edges in ([bad], [across, bad], [bad, across]):
+        try:
+            transfer_ledger(edges, placement)
+        except ValueError:
+            continue
+        raise AssertionError("an invalid edge inside a pool was accepted")
+
+# %% hidden exercise=transfer_ledger points=1 name=critical_fabrics_tie_within_rounding
+# hint: fabrics whose busiest port directions differ only by floating-point rounding are tied: report all of them, sorted.
+placement = {"learner": "train", "rollout-0": "gen-0", "rollout-1": "gen-1", "reward": "rm"}
+
+
+def hop(source, target, size, fabric):
+    return {"source": source, "target": target, "bytes_per_item": size, "items_per_work_unit": 1,
+            "work_units_per_second": 1, "bandwidth_bytes_per_s": 1000, "fabric_id": fabric}
+
+
+report = transfer_ledger([hop("reward", "learner", 300, "z"), hop("learner", "rollout-0", 100, "m"),
+                          hop("learner", "rollout-1", 200, "m"), hop("rollout-0", "reward", 299, "a")], placement)
+assert report["critical_fabrics"] == ["m", "z"]
+assert math.isclose(report["critical_exposed_seconds_per_s"], 0.3, rel_tol=1e-9)
+
+# %% hidden exercise=transfer_ledger points=1 name=cross_pool_edges_need_one_fabric_and_one_bandwidth
+# hint: a cross-pool edge names its fabric with a str that has a visible character; the cross-pool edges of one fabric share one bandwidth, compared within rounding.
+placement = {"rollout": "A", "learner": "B", "reward": "A"}
+base = {"source": "rollout", "target": "learner", "bytes_per_item": 10, "items_per_work_unit": 1,
+        "work_units_per_second": 1, "bandwidth_bytes_per_s": 0.3, "fabric_id": "ib-0"}
+no_fabric = {key: value for key, value in base.items() if key != "fabric_id"}
+bad_lists = [[no_fabric], [dict(base, fabric_id=None)], [dict(base, fabric_id="")], [dict(base, fabric_id=" \t")],
+             [dict(base, fabric_id=7)], [base, dict(base, source="learner", target="rollout", bandwidth_bytes_per_s=0.31)]]
+for edges in bad_lists:
+    try:
+        transfer_ledger(edges, placement)
+    except ValueError:
+        continue
+    raise AssertionError("a cross-pool edge without one fabric and one bandwidth was accepted")
+rounded = transfer_ledger([base, dict(base, source="learner", target="rollout", bandwidth_bytes_per_s=0.1 + 0.2),
+                           dict(no_fabric, target="reward", bandwidth_bytes_per_s=5)], placement)
+assert set(rounded["fabric_exposed_seconds_per_s"]) == {"ib-0"} and rounded["rows"][2]["cross_pool"] is False
+
+# %% hidden exercise=transfer_ledger points=1 name=placement_and_endpoints_are_checked
+# hint: edges is a list of dicts and placement a dict of role -> pool, both str with a visible character; every source and target must be a role of placement.
+edge = {"source": "rollout", "target": "learner", "bytes_per_item": 10, "items_per_work_unit": 1,
+        "work_units_per_second": 1, "bandwidth_bytes_per_s": 100, "fabric_id": "ib-0"}
+placement = {"rollout": "A", "learner": "B"}
+calls = [((edge,), placement), ([edge], [("rollout", "A"), ("learner", "B")]), ([edge], None), ([None], placement),
+         ([[("source", "rollout")]], placement), ([edge], {"rollout": "A", "learner": ""}),
+         ([edge], {"rollout": "A", "learner": 2}), ([edge], {**placement, " ": "C"}), ([edge], {**placement, 5: "C"}),
+         ([dict(edge, target="verifier")], placement), ([dict(edge, source=None)], placement),
+         ([{k: v for k, v in edge.items() if k != "target"}], placement)]
+for edges, where in calls:
+    try:
+        transfer_ledger(edges, where)
+    except ValueError:
+        continue
+    raise AssertionError("an invalid edge list or placement was accepted")
+
+# %% hidden exercise=transfer_ledger points=2 name=agrees_with_reference_on_generated_ledgers
+# hint: any edges and placement the contract allows (pools shared or not, opposite directions, ints and floats, overlap absent or at 0 and 1, idle edges, bandwidths equal within rounding, fabrics tied within rounding): the same ledger, with floats where floats are due.
+from hypothesis import strategies as st
+
+roles = ["learner", "rollout-0", "rollout-1", "reference", "reward"]
+pools = ["train", "gen", "gen-b", "Train", "ｇen"]
+bandwidths = {"ib-0": [1000, 1000.0], "ib-1": [0.3, 0.1 + 0.2], "nv": [2000.0, 2000]}
+
+
+@st.composite
+def ledgers(draw):
+    members = draw(st.lists(st.sampled_from(roles), min_size=1, max_size=5, unique=True))
+    placement = {role: draw(st.sampled_from(pools)) for role in members}
+    edges = []
+    for _ in range(draw(st.integers(0, 6))):
+        source, target, fabric = draw(st.sampled_from(members)), draw(st.sampled_from(members)), \
+            draw(st.sampled_from(sorted(bandwidths)))
+        edge = {"source": source, "target": target,
+                "bytes_per_item": draw(st.sampled_from([0, 1, 100, 250, 1000, 2048.0, 0.5])),
+                "items_per_work_unit": draw(st.sampled_from([1, 2, 4, 0.5, 1 / 3, 1 / 64])),
+                "work_units_per_second": draw(st.sampled_from([0, 1, 2, 3, 0.1, 24.0])),
+                "bandwidth_bytes_per_s": draw(st.sampled_from(bandwidths[fabric]))}
+        if draw(st.booleans()):
+            edge["overlap_fraction"] = draw(st.sampled_from([0, 0.0, 0.25, 0.5, 0.6, 1, 1.0]))
+        if placement[source] != placement[target] or draw(st.booleans()):
+            edge["fabric_id"] = fabric
+        elif draw(st.booleans()):
+            edge["fabric_id"] = draw(st.sampled_from([None, "", 7]))  # not read inside a pool
+        if draw(st.booleans()):
+            edge["payload"] = draw(st.sampled_from(["weights", "trajectories"]))
+        edges.append(edge)
+    return (edges, placement), {}
+
+
+@st.composite
+def rounding_ties(draw):
+    """Two fabrics whose busiest port directions are 0.1 + 0.2 and 0.3, in any order, beside idle edges."""
+    tied, other = draw(st.permutations(["x", "y"]))
+    placement = {"learner": "train", "rollout-0": "gen-0", "rollout-1": "gen-1", "reward": "rm"}
+    edges = [{"source": "learner", "target": "rollout-0", "bytes_per_item": 100, "items_per_work_unit": 1,
+              "work_units_per_second": 1, "bandwidth_bytes_per_s": 1000, "fabric_id": tied},
+             {"source": "learner", "target": "rollout-1", "bytes_per_item": 200, "items_per_work_unit": 1,
+              "work_units_per_second": 1, "bandwidth_bytes_per_s": 1000, "fabric_id": tied},
+             {"source": "reward", "target": "learner", "bytes_per_item": draw(st.sampled_from([300, 150])),
+              "items_per_work_unit": draw(st.sampled_from([1, 2])), "work_units_per_second": 1,
+              "bandwidth_bytes_per_s": 1000, "fabric_id": other},
+             {"source": "rollout-0", "target": "reward", "bytes_per_item": draw(st.sampled_from([0, 10])),
+              "items_per_work_unit": 1, "work_units_per_second": 1, "bandwidth_bytes_per_s": 1000,
+              "overlap_fraction": 1, "fabric_id": draw(st.sampled_from(["x", "y", "w"]))}]
+    return (draw(st.permutations(edges)), placement), {}
+
+
+reference.agrees("transfer_ledger", st.one_of(ledgers(), rounding_ties()), cases=200)
+
+# %% hidden exercise=transfer_ledger points=2 name=agrees_with_reference_on_generated_invalid_ledgers
+# hint: one wrong thing anywhere, inside a pool as well (edges or an edge that is not a list or dict, a bad role or pool, an unknown endpoint, a missing or bad number, a bool or str for a number, a cross-pool edge without a fabric, two bandwidths on one fabric): the same ValueError as the contract says.
+from hypothesis import strategies as st
+
+numeric = ["bytes_per_item", "items_per_work_unit", "work_units_per_second", "bandwidth_bytes_per_s"]
+bad_values = {
+    "bytes_per_item": [-1, -0.5, float("nan"), float("inf"), True, "16", None, [16]],
+    "items_per_work_unit": [0, 0.0, -1, float("nan"), float("-inf"), False, "4", None],
+    "work_units_per_second": [-1, -1e-9, float("nan"), float("inf"), True, "24", None],
+    "bandwidth_bytes_per_s": [0, 0.0, -1000, float("nan"), float("inf"), True, "1e9", None],
+    "overlap_fraction": [-0.1, 1.5, 2, float("nan"), True, False, "0.5", None],
+}
+bad_names = ["", " ", "\t\n", "\u3000", 3, None, True, ("gen",)]
+kinds = ["edges", "edge", "placement", "role", "pool", "endpoint", "missing", "number", "fabric", "bandwidth"]
+
+
+@st.composite
+def one_defect(draw):
+    placement = {"learner": "train", "rollout": "gen", "reward": "gen"}
+
+    def link(source, target, fabric="ib-0"):
+        return {"source": source, "target": target, "bytes_per_item": draw(st.sampled_from([16, 2048.0])),
+                "items_per_work_unit": draw(st.sampled_from([4, 1 / 64])), "work_units_per_second": 24,
+                "bandwidth_bytes_per_s": 25e9, "overlap_fraction": draw(st.sampled_from([0, 0.6])), "fabric_id": fabric}
+
+    edges = [link("learner", "rollout"), link("rollout", "reward", None), link("rollout", "learner")]
+    kind, at = draw(st.sampled_from(kinds)), draw(st.integers(0, 2))
+    if kind == "edges":
+        edges = draw(st.sampled_from([tuple(edges), None, "edges", {0: edges[0]}, edges[0]]))
+    elif kind == "edge":
+        edges[at] = draw(st.sampled_from([None, "edge", 3, list(edges[at].items())]))
+    elif kind == "placement":
+        placement = draw(st.sampled_from([list(placement.items()), None, "gen", ("train", "gen")]))
+    elif kind == "role":
+        placement[draw(st.sampled_from(bad_names))] = "gen"
+    elif kind == "pool":
+        placement[draw(st.sampled_from(["learner", "rollout", "reward"]))] = draw(st.sampled_from(bad_names + [["gen"]]))
+    elif kind == "endpoint":
+        edges[at][draw(st.sampled_from(["source", "target"]))] = draw(st.sampled_from(
+            ["verifier", "Learner", "", None, 3, ["learner"]]))
+    elif kind == "missing":
+        del edges[at][draw(st.sampled_from(numeric + ["source", "target"]))]
+    elif kind == "number":
+        field = draw(st.sampled_from(sorted(bad_values)))
+        edges[at][field] = draw(st.sampled_from(bad_values[field]))
+    elif kind == "fabric":
+        cross = draw(st.sampled_from([0, 2]))
+        if draw(st.booleans()):
+            del edges[cross]["fabric_id"]
+        else:
+            edges[cross]["fabric_id"] = draw(st.sampled_from([None, "", " \n", 7, True, ("ib-0",)]))
+    else:
+        edges[draw(st.sampled_from([0, 2]))]["bandwidth_bytes_per_s"] = draw(st.sampled_from([25.1e9, 24e9, 1e9]))
+    return (edges, placement), {}
+
+
+reference.agrees("transfer_ledger", one_defect(), cases=150)
+
+# %% hidden exercise=evaluate_topology points=1 name=a_value_at_its_limit_passes_even_after_rounding
+# hint: memory equal to its limit and exposure equal to the budget pass, also when they differ from it only by floating-point rounding; anything clearly above fails.
+queue_ok = {"unstable_stages": []}
+result = evaluate_topology(queue_ok, {"gen": 0.1 + 0.2, "train": 80}, {"gen": 0.3, "train": 80.0},
+                           {"fabric_exposed_seconds_per_s": {"ib": 0.1 + 0.2, "nv": 0.1}}, True, True,
+                           max_exposed_s_per_s=0.3)
 assert result["decision"] == "accept" and result["reasons"] == []
 assert result["over_limit_pools"] == [] and result["overloaded_fabrics"] == []
+result = evaluate_topology(queue_ok, {"gen": 80.001}, {"gen": 80}, {"fabric_exposed_seconds_per_s": {"ib": 0.1001}},
+                           True, True)
+assert result["over_limit_pools"] == ["gen"] and result["overloaded_fabrics"] == ["ib"]
 
 # %% hidden exercise=evaluate_topology points=1 name=pool_without_limit_counts_as_over
-# hint: a pool with no declared limit cannot be shown to fit; report over-limit pools in a stable order.
-capacity = {"capacity": 30.0, "effective_rates": {"rollout": 30.0}, "bottlenecks": ["rollout"],
-            "queue_margins": {"rollout": 6.0}, "unstable_stages": [], "queue_stable": True}
-transfer = {"cross_pool_bytes_per_s": 0.0, "fabric_exposed_seconds_per_s": {},
-            "critical_exposed_seconds_per_s": 0.0, "critical_fabrics": [], "rows": []}
-result = evaluate_topology(capacity, {"train": 70, "gen": 10, "aux": 1}, {"train": 60, "gen": 40, "spare": 5},
-                           transfer, True, True)
-assert result["decision"] == "reject"
-assert result["reasons"] == ["memory_limit"]
+# hint: a pool with no declared limit cannot be shown to fit; limits of other pools do not matter; over-limit pools are sorted.
+result = evaluate_topology({"unstable_stages": []}, {"train": 70, "gen": 10, "aux": 1}, {"train": 60, "gen": 40, "spare": 5},
+                           {"fabric_exposed_seconds_per_s": {}}, True, True)
+assert result["decision"] == "reject" and result["reasons"] == ["memory_limit"]
 assert result["over_limit_pools"] == ["aux", "train"]
+nothing_declared = evaluate_topology({"unstable_stages": []}, {"gen": 0}, {}, {"fabric_exposed_seconds_per_s": {}},
+                                     True, True)
+assert nothing_declared["over_limit_pools"] == ["gen"]
 
 # %% hidden exercise=evaluate_topology points=1 name=every_hard_failure_in_order
-# hint: list every hard failure in the documented order, even when an earlier one already decides; an unknown sync state is not a confirmed one.
-capacity = {"capacity": 30.0, "effective_rates": {"rollout": 30.0}, "bottlenecks": ["rollout"],
-            "queue_margins": {"rollout": 6.0}, "unstable_stages": [], "queue_stable": True}
-transfer = {"cross_pool_bytes_per_s": 1.0, "fabric_exposed_seconds_per_s": {"ib-0": 0.01},
-            "critical_exposed_seconds_per_s": 0.01, "critical_fabrics": ["ib-0"], "rows": []}
+# hint: list every hard failure in the documented order, even when an earlier one already decides.
+queue_ok, link_ok = {"unstable_stages": []}, {"fabric_exposed_seconds_per_s": {"ib-0": 0.01}}
 fits, too_big, limits = {"A": 10}, {"A": 99}, {"A": 40}
-assert evaluate_topology(capacity, fits, limits, transfer, False, False)["reasons"] == ["version_sync", "recovery_not_ready"]
-assert evaluate_topology(capacity, too_big, limits, transfer, True, False)["reasons"] == ["memory_limit", "recovery_not_ready"]
-assert evaluate_topology(capacity, too_big, limits, transfer, False, True)["reasons"] == ["memory_limit", "version_sync"]
-unknown_sync = evaluate_topology(capacity, fits, limits, transfer, None, True)
-assert unknown_sync["decision"] == "reject" and unknown_sync["reasons"] == ["version_sync"]
+assert evaluate_topology(queue_ok, fits, limits, link_ok, False, False)["reasons"] == ["version_sync", "recovery_not_ready"]
+assert evaluate_topology(queue_ok, too_big, limits, link_ok, True, False)["reasons"] == ["memory_limit", "recovery_not_ready"]
+assert evaluate_topology(queue_ok, too_big, limits, link_ok, False, True)["reasons"] == ["memory_limit", "version_sync"]
+assert evaluate_topology(queue_ok, fits, limits, link_ok, True, False)["reasons"] == ["recovery_not_ready"]
 
-# %% hidden exercise=evaluate_topology points=1 name=reject_outranks_tune_and_keeps_evidence
-# hint: a hard failure decides before any tuning pressure, but the queue and fabric evidence is still reported, sorted.
-capacity = {"capacity": 20.0, "effective_rates": {"rollout": 21.0, "reward": 20.0, "learner": 32.0},
-            "bottlenecks": ["reward"], "queue_margins": {"rollout": -3.0, "reward": -4.0, "learner": 8.0},
-            "unstable_stages": ["rollout", "reward"], "queue_stable": False}
-transfer = {"cross_pool_bytes_per_s": 5.0, "fabric_exposed_seconds_per_s": {"ib-2": 0.3, "ib-1": 0.05, "ib-0": 0.2},
-            "critical_exposed_seconds_per_s": 0.3, "critical_fabrics": ["ib-2"], "rows": []}
+# %% hidden exercise=evaluate_topology points=1 name=only_true_confirms_sync_and_recovery
+# hint: an unknown or loosely spelt state is not a confirmation: only the bool True counts for version_sync_ok and recovery_ok.
+queue_ok, link_ok = {"unstable_stages": []}, {"fabric_exposed_seconds_per_s": {}}
+for state in (None, 1, "yes", "True", [True], 1.0):
+    sync = evaluate_topology(queue_ok, {"A": 1}, {"A": 2}, link_ok, state, True)
+    assert sync["decision"] == "reject" and sync["reasons"] == ["version_sync"], state
+    recovery = evaluate_topology(queue_ok, {"A": 1}, {"A": 2}, link_ok, True, state)
+    assert recovery["reasons"] == ["recovery_not_ready"], state
+
+# %% hidden exercise=evaluate_topology points=1 name=reject_outranks_tune_and_keeps_all_evidence
+# hint: a hard failure decides before any tuning pressure, yet the queue evidence (in the capacity report's own order) and the fabric evidence (sorted) are still reported.
+capacity = {"unstable_stages": ["rollout", "reward"], "queue_stable": False}
+transfer = {"fabric_exposed_seconds_per_s": {"ib-2": 0.3, "ib-1": 0.05, "ib-0": 0.2}, "critical_fabrics": ["ib-2"]}
 result = evaluate_topology(capacity, {"A": 10}, {"A": 40}, transfer, True, False)
-assert result["decision"] == "reject"
-assert result["reasons"] == ["recovery_not_ready"]
-assert result["unstable_stages"] == ["reward", "rollout"]
-assert result["overloaded_fabrics"] == ["ib-0", "ib-2"]
+assert result["decision"] == "reject" and result["reasons"] == ["recovery_not_ready"]
+assert result["unstable_stages"] == ["rollout", "reward"] and result["overloaded_fabrics"] == ["ib-0", "ib-2"]
+assert result["unstable_stages"] is not capacity["unstable_stages"]
+backwards = evaluate_topology({"unstable_stages": ["reward", "reference"]}, {"A": 10}, {"A": 40}, transfer, True, True)
+assert backwards["decision"] == "tune" and backwards["unstable_stages"] == ["reward", "reference"]
 
-# %% hidden exercise=evaluate_topology points=1 name=tuning_order_and_custom_budget
-# hint: tuning pressures follow the documented order, each appears alone when it is the only one, and the budget is a parameter.
-stable = {"capacity": 30.0, "effective_rates": {"rollout": 30.0}, "bottlenecks": ["rollout"],
-          "queue_margins": {"rollout": 6.0}, "unstable_stages": [], "queue_stable": True}
-growing = {"capacity": 20.0, "effective_rates": {"rollout": 20.0}, "bottlenecks": ["rollout"],
-           "queue_margins": {"rollout": -4.0}, "unstable_stages": ["rollout"], "queue_stable": False}
-busy = {"cross_pool_bytes_per_s": 5.0, "fabric_exposed_seconds_per_s": {"ib-0": 0.2},
-        "critical_exposed_seconds_per_s": 0.2, "critical_fabrics": ["ib-0"], "rows": []}
-quiet = {"cross_pool_bytes_per_s": 1.0, "fabric_exposed_seconds_per_s": {"ib-0": 0.02},
-         "critical_exposed_seconds_per_s": 0.02, "critical_fabrics": ["ib-0"], "rows": []}
+# %% hidden exercise=evaluate_topology points=1 name=tuning_order_alone_and_the_budget_keyword
+# hint: tuning pressures follow the documented order and each appears alone when it is the only one; the budget is a keyword argument with a default of 0.1.
+stable, growing = {"unstable_stages": []}, {"unstable_stages": ["rollout"]}
+busy, quiet = {"fabric_exposed_seconds_per_s": {"ib-0": 0.2}}, {"fabric_exposed_seconds_per_s": {"ib-0": 0.02}}
 memory, limits = {"A": 10}, {"A": 40}
 only_link = evaluate_topology(stable, memory, limits, busy, True, True)
 assert only_link["decision"] == "tune" and only_link["reasons"] == ["exposed_transfer"]
@@ -233,33 +487,109 @@ only_queue = evaluate_topology(growing, memory, limits, quiet, True, True)
 assert only_queue["decision"] == "tune" and only_queue["reasons"] == ["unstable_queue"]
 relaxed = evaluate_topology(stable, memory, limits, busy, True, True, max_exposed_s_per_s=0.25)
 assert relaxed["decision"] == "accept" and relaxed["overloaded_fabrics"] == []
-strict = evaluate_topology(stable, memory, limits, quiet, True, True, max_exposed_s_per_s=0.0)
+strict = evaluate_topology(stable, memory, limits, quiet, True, True, max_exposed_s_per_s=0)
 assert strict["reasons"] == ["exposed_transfer"] and strict["overloaded_fabrics"] == ["ib-0"]
+assert evaluate_topology(stable, memory, limits, {"fabric_exposed_seconds_per_s": {"ib-0": 0.1}}, True, True)["decision"] == "accept"
 
-# %% hidden exercise=evaluate_topology points=1 name=invalid_ledger_numbers_raise
-# hint: memory values, memory limits, fabric exposures and the budget must all be finite and non-negative.
-capacity = {"capacity": 30.0, "effective_rates": {"rollout": 30.0}, "bottlenecks": ["rollout"],
-            "queue_margins": {"rollout": 6.0}, "unstable_stages": [], "queue_stable": True}
-
-
-def transfer_with(value):
-    return {"cross_pool_bytes_per_s": 1.0, "fabric_exposed_seconds_per_s": {"ib-0": value},
-            "critical_exposed_seconds_per_s": value, "critical_fabrics": ["ib-0"], "rows": []}
-
-
-bad_calls = [
-    ({"A": float("nan")}, {"A": 40}, transfer_with(0.01), 0.1),
-    ({"A": -1}, {"A": 40}, transfer_with(0.01), 0.1),
-    ({"A": 10}, {"A": float("inf")}, transfer_with(0.01), 0.1),
-    ({"A": 10}, {"A": -40}, transfer_with(0.01), 0.1),
-    ({"A": 10}, {"A": 40}, transfer_with(float("nan")), 0.1),
-    ({"A": 10}, {"A": 40}, transfer_with(-0.01), 0.1),
-    ({"A": 10}, {"A": 40}, transfer_with(0.01), -0.1),
-    ({"A": 10}, {"A": 40}, transfer_with(0.01), float("nan")),
+# %% hidden exercise=evaluate_topology points=1 name=invalid_ledgers_raise_value_error
+# hint: the reports need their list and dict, pools and fabrics are str with a visible character, memory_by_pool is not empty, and every amount is a finite int or float >= 0 (a bool is not a number).
+queue_ok, link_ok = {"unstable_stages": []}, {"fabric_exposed_seconds_per_s": {"ib-0": 0.01}}
+calls = [
+    ({}, {"A": 10}, {"A": 40}, link_ok, 0.1), ({"unstable_stages": "reward"}, {"A": 10}, {"A": 40}, link_ok, 0.1),
+    (queue_ok, {"A": 10}, {"A": 40}, {}, 0.1), (queue_ok, {}, {"A": 40}, link_ok, 0.1),
+    (queue_ok, {"A": float("nan")}, {"A": 40}, link_ok, 0.1), (queue_ok, {"A": -1}, {"A": 40}, link_ok, 0.1),
+    (queue_ok, {"A": True}, {"A": 40}, link_ok, 0.1), (queue_ok, {"": 10}, {"A": 40}, link_ok, 0.1),
+    (queue_ok, {"A": 10}, {"A": float("inf")}, link_ok, 0.1), (queue_ok, {"A": 10}, {"A": "40"}, link_ok, 0.1),
+    (queue_ok, {"A": 10}, [("A", 40)], link_ok, 0.1),
+    (queue_ok, {"A": 10}, {"A": 40}, {"fabric_exposed_seconds_per_s": {"ib-0": float("nan")}}, 0.1),
+    (queue_ok, {"A": 10}, {"A": 40}, {"fabric_exposed_seconds_per_s": {"ib-0": -0.01}}, 0.1),
+    (queue_ok, {"A": 10}, {"A": 40}, {"fabric_exposed_seconds_per_s": {7: 0.01}}, 0.1),
+    (queue_ok, {"A": 10}, {"A": 40}, link_ok, -0.1), (queue_ok, {"A": 10}, {"A": 40}, link_ok, float("nan")),
+    (queue_ok, {"A": 10}, {"A": 40}, link_ok, True), (queue_ok, {"A": 10}, {"A": 40}, link_ok, None),
 ]
-for memory, limits, transfer, budget in bad_calls:
+for capacity, memory, limits, transfer, budget in calls:
     try:
         evaluate_topology(capacity, memory, limits, transfer, True, True, max_exposed_s_per_s=budget)
     except ValueError:
         continue
-    raise AssertionError("an invalid ledger number was accepted")
+    raise AssertionError("an invalid ledger was accepted")
+
+# %% hidden exercise=evaluate_topology points=2 name=agrees_with_reference_on_generated_gates
+# hint: any ledgers the contract allows (values at, within rounding of, or just past their limits, pools without limits, loosely spelt confirmations, reports with extra keys, the budget given or not): the same decision, reasons and evidence.
+from hypothesis import strategies as st
+
+amounts = st.sampled_from([0, 10, 40, 79.99, 80, 80.0, 80.00000000000001, 80.1, 0.1 + 0.2, 0.3, 120])
+exposures = st.sampled_from([0, 0.0, 0.05, 0.1, 0.1 + 1e-12, 0.10000000000000002, 0.1 + 0.2, 0.3, 0.31, 2])
+confirmations = st.sampled_from([True, True, False, None, 1, 0, "yes", 1.0])
+pool_names, fabric_names = ["gen", "train", "ref", "Gen"], ["ib-0", "ib-1", "nv"]
+
+
+@st.composite
+def gates(draw):
+    memory = {pool: draw(amounts) for pool in draw(st.lists(st.sampled_from(pool_names), min_size=1, max_size=3,
+                                                              unique=True))}
+    limits = {pool: draw(amounts) for pool in draw(st.lists(st.sampled_from(pool_names + ["spare"]), max_size=4,
+                                                              unique=True))}
+    capacity = {"unstable_stages": draw(st.lists(st.sampled_from(["rollout", "reference", "reward", "learner"]),
+                                                 max_size=3, unique=True))}
+    if draw(st.booleans()):
+        capacity["queue_stable"] = not capacity["unstable_stages"]
+    transfer = {"fabric_exposed_seconds_per_s": {fabric: draw(exposures) for fabric in draw(
+        st.lists(st.sampled_from(fabric_names), max_size=3, unique=True))}}
+    if draw(st.booleans()):
+        transfer["critical_fabrics"] = []
+    kwargs = {} if draw(st.booleans()) else {"max_exposed_s_per_s": draw(st.sampled_from(
+        [0, 0.0, 0.1, 0.3, 1, 0.30000000000000004]))}
+    return (capacity, memory, limits, transfer, draw(confirmations), draw(confirmations)), kwargs
+
+
+reference.agrees("evaluate_topology", gates(), cases=150)
+
+# %% hidden exercise=evaluate_topology points=2 name=agrees_with_reference_on_generated_invalid_gates
+# hint: one wrong thing anywhere (a report without its list or dict, an empty or non-dict memory ledger, a blank or non-str pool or fabric, an amount that is negative, NaN, infinite, a bool or a str, a bad budget): the same ValueError as the contract says.
+from hypothesis import strategies as st
+
+bad_amounts = [-1, -0.01, float("nan"), float("inf"), True, False, "80", None, [80]]
+bad_names = ["", " ", "\t\n", 3, None, ("gen",)]
+kinds = ["capacity", "stages", "transfer", "exposures", "memory", "limits", "pool", "limit_pool", "fabric",
+         "amount", "limit", "exposure", "budget"]
+
+
+@st.composite
+def one_defect(draw):
+    capacity = {"unstable_stages": draw(st.sampled_from([[], ["reward"]]))}
+    memory, limits = {"gen": 60, "train": 70.5}, {"gen": 80, "train": 80}
+    transfer = {"fabric_exposed_seconds_per_s": {"ib-0": 0.05, "nv": 0.2}}
+    budget = 0.1
+    kind = draw(st.sampled_from(kinds))
+    if kind == "capacity":
+        capacity = draw(st.sampled_from([None, [], {}, {"unstable": []}, "reward"]))
+    elif kind == "stages":
+        capacity["unstable_stages"] = draw(st.sampled_from([None, "reward", ("reward",), [3], {"reward"}]))
+    elif kind == "transfer":
+        transfer = draw(st.sampled_from([None, {}, {"fabric_exposed": {}}, [("ib-0", 0.05)]]))
+    elif kind == "exposures":
+        transfer["fabric_exposed_seconds_per_s"] = draw(st.sampled_from([None, [("ib-0", 0.05)], 0.05]))
+    elif kind == "memory":
+        memory = draw(st.sampled_from([{}, None, [("gen", 60)], 60]))
+    elif kind == "limits":
+        limits = draw(st.sampled_from([None, [("gen", 80)], 80]))
+    elif kind == "pool":
+        memory[draw(st.sampled_from(bad_names))] = 1
+    elif kind == "limit_pool":
+        limits[draw(st.sampled_from(bad_names))] = 1
+    elif kind == "fabric":
+        transfer["fabric_exposed_seconds_per_s"][draw(st.sampled_from(bad_names))] = 0.01
+    elif kind == "amount":
+        memory[draw(st.sampled_from(["gen", "train"]))] = draw(st.sampled_from(bad_amounts))
+    elif kind == "limit":
+        limits[draw(st.sampled_from(["gen", "train"]))] = draw(st.sampled_from(bad_amounts))
+    elif kind == "exposure":
+        transfer["fabric_exposed_seconds_per_s"][draw(st.sampled_from(["ib-0", "nv"]))] = draw(st.sampled_from(bad_amounts))
+    else:
+        budget = draw(st.sampled_from(bad_amounts))
+    return (capacity, memory, limits, transfer, draw(st.sampled_from([True, False, None])), True), \
+        {"max_exposed_s_per_s": budget}
+
+
+reference.agrees("evaluate_topology", one_defect(), cases=150)

@@ -96,6 +96,101 @@ for rollout, event in cases:
 rejected = advance_rollout_state(good, {"type": "reject", "reason": "behaviour_drift"})
 assert rejected["state"] == "rejected" and rejected["reject_reason"] == "behaviour_drift"
 
+# %% hidden exercise=advance_rollout_state points=1 name=rollout_and_event_shapes_are_checked
+# hint: a rollout and an event are dicts; a rollout needs a visible rollout_id and a history list; a wrong type anywhere is a ValueError too.
+good = {"rollout_id": "sub-2#s1", "state": "scored", "policy_version": 2, "history": ["sampled", "scored"]}
+cases = [
+    (None, {"type": "admit"}), ([("state", "scored")], {"type": "admit"}), (good, None), (good, "admit"),
+    (good, [("type", "admit")]), ({k: v for k, v in good.items() if k != "rollout_id"}, {"type": "admit"}),
+    (dict(good, rollout_id=""), {"type": "admit"}), (dict(good, rollout_id=" \t\n"), {"type": "admit"}),
+    (dict(good, rollout_id=7), {"type": "admit"}), ({k: v for k, v in good.items() if k != "history"}, {"type": "admit"}),
+    (dict(good, history=("sampled", "scored")), {"type": "admit"}), (dict(good, history="sampled"), {"type": "admit"}),
+    (dict(good, state=["scored"]), {"type": "admit"}), (good, {"type": ["admit"]}), (good, {"type": "Admit"}),
+    (dict(good, state="admitted"), {"type": "consume", "consumer": "\u3000"}),
+]
+for rollout, event in cases:
+    try:
+        advance_rollout_state(rollout, event)
+    except ValueError:
+        continue
+    raise AssertionError(f"accepted rollout {rollout!r} with event {event!r}")
+kept = advance_rollout_state(dict(good, reject_reason=None, note={"a": 1}), {"type": "admit", "extra": 3})
+assert kept["note"] == {"a": 1} and "extra" not in kept and kept["state"] == "admitted"
+
+# %% hidden exercise=advance_rollout_state points=2 name=agrees_with_reference_on_generated_lifecycles
+# hint: any rollout in any state with any event the contract names (allowed or refused, scored at, above or below the sampling version, extra fields kept): the same new rollout, or the same ValueError, and the input untouched.
+from hypothesis import strategies as st
+
+states = ["sampled", "scored", "admitted", "rejected", "consumed"]
+legal = {"sampled": "score", "scored": "admit", "admitted": "consume"}
+
+
+@st.composite
+def lifecycles(draw):
+    version = draw(st.integers(0, 5))
+    rollout = {"rollout_id": draw(st.sampled_from(["add-1#s0", "mul-2#s3", " x "])), "state": draw(st.sampled_from(states)),
+               "policy_version": version, "history": draw(st.lists(st.sampled_from(states), max_size=3))}
+    for field, values in (("scored_version", [version, version + 1]), ("task_sha256", ["ab12"]),
+                          ("reject_reason", ["version_lag"])):
+        if draw(st.booleans()):
+            rollout[field] = draw(st.sampled_from(values))
+    kind = legal.get(rollout["state"], "admit") if draw(st.booleans()) else draw(
+        st.sampled_from(["score", "admit", "reject", "consume"]))
+    if kind == "admit" and rollout["state"] == "scored" and draw(st.booleans()):
+        kind = "reject"
+    event = {"type": kind}
+    if kind == "score":
+        event["scored_version"] = draw(st.integers(max(0, version - 2), version + 3))
+    elif kind == "reject":
+        event["reason"] = draw(st.sampled_from(["behaviour_drift", "version_lag, behaviour_drift", " late "]))
+    elif kind == "consume":
+        event["consumer"] = draw(st.sampled_from(["learner-0", "L", " learner "]))
+    if draw(st.booleans()):
+        event["note"] = "ignored"
+    return rollout, event
+
+
+reference.agrees("advance_rollout_state", lifecycles(), cases=150)
+
+# %% hidden exercise=advance_rollout_state points=2 name=agrees_with_reference_on_generated_invalid_events
+# hint: one wrong thing anywhere (not a dict, a blank or missing id, an unknown state, a bool or float version, a history that is not a list, an unknown event, a bool, float or older scored_version, a blank reason or consumer): the same ValueError as the contract says.
+from hypothesis import strategies as st
+
+defects = ([("rollout", bad) for bad in [None, [("state", "sampled")], "rollout", 3]]
+           + [("event", bad) for bad in [None, [("type", "score")], "score", 1]]
+           + [("rollout_id", bad) for bad in ["", " ", "\t\n", "\u3000", 7, None, True, ("a",), "MISSING"]]
+           + [("state", bad) for bad in ["queued", "Scored", " scored", None, 1, ["sampled"], "MISSING"]]
+           + [("policy_version", bad) for bad in [-1, True, False, 1.0, "1", None, "MISSING"]]
+           + [("history", bad) for bad in [None, "sampled", ("sampled",), {"sampled"}, "MISSING"]]
+           + [("type", bad) for bad in ["promote", "Score", "", None, 3, ["score"], "MISSING"]]
+           + [("scored_version", bad) for bad in [True, False, 2.0, "3", None, -1, "older", "MISSING"]]
+           + [("reason", bad) for bad in ["", " ", "\n\t", None, 3, ["late"], "MISSING"]]
+           + [("consumer", bad) for bad in ["", "  ", "\u3000", None, 0, ("learner",), "MISSING"]])
+needs = {"scored_version": ("sampled", "score"), "reason": ("scored", "reject"), "consumer": ("admitted", "consume")}
+
+
+@st.composite
+def one_defect(draw):
+    kind, bad = draw(st.sampled_from(defects))
+    version = draw(st.integers(1, 4))
+    state, event_type = needs.get(kind, draw(st.sampled_from([("sampled", "score"), ("scored", "admit"),
+                                                                ("scored", "reject"), ("admitted", "consume")])))
+    rollout = {"rollout_id": "add-1#s0", "state": state, "policy_version": version, "history": ["sampled"]}
+    event = {"type": event_type, "scored_version": version + 1, "reason": "behaviour_drift", "consumer": "learner-0"}
+    if kind == "rollout":
+        return bad, event
+    if kind == "event":
+        return rollout, bad
+    target = event if kind in ("type", "scored_version", "reason", "consumer") else rollout
+    if bad == "MISSING":
+        del target[kind]
+    else:
+        target[kind] = version - 1 if bad == "older" else bad
+    return rollout, event
+
+
+reference.agrees("advance_rollout_state", one_defect(), cases=150)
+
 # %% hidden exercise=check_rollout_freshness points=1 name=masked_tokens_take_no_part
 # hint: only tokens with mask 1 enter the mean and the maximum, and the mean divides by the number of those tokens.
 rollout = {"policy_version": 2, "behaviour_logprobs": [-3.0, -0.5, -8.0, -1.0, -0.25],
@@ -162,6 +257,124 @@ assert result["version_lag"] == 3 and result["admitted"] is True
 assert result["behaviour_drift"] == 0.0 and result["max_token_drift"] == 0.0 and result["action_tokens"] == 3
 late = check_rollout_freshness(rollout, 15, [-0.5, -0.5, -0.5], max_version_lag=4, max_drift=1)
 assert late["version_lag"] == 5 and late["reasons"] == ["version_lag"]
+
+# %% hidden exercise=check_rollout_freshness points=1 name=same_version_drift_is_train_inference_mismatch
+# hint: the drift is measured at every lag, 0 included: at the same version it is the engine/learner mismatch, and it can reject a rollout on its own.
+rollout = {"policy_version": 6, "behaviour_logprobs": [-0.5, -1.5, -0.25], "action_mask": [1, 1, 1]}
+same = check_rollout_freshness(rollout, 6, [-0.75, -1.25, -0.25], max_version_lag=0, max_drift=0.125)
+assert same["version_lag"] == 0 and same["admitted"] is False and same["reasons"] == ["behaviour_drift"]
+assert same["behaviour_drift"] == 0.5 / 3 and same["max_token_drift"] == 0.25
+close = check_rollout_freshness(rollout, 6, [-0.75, -1.25, -0.25], max_version_lag=0, max_drift=0.25)
+assert close["admitted"] is True and close["reasons"] == []
+
+# %% hidden exercise=check_rollout_freshness points=1 name=mask_and_lists_have_exact_types
+# hint: the mask holds the ints 0 and 1 only (True, False, 1.0 and 0.0 are refused) and the log-probs and the mask are lists; a bool is not a log-prob.
+rollout = {"policy_version": 1, "behaviour_logprobs": [-1.0, -2.0], "action_mask": [1, 0]}
+calls = [
+    (dict(rollout, action_mask=[True, 0]), [-1.0, -2.0]), (dict(rollout, action_mask=[1, False]), [-1.0, -2.0]),
+    (dict(rollout, action_mask=[1.0, 0]), [-1.0, -2.0]), (dict(rollout, action_mask=(1, 0)), [-1.0, -2.0]),
+    (dict(rollout, behaviour_logprobs=(-1.0, -2.0)), [-1.0, -2.0]), (rollout, (-1.0, -2.0)),
+    (dict(rollout, behaviour_logprobs=[True, -2.0]), [-1.0, -2.0]), (rollout, [-1.0, "-2.0"]),
+    ({k: v for k, v in rollout.items() if k != "action_mask"}, [-1.0, -2.0]), (None, [-1.0, -2.0]),
+    ({k: v for k, v in rollout.items() if k != "policy_version"}, [-1.0, -2.0]),
+]
+for bad_rollout, current in calls:
+    try:
+        check_rollout_freshness(bad_rollout, 2, current, max_version_lag=1, max_drift=0.5)
+    except ValueError:
+        continue
+    raise AssertionError(f"accepted rollout {bad_rollout!r} with current log-probs {current!r}")
+
+# %% hidden exercise=check_rollout_freshness points=1 name=results_have_the_documented_types
+# hint: the lag and the token count are ints, the two drifts are floats even when every log-prob is an int, and admitted is a bool.
+rollout = {"policy_version": 2, "behaviour_logprobs": [-1, -3, 0], "action_mask": [1, 1, 0]}
+result = check_rollout_freshness(rollout, 3, [-2, -3, -5], max_version_lag=1, max_drift=1)
+assert result == {"version_lag": 1, "behaviour_drift": 0.5, "max_token_drift": 1.0, "action_tokens": 2,
+                  "admitted": True, "reasons": []}
+assert type(result["behaviour_drift"]) is float and type(result["max_token_drift"]) is float
+assert type(result["version_lag"]) is int and type(result["action_tokens"]) is int and result["admitted"] is True
+
+# %% hidden exercise=check_rollout_freshness points=2 name=agrees_with_reference_on_generated_rollouts
+# hint: any rollout the contract allows (ints and floats, masked tokens, lags and drifts at, under and over their limits, lag 0 with a mismatch): the same verdict with the same types.
+from hypothesis import strategies as st
+
+values = st.sampled_from([0, -1, -3, -0.5, -0.25, -2.25, -0.125, -1.5, -7.0])
+shifts = st.sampled_from([0, 0.0, 0.25, -0.25, 0.5, -1, 1, 0.125, -2.0])
+
+
+@st.composite
+def rollouts(draw):
+    size = draw(st.integers(1, 6))
+    behaviour = [draw(values) for _ in range(size)]
+    current = [value + draw(shifts) for value in behaviour]
+    mask = [draw(st.sampled_from([0, 1])) for _ in range(size)]
+    mask[draw(st.integers(0, size - 1))] = 1
+    version = draw(st.integers(0, 6))
+    rollout = {"policy_version": version, "behaviour_logprobs": behaviour, "action_mask": mask}
+    if draw(st.booleans()):
+        rollout["rollout_id"] = "add-1#s0"
+    arguments = (rollout, version + draw(st.integers(0, 4)), current, draw(st.integers(0, 3)),
+                 draw(st.sampled_from([0, 0.0, 0.125, 0.25, 0.5, 1, 1.5])))
+    if draw(st.booleans()):
+        return arguments[:3], {"max_version_lag": arguments[3], "max_drift": arguments[4]}
+    return arguments
+
+
+reference.agrees("check_rollout_freshness", rollouts(), cases=150)
+
+# %% hidden exercise=check_rollout_freshness points=2 name=agrees_with_reference_on_generated_invalid_rollouts
+# hint: one wrong thing anywhere (a rollout that is not a dict, a missing field, a bool, float or negative version or lag limit, a learner older than the rollout, a bad drift limit, a tuple for a list, a NaN, bool or str log-prob, a mask value other than the ints 0 and 1, lists of different lengths, no action token): the same ValueError as the contract says.
+from hypothesis import strategies as st
+
+bad_logprob = [float("nan"), float("inf"), -float("inf"), True, "x", None]
+defects = ([("rollout", bad) for bad in [None, [("policy_version", 1)], "rollout"]]
+           + [("policy_version", bad) for bad in [-1, True, 1.0, "1", None, "MISSING"]]
+           + [("current_version", bad) for bad in [True, -1, 1.5, None, "2", "older"]]
+           + [("max_version_lag", bad) for bad in [-1, True, False, 1.0, None, "1"]]
+           + [("max_drift", bad) for bad in [-0.1, float("nan"), float("inf"), True, "0.5", None]]
+           + [(field, bad) for field in ["behaviour_logprobs", "current_logprobs"]
+              for bad in [None, "abc", "TUPLE", "MISSING"] + [("value", value) for value in bad_logprob]]
+           + [("action_mask", bad) for bad in [None, "TUPLE", "MISSING", ("value", 2), ("value", -1), ("value", True),
+                                               ("value", False), ("value", 1.0), ("value", None), "ZEROS"]]
+           + [("length", field) for field in ["behaviour_logprobs", "current_logprobs", "action_mask"]])
+
+
+@st.composite
+def one_defect(draw):
+    kind, bad = draw(st.sampled_from(defects))
+    size = draw(st.integers(1, 4))
+    version = draw(st.integers(1, 5))
+    rollout = {"policy_version": version, "behaviour_logprobs": [-0.5] * size, "action_mask": [1] * size}
+    arguments = {"current_version": version + 1, "current_logprobs": [-0.75] * size, "max_version_lag": 1,
+                 "max_drift": 0.5}
+    at = draw(st.integers(0, size - 1))
+    if kind == "rollout":
+        rollout = bad
+    elif kind in ("policy_version", "behaviour_logprobs", "action_mask", "current_version", "max_version_lag",
+                  "max_drift", "current_logprobs"):
+        holder = rollout if kind in ("policy_version", "behaviour_logprobs", "action_mask") else arguments
+        if bad == "MISSING" and holder is rollout:
+            del holder[kind]
+        elif bad == "MISSING":
+            holder[kind] = None
+        elif bad == "TUPLE":
+            holder[kind] = tuple(holder[kind])
+        elif bad == "ZEROS":
+            holder[kind] = [0] * size
+        elif bad == "older":
+            holder[kind] = version - 1
+        elif isinstance(bad, tuple) and bad and bad[0] == "value":
+            holder[kind][at] = bad[1]
+        else:
+            holder[kind] = bad
+    else:
+        holder = rollout if bad in rollout else arguments
+        holder[bad] = holder[bad] + holder[bad][:1]
+    return (rollout, arguments["current_version"], arguments["current_logprobs"], arguments["max_version_lag"],
+            arguments["max_drift"])
+
+
+reference.agrees("check_rollout_freshness", one_defect(), cases=150)
 
 # %% hidden exercise=reserve_and_activate points=1 name=reservation_is_all_or_nothing
 # hint: when fewer rollouts are free than one batch needs, nothing is reserved and the free list stays as it was.
@@ -260,3 +473,108 @@ places = result["free"] + held + list(result["consumed"])
 assert sorted(places) == sorted(queue) and len(places) == len(queue)
 assert list(result["consumed"].items()) == [("q0", "A"), ("q1", "A"), ("q4", "C"), ("q5", "C")]
 assert result["reserved"] == {"A": ["q2", "q3"]} and result["free"] == ["q6"]
+
+# %% hidden exercise=reserve_and_activate points=1 name=released_batches_go_back_to_their_queue_places
+# hint: a released batch returns to the places it had in the queue, not to the front or the back of the free list, so the oldest free rollout is always taken first.
+result = reserve_and_activate(["r1", "r2", "r3", "r4", "r5", "r6"], [
+    {"op": "reserve", "consumer": "A"},
+    {"op": "reserve", "consumer": "B"},
+    {"op": "activate", "consumer": "A", "ok": False},
+    {"op": "activate", "consumer": "B", "ok": False},
+    {"op": "reserve", "consumer": "C"},
+], batch_size=2)
+assert result["log"][3]["rollout_ids"] == ["r3", "r4"]
+assert result["log"][4]["rollout_ids"] == ["r1", "r2"]
+assert result["free"] == ["r3", "r4", "r5", "r6"] and result["reserved"] == {"C": ["r1", "r2"]}
+
+# %% hidden exercise=reserve_and_activate points=1 name=consumed_in_the_order_of_consumption
+# hint: the consumed dict follows the order in which batches were activated, not the queue order; reservations still held keep the order in which they were made.
+result = reserve_and_activate(["q1", "q2", "q3", "q4", "q5", "q6"], [
+    {"op": "reserve", "consumer": "A"}, {"op": "reserve", "consumer": "B"}, {"op": "reserve", "consumer": "C"},
+    {"op": "activate", "consumer": "C", "ok": True}, {"op": "activate", "consumer": "A", "ok": True},
+], batch_size=2)
+assert list(result["consumed"].items()) == [("q5", "C"), ("q6", "C"), ("q1", "A"), ("q2", "A")]
+assert result["reserved"] == {"B": ["q3", "q4"]} and result["free"] == []
+
+# %% hidden exercise=reserve_and_activate points=1 name=inputs_have_exact_types
+# hint: the queue and the events are lists, every event a dict with a visible consumer; other keys of an event are ignored, and a reserve event's ok is never read.
+calls = [
+    (("a", "b"), [], 1), (["a", "b"], ({"op": "reserve", "consumer": "A"},), 1), (["a", "b"], [None], 1),
+    (["a", "b"], ["reserve"], 1), (["a", " "], [], 1), (["a", "b"], [{"op": "reserve", "consumer": " \t"}], 1),
+    (["a", "b"], [{"op": ["reserve"], "consumer": "A"}], 1),
+    (["a", "b"], [{"op": "reserve", "consumer": "A"}, {"op": "activate", "consumer": "A", "ok": 1}], 1),
+]
+for queue, events, batch in calls:
+    try:
+        reserve_and_activate(queue, events, batch)
+    except ValueError:
+        continue
+    raise AssertionError(f"accepted queue={queue!r} events={events!r} batch_size={batch!r}")
+loose = reserve_and_activate(["a", "b"], [{"op": "reserve", "consumer": "A", "ok": "ignored", "note": 1}], 2)
+assert loose["reserved"] == {"A": ["a", "b"]} and loose["log"][0]["outcome"] == "reserved"
+
+# %% hidden exercise=reserve_and_activate points=2 name=agrees_with_reference_on_generated_replays
+# hint: any queue and any sequence of reservations and activations (contention, repeated and failed activations, batches larger than the queue, extra keys): the same log and the same three places.
+from hypothesis import strategies as st
+
+
+@st.composite
+def replays(draw):
+    queue = draw(st.lists(st.sampled_from(["r1", "r2", "r3", "r4", "r5", "r6", "r7"]), max_size=7, unique=True))
+    events = [{"op": "reserve", "consumer": consumer} for consumer in draw(st.permutations(["A", "B", "C"]))[
+        :draw(st.integers(0, 3))]]  # contention first, then anything
+    for _ in range(draw(st.integers(0, 10))):
+        event = {"op": draw(st.sampled_from(["reserve", "activate"])), "consumer": draw(st.sampled_from(["A", "B", "C"]))}
+        if event["op"] == "activate":
+            event["ok"] = draw(st.sampled_from([True, False, False]))
+        elif draw(st.booleans()):
+            event["ok"] = draw(st.sampled_from([None, "yes"]))
+        events.append(event)
+    return queue, events, draw(st.integers(1, 3))
+
+
+reference.agrees("reserve_and_activate", replays(), cases=150)
+
+# %% hidden exercise=reserve_and_activate points=2 name=agrees_with_reference_on_generated_invalid_replays
+# hint: one wrong thing anywhere, even in the last event (a bad batch size, a queue or events that are not lists, a blank, non-str or repeated id, an event that is not a dict, an unknown op, a missing or blank consumer, an activation whose ok is not a bool): the same ValueError as the contract says.
+from hypothesis import strategies as st
+
+defects = ([("batch_size", bad) for bad in [0, -1, True, False, 1.0, "2", None]]
+           + [("queue", bad) for bad in [("r1", "r2"), "r1", None, {"r1"}]]
+           + [("queue_id", bad) for bad in ["", " ", "\t", 7, None, ("r1",), "DUPLICATE"]]
+           + [("events", bad) for bad in [None, "reserve", {"op": "reserve", "consumer": "A"}, "TUPLE"]]
+           + [("event", bad) for bad in [None, "reserve", [("op", "reserve")], 3]]
+           + [("op", bad) for bad in ["consume", "Reserve", "", None, 3, ["reserve"], "MISSING"]]
+           + [("consumer", bad) for bad in ["", " ", "\u3000", None, 3, ["A"], "MISSING"]]
+           + [("ok", bad) for bad in [1, 0, "yes", None, "MISSING"]])
+
+
+@st.composite
+def one_defect(draw):
+    kind, bad = draw(st.sampled_from(defects))
+    queue = ["r1", "r2", "r3", "r4"]
+    events = [{"op": "reserve", "consumer": "A"}, {"op": "activate", "consumer": "A", "ok": True},
+              {"op": "reserve", "consumer": "B"}, {"op": "activate", "consumer": "B", "ok": False}]
+    batch_size = draw(st.integers(1, 2))
+    at = draw(st.integers(0, 3))
+    if kind == "batch_size":
+        batch_size = bad
+    elif kind == "queue":
+        queue = bad
+    elif kind == "queue_id":
+        queue[draw(st.integers(0, 3))] = "r1" if bad == "DUPLICATE" and at else ("r2" if bad == "DUPLICATE" else bad)
+    elif kind == "events":
+        events = tuple(events) if bad == "TUPLE" else bad
+    elif kind == "event":
+        events[at] = bad
+    else:
+        if kind == "ok":
+            at = draw(st.sampled_from([1, 3]))
+        if bad == "MISSING":
+            del events[at][kind]
+        else:
+            events[at][kind] = bad
+    return queue, events, batch_size
+
+
+reference.agrees("reserve_and_activate", one_defect(), cases=150)
