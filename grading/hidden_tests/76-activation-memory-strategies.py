@@ -380,6 +380,10 @@ assert result == {"status": "rerun_required", "reason": "incomplete_repeats", "e
                   "next_action": "repeat_paired_runs_with_a_new_label"}, result
 short_baseline = decide_strategy_handoff([g0_record("baseline", runs=1), g0_record("checkpoint")], minimum_repeats=2)
 assert short_baseline["rerun_candidates"] == ["baseline"]
+partial_but_enough = decide_strategy_handoff([g0_record("baseline"), g0_record("offload", "partial_oom", 3),
+                                              g0_record("hybrid", "partial_failed", 5)])
+assert partial_but_enough["status"] == "rerun_required", partial_but_enough
+assert partial_but_enough["rerun_candidates"] == ["offload", "hybrid"], partial_but_enough
 
 # %% hidden exercise=decide_strategy_handoff points=1 name=whole_failures_are_kept_not_rerun
 # hint: a strategy that never succeeded is a result, not a gap: list it among the failures in every outcome, never ask for its rerun and never hand it off.
