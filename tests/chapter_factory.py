@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 import shutil
 import textwrap
 from pathlib import Path
 
 import nbformat
+
+from tools.course.cells import write_notebook
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -139,3 +142,12 @@ def make_toy_project(root: Path, notebook=None, hidden: str = TOY_HIDDEN, mutant
         else:
             (mutant_dir / f"{name}.py").write_text(header + source, encoding="utf-8")
     return root
+
+
+def submit(course: Path, student: str, release, sources: dict) -> None:
+    """Write `student`'s submission of the toy chapter: the release with `sources` (grade_id -> source) filled in."""
+    notebook = copy.deepcopy(release)
+    for cell in notebook.cells:
+        if cell.metadata.get("nbgrader", {}).get("grade_id") in sources:
+            cell.source = sources[cell.metadata["nbgrader"]["grade_id"]]
+    write_notebook(notebook, course / "submitted" / student / "toy" / "toy.ipynb")

@@ -57,6 +57,7 @@ class Member:
     solutions: dict | None  # exercise -> source (None: undefined); None for a corrupt submission
     breaks: set = field(default_factory=set)  # exercises whose cell the hostile code defeats
     deleted_tests: set = field(default_factory=set)  # grade cells removed from the submission
+    planted_in: str | None = None  # a mutant's exercise
 
 
 @dataclass
@@ -141,12 +142,13 @@ def make_class(course: Path, chapter: Chapter, port: int, root: Path = REPO_ROOT
     mutants = load_mutants(mutants_dir(root, chapter), chapter_notebook)
     for mutant in mutants:
         members.append(Member(f"mutant_{mutant.name}", f"mutant: {mutant.mistake}",
-                              {**reference, mutant.exercise: mutant.source}))
+                              {**reference, mutant.exercise: mutant.source}, planted_in=mutant.exercise))
     notebooks = {member.student: _notebook(release, member.solutions) for member in members}
     first_mutant = next(m for m in members if m.student == f"mutant_{mutants[0].name}")
     tampered_metadata, deleted = _tamper_metadata(notebooks["correct_1"])
     tampered = [
-        (Member("tampered_mutant", "mutant with edited test cells", dict(first_mutant.solutions)),
+        (Member("tampered_mutant", "mutant with edited test cells", dict(first_mutant.solutions),
+                planted_in=first_mutant.planted_in),
          _tamper_tests(notebooks[first_mutant.student])),
         (Member("tampered_stub", "stub with edited test cells", dict(stubs)), _tamper_tests(notebooks["stub"])),
         (Member("tampered_metadata", "reference with inflated points, rewritten hints, a deleted test",

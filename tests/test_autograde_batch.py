@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from chapter_factory import make_toy_project, toy_notebook
+from chapter_factory import make_toy_project, submit, toy_notebook
 from tools.course.__main__ import main
 from tools.course.autograde_batch import copy_regular_files, ensure_assignment, notebook_problem
 from tools.core.catalog import load_catalog
@@ -21,14 +21,6 @@ REFERENCE = {
                  "        raise ValueError('rates must be finite')\n    return a + b\n",
     "halve": "def halve(x):\n    return x / 2\n",
 }
-
-
-def submit(course, student, release, sources):
-    notebook = copy.deepcopy(release)
-    for cell in notebook.cells:
-        if cell.metadata.get("nbgrader", {}).get("grade_id") in sources:
-            cell.source = sources[cell.metadata["nbgrader"]["grade_id"]]
-    write_notebook(notebook, course / "submitted" / student / "toy" / "toy.ipynb")
 
 
 @pytest.fixture(scope="module")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
 import sys
 import tempfile
 import textwrap
@@ -67,21 +68,22 @@ def run_probe(worker, host: HostIsolation, *, fork: bool, limits: Limits | None 
 
 
 def _run_probe(worker, host, fork, limits, uid):
-    box = WorkerSandbox(worker, uid, limits, host, plan_masks(REPO_ROOT, REPO_ROOT / "grading"))
+    box = WorkerSandbox(worker, uid, limits, host, plan_masks(REPO_ROOT, REPO_ROOT / "grading"), repo_root=REPO_ROOT)
     box.prepare()
-    probe = box.kernel_dir / "probe.py"
+    kernel = box.new_kernel(worker / "submission")
+    probe = kernel.home / "probe.py"
     probe.write_text(PROBE, encoding="utf-8")
     if box.uid is not None:
         os.chown(probe, box.uid, box.uid)
     server = socket.create_server(("127.0.0.1", 0))
     try:
-        inner = [sys.executable, str(LAUNCHER), "kernel", "--plan", str(box.plan_path), "--",
+        inner = [sys.executable, str(LAUNCHER), "kernel", "--plan", str(kernel.plan_path), "--",
                  sys.executable, str(probe), str(server.getsockname()[1]), str(REPO_ROOT), "fork" if fork else "-"]
-        run = box.run(inner, worker / "log.txt")
+        run = box.run(inner, worker / "log.txt", kernel=kernel)
     finally:
         server.close()
     output = (worker / "log.txt").read_text(encoding="utf-8")
-    return run, json.loads(output.strip().splitlines()[-1]), box.enforced(), box
+    return run, json.loads(output.strip().splitlines()[-1]), box.enforced(kernel), box
 
 
 def test_limits_refuse_bad_values():
@@ -165,6 +167,7 @@ def test_the_notebook_timeout_kills_the_whole_namespace(worker):
     box = WorkerSandbox(worker, uids.uids[0], Limits(cell_timeout_s=1, notebook_timeout_s=3), HOST,
                         plan_masks(REPO_ROOT, REPO_ROOT / "grading"))
     box.prepare()
+    kernel = box.new_kernel(worker / "submission")
     sleeper = textwrap.dedent("""
         import os, time
         for _ in range(3):
@@ -173,9 +176,9 @@ def test_the_notebook_timeout_kills_the_whole_namespace(worker):
                 break
         time.sleep(600)
     """)
-    inner = [sys.executable, str(LAUNCHER), "kernel", "--plan", str(box.plan_path), "--", sys.executable, "-c", sleeper]
+    inner = [sys.executable, str(LAUNCHER), "kernel", "--plan", str(kernel.plan_path), "--", sys.executable, "-c", sleeper]
     started = time.monotonic()
-    run = box.run(inner, worker / "log.txt")
+    run = box.run(inner, worker / "log.txt", kernel=kernel)
     assert run.killed_at_notebook_timeout and time.monotonic() - started < 20
     time.sleep(0.5)
     assert not [pid for pid in os.listdir("/proc") if pid.isdigit() and _uid(pid) == box.uid]
@@ -209,3 +212,78 @@ def test_without_namespaces_the_rlimits_still_hold_and_the_record_says_what_is_m
         assert enforced["max_processes"] is None and enforced["max_processes_not_enforced"]
     else:
         assert enforced["max_processes"] > 16 and enforced["max_processes_counts_existing_tasks"]
+
+
+def test_each_kernel_gets_its_own_scratch_folders_with_its_home_and_what_python_needs(tmp_path):
+    """/tmp, /var/tmp and /dev/shm are covered; under them the kernel's home comes back writable,
+    what it needs read-only (with the links on the way), and a folder it needs whole stays uncovered."""
+    home = Path(tempfile.mkdtemp(prefix="private-dirs-")) / "kernel"
+    venv = Path(tempfile.mkdtemp(prefix="private-dirs-venv-"))
+    link = Path(tempfile.gettempdir()) / f"{venv.name}-link"
+    link.symlink_to(venv)
+    try:
+        home.mkdir()
+        plan = {entry["path"]: entry for entry in sandbox.plan_private_dirs([link, Path(sys.prefix)], home)}
+        tmp = str(Path(tempfile.gettempdir()).resolve())
+        assert tmp in plan and plan[tmp]["writable"] == [str(home.resolve())]
+        assert str(venv.resolve()) in plan[tmp]["keep"]
+        assert {"path": str(link), "target": str(venv.resolve())} in plan[tmp]["links"]
+        assert str(Path(tmp)) not in {entry["path"] for entry in sandbox.plan_private_dirs([Path(tmp)], home)}
+    finally:
+        link.unlink()
+        remove_tree(home.parent)
+        remove_tree(venv)
+
+
+def test_the_zygote_starts_ipykernel_only(tmp_path):
+    """A request for any other command is refused before anything runs, and the zygote goes on."""
+    report = tmp_path / "kernel.json"
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"workdir": str(tmp_path), "kernel_report": str(report), "limits": {}, "env": {}}),
+                    encoding="utf-8")
+    zygote = subprocess.Popen([sys.executable, str(LAUNCHER), "zygote"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert json.loads(zygote.stdout.readline()) == {"ready": True}
+        for command in ([sys.executable, "-c", "print('not a kernel')"], ["/bin/sh", "-m", "ipykernel_launcher"]):
+            request = {"plan": str(plan), "connection_file": str(tmp_path / "c.json"), "command": command,
+                       "log": str(tmp_path / "log.txt"), "env": {}}
+            zygote.stdin.write(json.dumps(request) + "\n")
+            zygote.stdin.flush()
+            assert "error" in json.loads(zygote.stdout.readline())
+        assert "ipykernel_launcher" in (tmp_path / "log.txt").read_text(encoding="utf-8")
+        assert not report.exists()
+    finally:
+        zygote.stdin.close()
+        assert zygote.wait(timeout=30) == 0
+
+
+def test_fork_prepares_the_child_before_it_rearranges_its_file_descriptors(worker):
+    """`prepare` runs while the child still holds the descriptors it inherited (its fd 1 is the parent's),
+    so whatever it drops is collected, closing its own descriptors, before fds 0-2 become the pipes and
+    the log and the child opens new ones (a loop collected later could close those: issue 15)."""
+    import threading
+
+    from tools.course.autograde_batch import stop_idle_tqdm_monitor
+
+    stop_idle_tqdm_monitor()
+    if threading.active_count() != 1:
+        pytest.skip(f"this process runs other threads ({threading.enumerate()}); a fork would be unsafe")
+    parent_stdout = os.fstat(1)
+    seen = {}
+
+    def prepare():
+        seen["inherited_stdout"] = os.fstat(1).st_ino == parent_stdout.st_ino
+
+    def target():
+        os.write(1, (json.dumps(seen) + "\n").encode())
+        return 0
+
+    box = WorkerSandbox(worker, None, Limits(), HostIsolation(False, False, "forced for this test"), [])
+    box.prepare()
+    process = box.fork(target, worker / "log.txt", {"PATH": "/usr/bin:/bin"}, prepare=prepare)
+    try:
+        assert json.loads(process.stdout.readline()) == {"inherited_stdout": True}
+        assert process.wait(timeout=30) == 0
+    finally:
+        box.stop(process)

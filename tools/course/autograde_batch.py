@@ -1,12 +1,19 @@
 """Autograde every submission of one chapter through nbgrader, in parallel isolated workers.
 
-The course gradebook (sqlite) is not safe for concurrent writers, so each submission is graded
-in its own throw-away nbgrader course (a copy of the prepared gradebook with no students, the
-config and the source) by its own `nbgrader autograde` process inside a sandbox
-(`tools.course.sandbox`), up to `jobs` at a time. The main thread then merges each result into
-the course gradebook with nbgrader's Gradebook API, one student at a time, copies the
-autograded notebook, and writes the learner's feedback (`tools.course.feedback`). A submission
-that cannot be graded is recorded as failed and skipped; it never touches another student.
+`jobs` worker slots each hold a uid and a long-lived grading worker in its own sandbox
+(`tools.course.grading_slot`, `tools.course.grading_worker`), forked from this process with
+nbgrader already imported (or started as a new interpreter where this process runs other
+threads) while the batch is prepared; each worker grades a queue of submissions with nbgrader's
+`Autograde` converter. The course gradebook (sqlite) is not safe for concurrent writers, so each
+submission is graded in its own throw-away nbgrader course (a copy of a gradebook template made
+once per batch, with this assignment and no student, the config and the source) and by its own
+kernel: a new process (forked from the worker's kernel zygote, `tools.course.zygote_kernels`) in
+namespaces of its own, with a fresh home, cwd and TMPDIR that is deleted before the slot's next
+submission. The main thread then merges
+each result into the course gradebook with nbgrader's Gradebook API, one student at a time,
+copies the autograded notebook, and writes the learner's feedback (`tools.course.feedback`). A
+submission that cannot be graded is recorded as failed and skipped; it never touches another
+student.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import queue
 import shutil
 import sys
 import tempfile
+import threading
 import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -37,12 +45,12 @@ from tools.course.feedback import (
     write_student_feedback,
 )
 from tools.course.grading_build import GRADING_DIR, render_source_notebook
+from tools.course.grading_slot import GradingSlot
 from tools.course.nbgrader_cli import run_nbgrader
 from tools.course.sandbox import (
     HostIsolation,
     Limits,
     UidPool,
-    WorkerSandbox,
     blocked_ancestor,
     kill_running,
     limits_record,
@@ -53,7 +61,6 @@ from tools.errors import ConfigError, RecordExistsError
 from tools.core.records import save_json_record_once, utc_timestamp
 
 BATCH_SCHEMA = "class-autograde/v1"
-LOG_TAIL_LINES = 12
 MAX_NOTEBOOK_BYTES = 64 * 2 ** 20
 
 
@@ -77,6 +84,8 @@ class Outcome:
     enforced: dict | None = None
     seconds: float | None = None
     feedback: dict | None = None
+    worker: dict | None = None  # slot, n-th worker process of the slot, k-th submission of that worker
+    timings: dict = field(default_factory=dict)  # seconds per stage of this submission (see `grade_in_worker`)
 
 
 @dataclass
@@ -93,6 +102,7 @@ class BatchReport:
     record_path: str | None = None
     report_path: str | None = None
     hardest_exercise: str | None = None
+    timings: dict = field(default_factory=dict)  # seconds since the start at each step of the batch
 
     @property
     def graded(self) -> list[Outcome]:
@@ -232,21 +242,14 @@ def existing_extensions(course: Path, slug: str) -> dict:
 @dataclass
 class WorkerResult:
     student: str
-    worker_dir: Path  # removed after merging
-    course_dir: Path  # the worker's private nbgrader course inside it
+    worker_dir: Path  # the submission's folder in its slot, removed after merging
+    course_dir: Path  # the submission's private nbgrader course inside it
     status: str
     reason: str | None
     enforced: dict | None
     seconds: float
-
-
-def _log_tail(path: Path) -> str:
-    try:
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    except FileNotFoundError:
-        return ""
-    interesting = [line for line in lines if "ERROR" in line or "Error" in line or "failed" in line]
-    return "\n".join((interesting or lines)[-LOG_TAIL_LINES:])
+    worker: dict | None = None
+    timings: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -255,24 +258,13 @@ class WorkerContext:
     slug: str
     template: Path
     limits: Limits
-    host: HostIsolation
-    batch_dir: Path
     log_dir: Path
-    masks: list[dict]
     extensions: dict
-    kernel_name: str
 
 
-def grade_in_worker(submission: Submission, index: int, uid: int | None, context: WorkerContext) -> WorkerResult:
-    """Grade one submission in its own nbgrader course and sandbox; never writes the course folder.
-
-    Layout: `worker/` (passable, 0711) holds `course/` (the private nbgrader course, closed to the
-    kernel's uid), `kernel/` (the kernel's own home) and the sandbox's plan and reports.
-    """
-    started = time.monotonic()
-    worker = context.batch_dir / f"worker-{index:04d}"
-    worker.mkdir(mode=0o700)
-    private = worker / "course"
+def prepare_private_course(submission: Submission, private: Path, context: WorkerContext) -> None:
+    """The submission's own nbgrader course: the template gradebook (with the student's extension, if
+    any), the config, the assignment's source and the submitted files."""
     private.mkdir(mode=0o700)
     shutil.copy(context.template, private / "gradebook.db")
     shutil.copy(context.course / "nbgrader_config.py", private / "nbgrader_config.py")
@@ -284,29 +276,63 @@ def grade_in_worker(submission: Submission, index: int, uid: int | None, context
         with Gradebook(f"sqlite:///{private / 'gradebook.db'}") as book:
             book.update_or_create_student(submission.student)
             book.add_submission(context.slug, submission.student, extension=context.extensions[submission.student])
-    sandbox = WorkerSandbox(worker, uid, context.limits, context.host, context.masks, context.kernel_name)
-    sandbox.prepare()
+
+
+def submission_timings(started: float, prepared: float, marks: dict, kernel_report: dict | None, ended: float) -> dict:
+    """Seconds per stage of one submission, from the host's, the worker's and the kernel launcher's
+    CLOCK_MONOTONIC marks: preparing its folders; handing it to the worker (waiting for one that is
+    still starting); nbgrader up to the kernel's set-up (sanitizing, the kernel manager, the zygote's
+    fork or the launcher's interpreter); the set-up (namespaces, mounts, limits, uid); ipykernel's
+    start until it answers; the cells; after them (kernel stop, grades and files saved); the host's
+    cleanup (leftover check, kernel home deleted). A stage whose marks are missing (the kernel never
+    started) is None."""
+    launcher = (kernel_report or {}).get("monotonic", {})
+    points = [("prepare_s", started), ("to_worker_s", prepared), ("to_launcher_s", marks.get("started")),
+              ("launcher_s", launcher.get("launcher_started")), ("kernel_start_s", launcher.get("exec")),
+              ("cells_s", marks.get("kernel_ready")), ("after_cells_s", marks.get("cells_done")),
+              ("cleanup_s", marks.get("ended")), (None, ended)]
+    return {name: round(end - begin, 3) if begin is not None and end is not None else None
+            for (name, begin), (_, end) in zip(points, points[1:])}
+
+
+def grade_in_worker(submission: Submission, index: int, slot: GradingSlot, context: WorkerContext) -> WorkerResult:
+    """Grade one submission in its own nbgrader course with the slot's worker; never writes the course folder.
+
+    Layout: `<slot>/submission-NNNN/` (passable, 0711) holds `course/` (the private nbgrader course,
+    closed to the kernel's uid) and the kernel's folder (`KernelFolder`: `kernel/` is its home, cwd
+    and TMPDIR). The kernel's home is deleted as soon as the submission is graded, before the slot
+    takes its next one.
+    """
+    started = time.monotonic()
+    folder = slot.dir / f"submission-{index:04d}"
+    kernel = slot.new_kernel(folder)
+    private = folder / "course"
+    prepare_private_course(submission, private, context)
     # The kernel starts in its own folder: give it what nbgrader would put next to the notebook,
     # the student's other files overwritten by the assignment's own.
-    for folder in (submission.folder, context.course / "source" / context.slug):
-        copy_regular_files(folder, sandbox.kernel_dir, skip_suffix=".ipynb", owner=sandbox.uid)
-    command = [sys.executable, "-m", "nbgrader", "autograde", context.slug, "--force",
-               f"--CourseDirectory.root={private}", f"--CourseDirectory.student_id={submission.student}",
-               f"--Execute.timeout={context.limits.cell_timeout_s}"]
-    log_path = context.log_dir / f"autograde_{index:04d}.log"
-    run = sandbox.run(command, log_path, cwd=private)
-    enforced = sandbox.enforced()
-    autograded = private / "autograded" / submission.student / context.slug / f"{context.slug}.ipynb"
+    for source in (submission.folder, context.course / "source" / context.slug):
+        copy_regular_files(source, kernel.home, skip_suffix=".ipynb", owner=slot.uid)
+    log_path = folder / "autograde.log"
+    request = {"id": index, "course": str(private), "slug": context.slug, "student": submission.student,
+               "cell_timeout": context.limits.cell_timeout_s, "log": str(log_path),
+               "env": slot.sandbox.grader_env(kernel), "zygote_env": slot.sandbox.zygote_env()}
+    prepared = time.monotonic()
+    try:
+        result = slot.grade(request)
+        kernel_report = kernel.report()
+    finally:
+        remove_tree(kernel.home)
+        if log_path.is_file():
+            shutil.copyfile(log_path, context.log_dir / f"autograde_{index:04d}.log")
+    enforced = slot.sandbox.enforced(kernel, result.run)
     seconds = round(time.monotonic() - started, 2)
-    if run.killed_at_notebook_timeout:
-        reason = f"killed at the per-notebook limit of {context.limits.notebook_timeout_s:g} s"
-    elif run.returncode != 0:
-        reason = f"nbgrader autograde exited {run.returncode}: {_log_tail(log_path)}"
-    elif not autograded.is_file():
-        reason = "nbgrader wrote no autograded notebook"
-    else:
-        return WorkerResult(submission.student, worker, private, "graded", None, enforced, seconds)
-    return WorkerResult(submission.student, worker, private, "failed", reason, enforced, seconds)
+    timings = submission_timings(started, prepared, result.marks, kernel_report, time.monotonic())
+    worker = {"slot": slot.dir.name, **result.worker}
+    autograded = private / "autograded" / submission.student / context.slug / f"{context.slug}.ipynb"
+    status, reason = result.status, result.reason
+    if status == "graded" and not autograded.is_file():
+        status, reason = "failed", "nbgrader wrote no autograded notebook"
+    return WorkerResult(submission.student, folder, private, status, reason, enforced, seconds, worker, timings)
 
 
 # ---------------------------------------------------------------------------
@@ -453,6 +479,17 @@ def remove_tree(path: Path) -> None:
     shutil.rmtree(path)
 
 
+def stop_idle_tqdm_monitor() -> None:
+    """tqdm starts a monitor thread with its first bar, even a disabled one (papermill's, a previous batch's),
+    and keeps it for the life of the process; it only wakes to refresh bars. Stop it (the next bar starts
+    another, and tqdm works without one) so that a process that runs nothing else can fork its workers."""
+    tqdm_std = sys.modules.get("tqdm.std")
+    monitor = getattr(tqdm_std.tqdm, "monitor", None) if tqdm_std is not None else None
+    if monitor is not None:
+        monitor.exit()
+        tqdm_std.tqdm.monitor = None
+
+
 def autograde_chapter(root: Path, chapter: Chapter, *, course: Path | None = None, jobs: int = 1,
                       limits: Limits | None = None, output_dir: Path | None = None,
                       show_progress: bool = True, require_isolation: bool = False,
@@ -478,30 +515,41 @@ def autograde_chapter(root: Path, chapter: Chapter, *, course: Path | None = Non
     log_dir.mkdir(parents=True, exist_ok=True)
     report = BatchReport(chapter.id, chapter.slug, jobs, str(course), limits_record(limits), asdict(host))
     started = time.monotonic()
-    report.assignment = ensure_assignment(course, chapter.slug, log_dir)
-    source = read_notebook(course_paths(course, chapter.slug)["source"])
-    release = read_notebook(course_paths(course, chapter.slug)["release"])
-    cells, exercises = grade_cells(source), exercises_of(source)
-    secrets = secret_lines(source, release, read_notebook(chapter.notebook_path(root)))
-    course_id = _course_id(course)
     masks = plan_masks(root, course)
     batch_dir = _batch_root(masks, host)
+    uid_pool = None
+    slots: list[GradingSlot] = []
     try:
-        template = make_template(course, chapter.slug, batch_dir)
-        context = WorkerContext(course, chapter.slug, template, limits, host, batch_dir, log_dir, masks,
-                                existing_extensions(course, chapter.slug),
-                                source.metadata.get("kernelspec", {}).get("name", "python3"))
         uid_pool = UidPool(jobs) if host.separate_uid else None
-        slots: queue.Queue = queue.Queue()
-        for uid in (uid_pool.uids if uid_pool else [None] * jobs):
-            slots.put(uid)
+        kernel_name = read_notebook(course_paths(course, chapter.slug)["source"]).metadata.get(
+            "kernelspec", {}).get("name", "python3")
+        # Forked from this process, the workers start with nbgrader imported (`grading_slot` imports it);
+        # a process with other threads starts new interpreters instead, which import it in the background.
+        stop_idle_tqdm_monitor()
+        fork = threading.active_count() == 1
+        for number, uid in enumerate(uid_pool.uids if uid_pool else [None] * jobs):
+            slots.append(GradingSlot(batch_dir / f"slot-{number}", uid, limits, host, masks, kernel_name, root))
+            slots[-1].start(fork=fork)
+        report.timings["workers_started_s"] = round(time.monotonic() - started, 3)
+        report.assignment = ensure_assignment(course, chapter.slug, log_dir)
+        source = read_notebook(course_paths(course, chapter.slug)["source"])
+        release = read_notebook(course_paths(course, chapter.slug)["release"])
+        cells, exercises = grade_cells(source), exercises_of(source)
+        secrets = secret_lines(source, release, read_notebook(chapter.notebook_path(root)))
+        course_id = _course_id(course)
+        template = make_template(course, chapter.slug, batch_dir)
+        context = WorkerContext(course, chapter.slug, template, limits, log_dir, existing_extensions(course, chapter.slug))
+        report.timings["prepared_s"] = round(time.monotonic() - started, 3)
+        free: queue.Queue = queue.Queue()
+        for slot in slots:
+            free.put(slot)
 
         def work(index: int, submission: Submission) -> WorkerResult:
-            uid = slots.get()
+            slot = free.get()
             try:
-                return grade_in_worker(submission, index, uid, context)
+                return grade_in_worker(submission, index, slot, context)
             finally:
-                slots.put(uid)
+                free.put(slot)
 
         bar = tqdm(total=len(submissions), desc=f"autograde {chapter.slug}", unit="nb", disable=not show_progress,
                    file=progress_stream or sys.stderr)
@@ -530,14 +578,18 @@ def autograde_chapter(root: Path, chapter: Chapter, *, course: Path | None = Non
         finally:
             pool.shutdown()
             bar.close()
-            if uid_pool:
-                uid_pool.release()
+        report.timings["graded_s"] = round(time.monotonic() - started, 3)
     finally:
+        for slot in slots:
+            slot.close()
+        if uid_pool:
+            uid_pool.release()
         remove_tree(batch_dir)
     report.outcomes.sort(key=lambda outcome: outcome.student)
     report.wall_seconds = round(time.monotonic() - started, 2)
     report_path, hardest = write_class_report(report, exercises, output_dir)
     report.report_path, report.hardest_exercise = str(report_path), hardest
+    report.timings["reported_s"] = round(time.monotonic() - started, 3)
     save_json_record_once(record, report.to_json())
     report.record_path = str(record)
     return report
@@ -550,21 +602,25 @@ def _finish(future, submission: Submission, course: Path, chapter: Chapter, cell
         result = future.result()
     except Exception as error:  # a bug or I/O error in one worker must not stop the batch; it is recorded
         return Outcome(submission.student, "failed", f"worker error: {error.__class__.__name__}: {error}")
-    outcome = Outcome(result.student, result.status, result.reason, enforced=result.enforced, seconds=result.seconds)
+    outcome = Outcome(result.student, result.status, result.reason, enforced=result.enforced, seconds=result.seconds,
+                      worker=result.worker, timings=dict(result.timings))
     try:
         if result.status != "graded":
             return outcome
+        started = time.monotonic()
         try:
             scores = merge_result(course, chapter.slug, result.student, result.course_dir)
             copy_autograded(course, result.course_dir, chapter.slug, result.student)
         except Exception as error:  # recorded: this student's grade is not merged, the others are untouched
             outcome.status, outcome.reason = "failed", f"merge failed: {error.__class__.__name__}: {error}"
             return outcome
+        merged = time.monotonic()
         results = cell_results(cells, scores)
         outcome.exercises = exercise_summary(exercises, results)
         outcome.score = sum(item["score"] for item in outcome.exercises)
         outcome.max_score = sum(item["max_score"] for item in outcome.exercises)
         outcome.feedback = _write_feedback(course, chapter, result, cells, exercises, results, secrets, course_id)
+        outcome.timings.update(merge_s=round(merged - started, 3), feedback_s=round(time.monotonic() - merged, 3))
         return outcome
     finally:
         remove_tree(result.worker_dir)

@@ -5,7 +5,8 @@
 - `verify_*`: the fast `grading verify` (nbgrader for the pipeline proof, the oracle per mutant);
 - `grading_*`: N copies of the reference submission graded three ways: plain `nbgrader autograde`
   (serial, no sandbox), then `grading autograde --jobs 1` and `--jobs 2` (sandboxed), with the
-  ratios to plain nbgrader and the sandbox's own cost per submission.
+  ratios to plain nbgrader, the sandbox's own cost per submission, the CPU seconds of each, and
+  where the `--jobs 1` run's time goes (`profile_jobs1`: the batch's steps, one submission's stages).
 `bench_suite` runs the test suite with `--durations=0` and sums the time per test file.
 Results are returned as dicts; the CLI writes them to `build/bench/` and prints a table.
 """
@@ -14,7 +15,9 @@ from __future__ import annotations
 
 import copy
 import re
+import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -55,23 +58,53 @@ def _course_with_copies(root: Path, chapter: Chapter, folder: Path, copies: int)
     return course
 
 
+def _cpu_seconds() -> float:
+    """CPU seconds of this process and of its children that have ended (the graders and their kernels)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def _timed_cpu(function, *args, **kwargs):
+    cpu = _cpu_seconds()
+    value, seconds = _timed(function, *args, **kwargs)
+    return value, seconds, round(_cpu_seconds() - cpu, 2)
+
+
+def grading_profile(report) -> dict:
+    """Where a class run's time goes: the batch's steps (seconds since its start) and, per stage of one
+    submission, the median over the graded submissions (`Outcome.timings`)."""
+    stages: dict[str, list[float]] = {}
+    for outcome in report.graded:
+        for name, seconds in outcome.timings.items():
+            if seconds is not None:
+                stages.setdefault(name, []).append(seconds)
+    return {"batch": dict(report.timings),
+            "submission_median": {name: round(statistics.median(values), 3) for name, values in stages.items()}}
+
+
 def bench_grading(root: Path, chapter: Chapter, copies: int) -> dict:
-    """Plain serial nbgrader vs the sandboxed class grader with 1 and 2 jobs, on `copies` submissions."""
+    """Plain serial nbgrader vs the sandboxed class grader with 1 and 2 jobs, on `copies` submissions.
+
+    Wall and CPU seconds of each (CPU: this process and its children, so the machine's other load
+    does not count), and the profile of the `--jobs 1` run (`grading_profile`)."""
     from tools.course.autograde_batch import autograde_chapter
 
     with tempfile.TemporaryDirectory(prefix=f"bench-{chapter.slug}-") as temp:
         template = _course_with_copies(root, chapter, Path(temp) / "template", copies)
-        timings = {}
+        timings, profile = {}, None
         plain = Path(temp) / "plain"
         shutil.copytree(template, plain)
-        _, timings["plain_nbgrader_s"] = _timed(run_nbgrader, plain, ["autograde", chapter.slug, "--force"])
+        _, timings["plain_nbgrader_s"], timings["plain_cpu_s"] = _timed_cpu(
+            run_nbgrader, plain, ["autograde", chapter.slug, "--force"])
         for jobs in (1, 2):
             course = Path(temp) / f"jobs{jobs}"
             shutil.copytree(template, course)
-            report, timings[f"jobs{jobs}_s"] = _timed(autograde_chapter, root, chapter, course=course, jobs=jobs,
-                                                      output_dir=Path(temp) / f"out{jobs}", show_progress=False)
+            report, timings[f"jobs{jobs}_s"], timings[f"jobs{jobs}_cpu_s"] = _timed_cpu(
+                autograde_chapter, root, chapter, course=course, jobs=jobs, output_dir=Path(temp) / f"out{jobs}",
+                show_progress=False)
             if not report.passed:
                 raise RuntimeError(f"bench grading with {jobs} job(s) failed: {[o.reason for o in report.failures]}")
+            profile = profile or grading_profile(report)
     plain_s = timings["plain_nbgrader_s"]
     return {
         "copies": copies,
@@ -82,6 +115,7 @@ def bench_grading(root: Path, chapter: Chapter, copies: int) -> dict:
         "jobs1_over_plain": round(timings["jobs1_s"] / plain_s, 2),
         "jobs2_over_plain": round(timings["jobs2_s"] / plain_s, 2),
         "sandbox_overhead_per_submission_s": round((timings["jobs1_s"] - plain_s) / copies, 2),
+        "profile_jobs1": profile,
     }
 
 

@@ -1,17 +1,22 @@
-"""Limits and isolation for running untrusted submissions: what this host allows, and one worker run.
+"""Limits and isolation for running untrusted submissions: what this host allows, a worker's sandbox
+and each kernel's.
 
-A worker is one folder (`worker_dir`) holding a private nbgrader course. On Linux as root with a
-working `unshare`, nbgrader runs as PID 1's child in new network, PID and mount namespaces
-(only loopback, course folder and root's home masked), and the kernel runs under the worker
-slot's own uid with setrlimit limits on address space, CPU time, file size and process count.
-Elsewhere only the kernel's rlimits and the wall-clock limits apply. Either way the worker
-reports what was actually enforced (`WorkerSandbox.enforced`), never just what was asked for.
+A worker slot is one folder (`worker_dir`) and one uid. On Linux as root with a working
+`unshare`, the grader (nbgrader, or the long-lived grading worker) runs as PID 1's child in new
+network, PID and mount namespaces (only loopback; the repository, the course folder and private
+folders masked). Each kernel gets a folder of its own (`KernelFolder`: home, cwd and TMPDIR,
+plan, kernelspec) and, in those namespaces, a PID and mount namespace of its own with private
+/proc, /tmp, /var/tmp and /dev/shm; it runs under the slot's uid with setrlimit limits on
+address space, CPU time, file size and process count. Elsewhere only the kernel's rlimits and
+the wall-clock limits apply. Either way the sandbox reports what was actually enforced
+(`WorkerSandbox.enforced`), never just what was asked for.
 """
 
 from __future__ import annotations
 
 import fcntl
 import functools
+import gc
 import json
 import os
 import shutil
@@ -21,6 +26,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -46,6 +52,11 @@ Math libraries get one thread each, so N parallel workers do not oversubscribe t
 KERNEL_PASS_ENV = ("NBGRADER_EXECUTION", "JPY_PARENT_PID", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 """Passed through when set. The OpenBLAS pair is set on machines whose processors make older OpenBLAS
 builds crash or compute wrong results; a kernel must see the same setting as the grader."""
+PRIVATE_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
+"""Shared scratch folders that each kernel (with namespaces) sees as its own empty tmpfs."""
+PRIVATE_DIR_MB = 256
+LEFTOVER_GRACE_S = 5.0
+"""How long a kernel's processes may take to vanish with its namespace before they count as leftovers."""
 
 
 @dataclass(frozen=True)
@@ -263,6 +274,66 @@ class UidPool:
         self.release()
 
 
+def plan_private_dirs(needs: list[Path], workdir: Path, size_mb: int = PRIVATE_DIR_MB) -> list[dict]:
+    """Mask entries that give a kernel empty /tmp, /var/tmp and /dev/shm of its own, its folder
+    `workdir` bound back writable and what it needs (`needs`, e.g. a venv under /tmp) read-only."""
+    workdir = workdir.resolve()
+    plan = []
+    for name in PRIVATE_DIRS:
+        folder = Path(name)
+        if not folder.is_dir():
+            continue
+        folder = folder.resolve()
+        keep = sorted({str(need.resolve()) for need in needs if _inside(need.resolve(), folder)})
+        if str(folder) in keep or any(_inside(folder, need.resolve()) for need in needs):
+            continue  # the kernel needs the whole folder: nothing to hide there
+        links = sorted({link for need in needs for link in symlinks_on(need)
+                        if _inside(Path(link[0]), folder) and Path(link[0]) != folder})
+        plan.append({"path": str(folder), "keep": keep, "size_mb": size_mb,
+                     "writable": [str(workdir)] if _inside(workdir, folder) else [],
+                     "links": [{"path": location, "target": target} for location, target in links]})
+    return plan
+
+
+@dataclass(frozen=True)
+class KernelFolder:
+    """One kernel's own folder: its home, cwd and TMPDIR (`home`, owned by the slot's uid), the
+    plan the launcher reads, its report, the kernelspec (`jupyter`) and the connection files (`runtime`)."""
+
+    dir: Path
+    home: Path
+    plan_path: Path
+    report_path: Path
+    jupyter: Path
+    runtime: Path
+
+    def report(self) -> dict | None:
+        return _read_json(self.report_path)
+
+
+class ForkedProcess:
+    """A child forked by `WorkerSandbox.fork`, with the parts of `subprocess.Popen` the slot uses."""
+
+    def __init__(self, pid: int, stdin, stdout):
+        self.pid, self.stdin, self.stdout = pid, stdin, stdout
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid == self.pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout)
+            time.sleep(0.01)
+        return self.returncode
+
+
 @dataclass
 class WorkerRun:
     returncode: int | None
@@ -272,59 +343,71 @@ class WorkerRun:
 
 
 class WorkerSandbox:
-    """The sandbox of one worker folder and slot: kernelspec, plan, command, run, enforced limits."""
+    """The sandbox of one worker slot: its namespaces and masks, its uid, its kernels' folders, and the
+    processes run in it (one-shot `run`, or a long-lived `start`)."""
 
     def __init__(self, worker_dir: Path, uid: int | None, limits: Limits, host: HostIsolation,
-                 masks: list[dict], kernel_name: str = "python3"):
-        """`uid`: the kernel's own uid from a `UidPool` (None when the host cannot separate uids)."""
+                 masks: list[dict], kernel_name: str = "python3", repo_root: Path | None = None):
+        """`uid`: the kernel's own uid from a `UidPool` (None when the host cannot separate uids).
+        `repo_root`: the checkout, never counted among what a kernel needs (`kernel_paths`)."""
         if uid is not None and not host.separate_uid:
             raise ConfigError(f"this host cannot run kernels under their own uid: {host.reason}")
         self.dir = worker_dir
         self.limits = limits
         self.host = host
         self.uid = uid
-        self.kernel_dir = worker_dir / "kernel"
         self.meta_dir = worker_dir / "sandbox"
         self.plan_path = self.meta_dir / "plan.json"
         self.init_report = self.meta_dir / "init.json"
-        self.kernel_report = self.meta_dir / "kernel.json"
         self.masks = masks
         self.kernel_name = kernel_name
+        self.needs = kernel_paths(repo_root)
         self.run_result: WorkerRun | None = None
 
     # -- set-up -------------------------------------------------------------
     def prepare(self) -> None:
-        """Create the kernel's private folder, the plan and the sandboxed kernelspec."""
+        """Create the worker's folders and the plan of its namespaces (the launcher's `init` role)."""
         self.meta_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        (self.meta_dir / "staging").mkdir(mode=0o700, exist_ok=True)
-        (self.kernel_dir / "tmp").mkdir(mode=0o700, parents=True, exist_ok=True)
-        self.kernel_dir.chmod(0o700)
         if self.uid is not None:
             os.chmod(self.dir, 0o711)  # the kernel may pass through to its own folder, nothing else
-            for path in (self.kernel_dir, self.kernel_dir / "tmp"):
-                os.chown(path, self.uid, self.uid)
-        home = str(self.kernel_dir)
         plan = {
             "network_namespace": self.host.namespaces,
-            "staging": str(self.meta_dir / "staging"),
             "mask": self.masks if self.host.namespaces else [],
             "init_report": str(self.init_report),
-            "kernel_report": str(self.kernel_report),
+        }
+        self.plan_path.write_text(json.dumps(plan, indent=2) + "\n", encoding="utf-8")
+
+    def new_kernel(self, folder: Path) -> KernelFolder:
+        """A fresh folder, plan and kernelspec for one kernel (one submission) under `folder`."""
+        folder.mkdir(mode=0o711 if self.uid is not None else 0o700, exist_ok=True)
+        kernel = KernelFolder(folder, folder / "kernel", folder / "sandbox" / "kernel-plan.json",
+                              folder / "sandbox" / "kernel.json", folder / "jupyter", folder / "runtime")
+        kernel.plan_path.parent.mkdir(mode=0o700)
+        (kernel.home / "tmp").mkdir(mode=0o700, parents=True)
+        kernel.home.chmod(0o700)
+        if self.uid is not None:
+            for path in (kernel.home, kernel.home / "tmp"):
+                os.chown(path, self.uid, self.uid)
+        home = str(kernel.home)
+        plan = {
+            "own_namespaces": self.host.namespaces,
+            "private_dirs": plan_private_dirs(self.needs, kernel.home) if self.host.namespaces else [],
+            "kernel_report": str(kernel.report_path),
             "limits": self.limits.kernel_rlimits(),
             "uid": self.uid,
             "gid": self.uid,
             "workdir": home,
-            "env": {**KERNEL_ENV, "HOME": home, "TMPDIR": str(self.kernel_dir / "tmp"),
-                    "IPYTHONDIR": str(self.kernel_dir / ".ipython"),
-                    "MPLCONFIGDIR": str(self.kernel_dir / ".matplotlib"),
+            "env": {**KERNEL_ENV, "HOME": home, "TMPDIR": str(kernel.home / "tmp"),
+                    "IPYTHONDIR": str(kernel.home / ".ipython"),
+                    "MPLCONFIGDIR": str(kernel.home / ".matplotlib"),
                     "PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/bin", "/bin"])},
             "pass_env": list(KERNEL_PASS_ENV),
         }
-        self.plan_path.write_text(json.dumps(plan, indent=2) + "\n", encoding="utf-8")
-        spec_dir = self.dir / "jupyter" / "kernels" / self.kernel_name
-        spec_dir.mkdir(parents=True, exist_ok=True)
+        kernel.plan_path.write_text(json.dumps(plan, indent=2) + "\n", encoding="utf-8")
+        spec_dir = kernel.jupyter / "kernels" / self.kernel_name
+        spec_dir.mkdir(parents=True)
         spec = {
-            "argv": [sys.executable, str(LAUNCHER), "kernel", "--plan", str(self.plan_path),
+            "argv": [sys.executable, str(LAUNCHER), "kernel", "--plan", str(kernel.plan_path),
                      "--connection-file", "{connection_file}", "--",
                      sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
             "display_name": "Python 3 (grading sandbox)",
@@ -332,24 +415,34 @@ class WorkerSandbox:
             "interrupt_mode": "signal",
         }
         (spec_dir / "kernel.json").write_text(json.dumps(spec, indent=2) + "\n", encoding="utf-8")
+        kernel.runtime.mkdir(mode=0o700)
+        return kernel
 
-    def grader_env(self) -> dict:
-        """Environment of the nbgrader process: only what it needs, Jupyter paths inside the worker."""
+    def grader_env(self, kernel: KernelFolder | None = None) -> dict:
+        """Environment of the grader: only what it needs, Jupyter paths inside the worker (and `kernel`)."""
         home = self.dir / "home"
         home.mkdir(mode=0o700, exist_ok=True)
-        return {
+        env = {
             "PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]),
             "LANG": "C.UTF-8",
             "HOME": str(home),
             "PYTHONDONTWRITEBYTECODE": "1",
-            "JUPYTER_PATH": str(self.dir / "jupyter"),
             "JUPYTER_CONFIG_DIR": str(home / ".jupyter"),
             "JUPYTER_DATA_DIR": str(home / ".local" / "share" / "jupyter"),
-            "JUPYTER_RUNTIME_DIR": str(self.dir / "runtime"),
             "JUPYTER_PLATFORM_DIRS": "1",
             "IPYTHONDIR": str(home / ".ipython"),
             "MPLCONFIGDIR": str(home / ".matplotlib"),
         }
+        if kernel is not None:
+            env.update(JUPYTER_PATH=str(kernel.jupyter), JUPYTER_RUNTIME_DIR=str(kernel.runtime))
+        return env
+
+    def zygote_env(self) -> dict:
+        """Environment of the slot's kernel zygote (`sandbox_launch.py zygote`): the kernels' own (each
+        kernel gets its plan's at fork), so that the interpreter starts as theirs would; its own home."""
+        home = self.dir / "zygote"
+        return {**KERNEL_ENV, "HOME": str(home), "TMPDIR": str(home),
+                "PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/bin", "/bin"])}
 
     def command(self, inner: list[str]) -> list[str]:
         if not self.host.namespaces:
@@ -358,15 +451,16 @@ class WorkerSandbox:
                 "--plan", str(self.plan_path), "--", *inner]
 
     # -- run ----------------------------------------------------------------
-    def run(self, inner: list[str], log_path: Path, cwd: Path | None = None) -> WorkerRun:
-        """Run `inner` (nbgrader) in the sandbox; kill everything it started at the notebook timeout.
+    def run(self, inner: list[str], log_path: Path, cwd: Path | None = None,
+            kernel: KernelFolder | None = None) -> WorkerRun:
+        """Run `inner` once in the sandbox; kill everything it started at the notebook timeout.
 
         Files the grader creates are private to it (umask 077), whatever the namespaces allow.
         """
         started = time.monotonic()
         killed = False
         with open(log_path, "w", encoding="utf-8") as log:
-            process = subprocess.Popen(self.command(inner), cwd=cwd or self.dir, env=self.grader_env(),
+            process = subprocess.Popen(self.command(inner), cwd=cwd or self.dir, env=self.grader_env(kernel),
                                        stdout=log, stderr=subprocess.STDOUT, start_new_session=True, umask=0o077)
             with _RUNNING_LOCK:
                 _RUNNING.add(process)
@@ -379,17 +473,106 @@ class WorkerSandbox:
             finally:
                 with _RUNNING_LOCK:
                     _RUNNING.discard(process)
-        leftovers = _kill_uid(self.uid) if self.uid is not None else 0
+        leftovers = self.kill_leftovers()
         self.run_result = WorkerRun(returncode, round(time.monotonic() - started, 2), killed, leftovers)
         return self.run_result
 
+    def start(self, inner: list[str], log_path: Path, env: dict, cwd: Path | None = None) -> subprocess.Popen:
+        """Start `inner` (a long-lived grader) in the sandbox with pipes on stdin and stdout; stderr to `log_path`."""
+        with open(log_path, "a", encoding="utf-8") as log:
+            process = subprocess.Popen(self.command(inner), cwd=cwd or self.dir, env=env, stdin=subprocess.PIPE,
+                                       stdout=subprocess.PIPE, stderr=log, start_new_session=True, umask=0o077)
+        with _RUNNING_LOCK:
+            _RUNNING.add(process)
+        return process
+
+    def fork(self, target, log_path: Path, env: dict, prepare=None) -> ForkedProcess:
+        """Like `start`, for a `target()` already imported in this process: a forked child instead of a
+        new interpreter, in the same namespaces (`sandbox_launch.run_init_forked`). Call it only while
+        this process runs a single thread: a lock another thread holds would stay locked in the child.
+
+        `prepare()` runs first in the child, while every file descriptor is still the one inherited:
+        objects it drops (e.g. event loops) are collected then, and close their own descriptors, not
+        the numbers the child gives its pipes and log next."""
+        from tools.course import sandbox_launch
+
+        if threading.active_count() != 1:
+            raise ConfigError("a grading worker can only be forked while one thread runs")
+        plan = json.loads(self.plan_path.read_text(encoding="utf-8"))
+        request_read, request_write = os.pipe()
+        reply_read, reply_write = os.pipe()
+        log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the child: never returns into the caller's code
+            code = sandbox_launch.EXIT_SETUP_FAILED
+            try:
+                os.setsid()
+                if prepare is not None:
+                    prepare()
+                gc.collect()
+                for fd, target_fd in ((request_read, 0), (reply_write, 1), (log, 2)):
+                    os.dup2(fd, target_fd)
+                os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+                sys.stdin = open(0, encoding="utf-8", closefd=False)
+                sys.stdout = open(1, "w", encoding="utf-8", closefd=False)
+                sys.stderr = open(2, "w", encoding="utf-8", closefd=False)
+                for signum in (signal.SIGINT, signal.SIGTERM):
+                    signal.signal(signum, signal.SIG_DFL)
+                os.umask(0o077)
+                os.chdir(self.dir)
+                os.environ.clear()
+                os.environ.update(env)
+                if self.host.namespaces:
+                    sandbox_launch.run_init_forked(plan, target)
+                code = target()
+            except BaseException as error:  # reported in the worker's log (fd 2); the slot reads its tail
+                os.write(2, f"{traceback.format_exc()}grading worker setup failed: {error.__class__.__name__}: "
+                            f"{error}\n".encode())
+            finally:
+                os._exit(code)
+        for fd in (request_read, reply_write, log):
+            os.close(fd)
+        process = ForkedProcess(pid, os.fdopen(request_write, "wb"), os.fdopen(reply_read, "rb"))
+        with _RUNNING_LOCK:
+            _RUNNING.add(process)
+        return process
+
+    def stop(self, process: subprocess.Popen, *, kill: bool = False, wait_s: float = 10.0) -> int:
+        """End a process from `start`: close its input and wait, or kill everything it started."""
+        try:
+            if not kill:
+                process.stdin.close()
+                try:
+                    return process.wait(timeout=wait_s)
+                except subprocess.TimeoutExpired:
+                    pass
+            _kill_tree(process)
+            return process.wait()
+        finally:
+            for stream in (process.stdin, process.stdout):
+                if stream and not stream.closed:
+                    stream.close()
+            with _RUNNING_LOCK:
+                _RUNNING.discard(process)
+
+    def kill_leftovers(self, grace_s: float = 0.0) -> int:
+        """Kill what still runs as the slot's uid once its kernels' namespaces had `grace_s` to vanish."""
+        if self.uid is None:
+            return 0
+        deadline = time.monotonic() + grace_s
+        while _uid_in_use(self.uid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return _kill_uid(self.uid)
+
     # -- record -------------------------------------------------------------
-    def enforced(self) -> dict:
-        """What this worker actually enforced, from the launcher's own reports."""
+    def enforced(self, kernel: KernelFolder | None = None, run: WorkerRun | None = None) -> dict:
+        """What this worker actually enforced for `kernel`, from the launcher's own reports."""
         init = _read_json(self.init_report)
-        kernel = _read_json(self.kernel_report)
-        rlimits = (kernel or {}).get("limits", {})
-        run = self.run_result
+        report = kernel.report() if kernel is not None else None
+        rlimits = (report or {}).get("limits", {})
+        run = run or self.run_result
         return {
             "isolation": "namespaces" if self.host.namespaces else "none",
             "host": self.host.reason,
@@ -397,9 +580,12 @@ class WorkerSandbox:
                         if init and init.get("loopback_up") else "not isolated"),
             "pid_namespace": bool(init and init.get("pid_in_namespace") == 1),
             "masked_paths": (init or {}).get("masked", []),
-            "kernel_started": kernel is not None,
-            "kernel_uid": (kernel or {}).get("uid"),
-            "no_new_privs": (kernel or {}).get("no_new_privs"),
+            "kernel_started": report is not None,
+            "kernel_started_by": (report or {}).get("started_by"),
+            "kernel_pid_namespace": (report or {}).get("pid_namespace", False),
+            "kernel_private_dirs": (report or {}).get("private_dirs", []),
+            "kernel_uid": (report or {}).get("uid"),
+            "no_new_privs": (report or {}).get("no_new_privs"),
             "cell_timeout_s": self.limits.cell_timeout_s,
             "notebook_timeout_s": self.limits.notebook_timeout_s,
             "memory_bytes": rlimits.get("memory_bytes"),
