@@ -170,3 +170,18 @@ def test_bad_input_stops_before_any_work(tmp_path, monkeypatch, capsys, setup, a
     assert main(["grading", "autograde", "--chapter", "toy", *args, "--no-progress"]) == 2
     assert message in capsys.readouterr().err
     assert not (root / "grading" / "gradebook.db").exists() and not (root / "build").exists()
+
+
+def test_every_idle_tqdm_monitor_is_stopped_so_the_workers_can_be_forked():
+    """tqdm.auto's class keeps its own monitor thread; a live one makes the batch start new interpreters."""
+    import threading
+
+    from tqdm import _monitor
+    from tqdm.auto import tqdm as auto_tqdm
+
+    from tools.course.autograde_batch import stop_idle_tqdm_monitor
+
+    for _ in auto_tqdm(range(2), disable=False, mininterval=0):
+        pass
+    stop_idle_tqdm_monitor()
+    assert not [thread for thread in threading.enumerate() if isinstance(thread, _monitor.TMonitor)]

@@ -483,11 +483,12 @@ def stop_idle_tqdm_monitor() -> None:
     """tqdm starts a monitor thread with its first bar, even a disabled one (papermill's, a previous batch's),
     and keeps it for the life of the process; it only wakes to refresh bars. Stop it (the next bar starts
     another, and tqdm works without one) so that a process that runs nothing else can fork its workers."""
-    tqdm_std = sys.modules.get("tqdm.std")
-    monitor = getattr(tqdm_std.tqdm, "monitor", None) if tqdm_std is not None else None
-    if monitor is not None:
-        monitor.exit()
-        tqdm_std.tqdm.monitor = None
+    monitors = sys.modules.get("tqdm._monitor")
+    if monitors is None:
+        return
+    for thread in threading.enumerate():  # each tqdm class (std, auto, asyncio, ...) keeps its own
+        if isinstance(thread, monitors.TMonitor):
+            thread.exit()  # joins it; the class's next bar starts a new one
 
 
 def autograde_chapter(root: Path, chapter: Chapter, *, course: Path | None = None, jobs: int = 1,
