@@ -130,6 +130,8 @@ def test_run_blocks_execute_as_pasted(checkout):
             completed = subprocess.run(["bash", "-c", line], cwd=checkout, env=plain_env(), capture_output=True,
                                        text=True, timeout=900)
             assert completed.returncode == 0, f"README command failed: {line}\n{completed.stdout}{completed.stderr}"
+            if "tools.course run" in line:  # the batch operator reads progress and the summary, not kernel logs
+                assert "IPKernelApp] WARNING" not in completed.stderr, completed.stderr[-2000:]
             ran += 1
     assert ran >= 5
     feedback = checkout / "grading" / "feedback" / "ref" / "pt-rl-system" / "pt-rl-system.html"

@@ -43,6 +43,10 @@ class ChapterRun:
     """The failing cell as data: `notebook`, `cell` (index in the chapter notebook), `cause`
     ("Name: value"), plus `source` (the cell's first lines) and `traceback` (its last lines)."""
 
+# The kernel's own log (ipykernel 7 warns on every start that its localhost TCP transport is not
+# encrypted) would interleave with the run's progress; its errors still show, cell output is unaffected.
+KERNEL_ARGUMENTS = ["--IPKernelApp.log_level=ERROR"]
+
 
 def default_label(run_mode: str) -> str:
     """A fresh label for modes that allow one to be made up (never for real_gpu)."""
@@ -140,6 +144,7 @@ def run_chapter(root: Path, chapter: Chapter, *, run_mode: str, label: str, resu
         papermill.execute_notebook(
             str(notebook), str(output), parameters=parameters, cwd=str(notebook.parent),
             kernel_name=kernel_name, progress_bar=False, log_output=False, request_save_on_cell_execute=False,
+            extra_arguments=KERNEL_ARGUMENTS,
         )
     except PapermillExecutionError:
         # papermill stops on any error output, including the visible tests that are meant to fail on a
