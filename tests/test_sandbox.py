@@ -258,32 +258,44 @@ def test_the_zygote_starts_ipykernel_only(tmp_path):
         assert zygote.wait(timeout=30) == 0
 
 
+FORK_PREPARE_SCRIPT = """
+import json, os, sys
+from pathlib import Path
+from tools.course.sandbox import HostIsolation, Limits, WorkerSandbox
+
+parent_stdout = os.fstat(1)
+seen = {}
+
+
+def prepare():
+    seen["inherited_stdout"] = os.fstat(1).st_ino == parent_stdout.st_ino
+
+
+def target():
+    os.write(1, (json.dumps(seen) + "\\n").encode())
+    return 0
+
+
+worker = Path(sys.argv[1])
+box = WorkerSandbox(worker, None, Limits(), HostIsolation(False, False, "forced for this test"), [])
+box.prepare()
+process = box.fork(target, worker / "log.txt", {"PATH": "/usr/bin:/bin"}, prepare=prepare)
+try:
+    print(process.stdout.readline().decode().strip(), process.wait(timeout=30))
+finally:
+    box.stop(process)
+"""
+
+
 def test_fork_prepares_the_child_before_it_rearranges_its_file_descriptors(worker):
     """`prepare` runs while the child still holds the descriptors it inherited (its fd 1 is the parent's),
     so whatever it drops is collected, closing its own descriptors, before fds 0-2 become the pipes and
-    the log and the child opens new ones (a loop collected later could close those: issue 15)."""
-    import threading
+    the log and the child opens new ones (a loop collected later could close those: issue 15).
 
-    from tools.course.autograde_batch import stop_idle_tqdm_monitor
-
-    stop_idle_tqdm_monitor()
-    if threading.active_count() != 1:
-        pytest.skip(f"this process runs other threads ({threading.enumerate()}); a fork would be unsafe")
-    parent_stdout = os.fstat(1)
-    seen = {}
-
-    def prepare():
-        seen["inherited_stdout"] = os.fstat(1).st_ino == parent_stdout.st_ino
-
-    def target():
-        os.write(1, (json.dumps(seen) + "\n").encode())
-        return 0
-
-    box = WorkerSandbox(worker, None, Limits(), HostIsolation(False, False, "forced for this test"), [])
-    box.prepare()
-    process = box.fork(target, worker / "log.txt", {"PATH": "/usr/bin:/bin"}, prepare=prepare)
-    try:
-        assert json.loads(process.stdout.readline()) == {"inherited_stdout": True}
-        assert process.wait(timeout=30) == 0
-    finally:
-        box.stop(process)
+    Forking needs a process that runs one thread, which a pytest worker that ran other tests need not
+    be: the fork happens in a fresh interpreter."""
+    done = subprocess.run([sys.executable, "-c", FORK_PREPARE_SCRIPT, str(worker)], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    seen, returncode = done.stdout.strip().rsplit(" ", 1)
+    assert json.loads(seen) == {"inherited_stdout": True} and returncode == "0", done.stdout
