@@ -52,3 +52,14 @@ def pytest_collection_modifyitems(config, items):
                   for definition in definitions}
         if "module" in scopes:
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+
+
+@pytest.fixture(scope="module")
+def one_cpu_thread():
+    """The tiny model's matrices are too small for several threads; on a busy machine they only wait."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -282,3 +282,25 @@ def test_chapter_31_reference_agrees_with_the_stage():
         for budget in (600_000, 540_672, 2_000_000):
             assert ref["largest_rank_within_budget"](budget, shapes, method) == \
                 largest_rank_within_budget(budget, shapes, method)
+
+
+def test_step_5_figure_draws_every_variant_with_the_budget_and_unmeasured_values():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from tools.chapters.lora_common import draw_adapter_results
+    from tools.chapters.lora_targets import draw_target_results
+    from tools.chapters.lora_variants import draw_variant_results
+
+    records = [{"variant": {"name": "lora_r8"}, "measurements": {"eval_loss_before": 6.1, "eval_loss_after": 5.9},
+                "chapter_measurements": {"count": {"analytic": 3328}, "budget": {"parameters": 3500},
+                                         "merge": {"bfloat16": {"relative_drift": 0.004}}}},
+               {"variant": {"name": "dora_r8"}, "measurements": {"eval_loss_before": None, "eval_loss_after": None},
+                "chapter_measurements": {"count": {"analytic": 3776}}}]
+    assert draw_target_results is draw_adapter_results is draw_variant_results
+    fig = draw_adapter_results(records)
+    counts, losses, drift = fig.axes
+    assert [bar.get_height() for bar in counts.patches] == [3328, 3776]
+    assert [line.get_ydata()[0] for line in counts.lines] == [3500]  # the budget
+    assert [bar.get_height() for bar in losses.patches] == [6.1, 0, 5.9, 0]  # unmeasured drawn as empty
+    assert [bar.get_height() for bar in drift.patches] == [0.004, 1e-9]

@@ -22,13 +22,7 @@ BUDGET = {"memory_cap_mb": 11200.0, "min_samples_per_s": 1.0, "min_memory_saving
 FLOOR = {"max_val_loss": 2.0}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_cpu_thread():
-    """The tiny model's matrices are too small for several threads; on a busy machine they only wait."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_cpu_thread")  # conftest: torch on one thread
 
 
 def _record(name, allocated, reserved, **fields):

@@ -29,13 +29,7 @@ SETTINGS = settings(max_examples=120, derandomize=True, database=None, deadline=
                     suppress_health_check=list(HealthCheck))
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_cpu_thread():
-    """The tiny model's matrices are too small for several threads; on a busy machine they only wait."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_cpu_thread")  # conftest: torch on one thread
 
 
 @pytest.fixture(scope="module")

@@ -14,13 +14,7 @@ from tools.models.loading import load_causal_lm, resolve_model
 BATCH, SEQ = 4, 64
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_cpu_thread():
-    """The tiny model's matrices are too small for several threads; on a busy machine they only wait."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_cpu_thread")  # conftest: torch on one thread
 
 
 @pytest.fixture(scope="module")

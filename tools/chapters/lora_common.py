@@ -203,3 +203,39 @@ def evidence_header(records: list[dict], written: bool, chapter_id: str) -> str:
             if level == "cpu_smoke" else f"{level}, weights {(first.get('model') or {}).get('weights')}")
     which = "your run" if written else "your latest cpu_smoke run (this dry_run wrote nothing)"
     return f"{which}: label {first.get('run_label')!r}, {note}"
+
+
+def draw_adapter_results(records: list[dict]):
+    """Step 5's variants side by side: trainable adapter parameters (with the budget, when a record
+    has one), held-apart eval loss before and after, and the bf16 merge drift against its thresholds."""
+    import matplotlib.pyplot as plt
+
+    names = [(r.get("variant") or {}).get("name", "?") for r in records]
+    measured = [r.get("chapter_measurements") or {} for r in records]
+    counts = [((m.get("count") or {}).get("analytic") or 0) for m in measured]
+    budget = next(((m.get("budget") or {}).get("parameters") for m in measured if m.get("budget")), None)
+    before = [(r.get("measurements") or {}).get("eval_loss_before") or 0 for r in records]
+    after = [(r.get("measurements") or {}).get("eval_loss_after") or 0 for r in records]
+    drift = [max(((m.get("merge") or {}).get("bfloat16") or {}).get("relative_drift") or 0.0, 1e-9) for m in measured]
+    fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
+    axes[0].bar(names, counts, color="#6baed6")
+    if budget:
+        axes[0].axhline(budget, color="red", linestyle="--", label="budget")
+        axes[0].legend(fontsize=8)
+    axes[0].set_title("trainable adapter parameters")
+    positions = range(len(names))
+    axes[1].bar([p - 0.2 for p in positions], before, width=0.4, label="before")
+    axes[1].bar([p + 0.2 for p in positions], after, width=0.4, label="after")
+    axes[1].set_xticks(list(positions), names)
+    axes[1].set_title("held-apart eval loss")
+    axes[1].legend(loc="lower left", fontsize=8)
+    axes[2].bar(names, drift, color="#fd8d3c")
+    axes[2].axhline(2 ** -7, color="green", linestyle="--", label="accept (2^-7)")
+    axes[2].axhline(2 ** -4, color="red", linestyle="--", label="tune (2^-4)")
+    axes[2].set_yscale("log")
+    axes[2].set_title("bf16 merge: max |diff| / logit scale")
+    axes[2].legend(fontsize=8)
+    for ax in axes:
+        ax.tick_params(axis="x", labelsize=8)
+    fig.tight_layout()
+    return fig

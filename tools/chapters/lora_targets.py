@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import torch
 
+from tools.chapters.lora_common import draw_adapter_results as draw_target_results  # noqa: F401 - Step 5's figure
+
 
 def draw_layer_shapes(layers: list[tuple[str, int, int]], rank: int, title: str):
     """Each linear layer as an in x out rectangle, with A (rank x in) and B (out x rank) beside it."""
@@ -63,36 +65,5 @@ def draw_bf16_rounding(relative_sizes, lost):
     ax.set_ylim(-0.02, 1.02)
     ax.set_title("Merging into a bfloat16 weight rounds small updates away")
     ax.legend()
-    fig.tight_layout()
-    return fig
-
-
-def draw_target_results(records: list[dict]):
-    """Trainable parameters, eval loss before/after and bf16 merge drift per variant of a run."""
-    import matplotlib.pyplot as plt
-
-    names = [(r.get("variant") or {}).get("name", "?") for r in records]
-    counts = [((r.get("chapter_measurements") or {}).get("count") or {}).get("analytic") or 0 for r in records]
-    before = [(r.get("measurements") or {}).get("eval_loss_before") for r in records]
-    after = [(r.get("measurements") or {}).get("eval_loss_after") for r in records]
-    drift = [(((r.get("chapter_measurements") or {}).get("merge") or {}).get("bfloat16") or {}).get("relative_drift")
-             for r in records]
-    fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
-    axes[0].bar(names, counts, color="#6baed6")
-    axes[0].set_title("trainable adapter parameters")
-    positions = range(len(names))
-    axes[1].bar([p - 0.2 for p in positions], [b or 0 for b in before], width=0.4, label="before")
-    axes[1].bar([p + 0.2 for p in positions], [a or 0 for a in after], width=0.4, label="after")
-    axes[1].set_xticks(list(positions), names)
-    axes[1].set_title("held-apart eval loss")
-    axes[1].legend(loc="lower left", fontsize=8)
-    axes[2].bar(names, [max(d or 0.0, 1e-9) for d in drift], color="#fd8d3c")
-    axes[2].axhline(2 ** -7, color="green", linestyle="--", label="accept (2^-7)")
-    axes[2].axhline(2 ** -4, color="red", linestyle="--", label="tune (2^-4)")
-    axes[2].set_yscale("log")
-    axes[2].set_title("bf16 merge: max |diff| / logit scale")
-    axes[2].legend(fontsize=8)
-    for ax in axes:
-        ax.tick_params(axis="x", labelsize=8)
     fig.tight_layout()
     return fig

@@ -14,6 +14,7 @@ import math
 
 import torch
 
+from tools.chapters.lora_common import draw_adapter_results as draw_variant_results  # noqa: F401 - Step 5's figure
 from tools.experiments.sft_training.plans.ch_31 import RANK
 
 
@@ -93,40 +94,5 @@ def draw_budget(count_at, ranks, budget: int):
     ax.set_ylim(budget * 0.6, budget * 1.2)
     ax.set_title("A fixed budget: DoRA's magnitude vectors push rank 8 over it (hatched)")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
-
-
-def draw_variant_results(records: list[dict]):
-    """Eval loss before/after, trainable parameters and bf16 merge drift per variant of a run."""
-    import matplotlib.pyplot as plt
-
-    names = [(r.get("variant") or {}).get("name", "?") for r in records]
-    measured = [r.get("chapter_measurements") or {} for r in records]
-    counts = [((m.get("count") or {}).get("analytic") or 0) for m in measured]
-    budget = next(((m.get("budget") or {}).get("parameters") for m in measured if m.get("budget")), None)
-    before = [(r.get("measurements") or {}).get("eval_loss_before") or 0 for r in records]
-    after = [(r.get("measurements") or {}).get("eval_loss_after") or 0 for r in records]
-    drift = [max(((m.get("merge") or {}).get("bfloat16") or {}).get("relative_drift") or 0.0, 1e-9) for m in measured]
-    fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
-    axes[0].bar(names, counts, color="#6baed6")
-    if budget:
-        axes[0].axhline(budget, color="red", linestyle="--", label="budget")
-        axes[0].legend(fontsize=8)
-    axes[0].set_title("trainable adapter parameters")
-    positions = range(len(names))
-    axes[1].bar([p - 0.2 for p in positions], before, width=0.4, label="before")
-    axes[1].bar([p + 0.2 for p in positions], after, width=0.4, label="after")
-    axes[1].set_xticks(list(positions), names)
-    axes[1].set_title("held-apart eval loss")
-    axes[1].legend(loc="lower left", fontsize=8)
-    axes[2].bar(names, drift, color="#fd8d3c")
-    axes[2].axhline(2 ** -7, color="green", linestyle="--", label="accept (2^-7)")
-    axes[2].axhline(2 ** -4, color="red", linestyle="--", label="tune (2^-4)")
-    axes[2].set_yscale("log")
-    axes[2].set_title("bf16 merge: max |diff| / logit scale")
-    axes[2].legend(fontsize=8)
-    for ax in axes:
-        ax.tick_params(axis="x", labelsize=8)
     fig.tight_layout()
     return fig
