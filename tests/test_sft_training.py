@@ -144,3 +144,6 @@ def test_the_command_line_runs_a_chapter_plan(tmp_path, monkeypatch, capsys):
     assert main(["--chapter", "50", "--run-mode", "cpu_smoke", "--label", "pytest_cli2",
                  "--results-dir", str(tmp_path / "results")]) == 2
     assert "has no SFT plan" in capsys.readouterr().err
+    assert main(["--chapter", "14", "--run-mode", "cpu_smoke", "--label", "pytest_cli3", "--model", "nobody/not-cached",
+                 "--results-dir", str(tmp_path / "results")]) == 4  # as the preflight and the other stage commands
+    assert not list(Path(tmp_path / "results").rglob("*pytest_cli3*"))

@@ -66,3 +66,14 @@ class NotebookExecutionError(CourseError):
 
 class StageFailedError(CourseError):
     """A GPU or cpu_smoke stage failed; its record (if any) says so, and `stage` names it."""
+
+
+EXIT_CONFIG = 2
+"""A command's exit code for bad input or a refused run (`CourseError`)."""
+EXIT_MODEL_CACHE = 4
+"""A command's exit code when only the model cache is missing (the preflight's code too)."""
+
+
+def exit_code_for(error: CourseError) -> int:
+    """The exit code a stage command gives for `error`: 4 when the model cache is missing, else 2."""
+    return EXIT_MODEL_CACHE if isinstance(error, ModelCacheMissingError) else EXIT_CONFIG

@@ -13,10 +13,8 @@ import copy
 import json
 from pathlib import Path
 
-from tools.chapters import sft_stage
+from tools.chapters import own_runs, sft_stage
 from tools.chapters.context import ChapterContext
-from tools.core.catalog import find_chapter
-from tools.core.paths import default_results_dir, resolve_project_root
 from tools.experiments.sft_training.plans import Plan
 from tools.models.architectures import (
     QWEN25_05B_INSTRUCT,
@@ -115,22 +113,8 @@ def read_written(written: list[dict]) -> list[dict]:
 
 def latest_records(chapter_id: str, stages: list[str], root: Path | None = None) -> list[dict]:
     """For each stage, the newest cpu_smoke record in the default results folder (stages without one skipped)."""
-    root = root or resolve_project_root()
-    slug = find_chapter(chapter_id, root).slug
-    folder = default_results_dir("cpu_smoke", root) / slug
-    found = []
-    for stage in stages:
-        candidates = []
-        for path in sorted(folder.glob(f"{slug}_{stage}_*.json")):
-            try:
-                record = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-                continue  # not a record this page can show; the registry reports broken files
-            if isinstance(record, dict) and record.get("stage") == stage and record.get("run_mode") == "cpu_smoke":
-                candidates.append((str(record.get("created_utc", "")), path.name, record))
-        if candidates:
-            found.append(max(candidates)[2])
-    return found
+    found = (own_runs.latest_record(chapter_id, stage, root=root) for stage in stages)
+    return [record for _, record in filter(None, found)]
 
 
 # ---- verdicts, computed from records -----------------------------------------------------------

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from tools.core.environment import installed_version, read_pins
+from tools.errors import EXIT_MODEL_CACHE
 
 PREFLIGHT_STATUSES = ("ready", "warning", "blocked")
 
@@ -133,7 +134,7 @@ PREFLIGHT_EXIT_READY = 0
 
 PREFLIGHT_EXIT_BLOCKED = 3
 
-PREFLIGHT_EXIT_MODEL_CACHE = 4
+PREFLIGHT_EXIT_MODEL_CACHE = EXIT_MODEL_CACHE
 
 
 def preflight_exit_code(report: Mapping[str, Any]) -> int:

@@ -29,7 +29,8 @@ from tools.core.paths import chapter_record_path, resolve_project_root, results_
 from tools.core.records import lineage_entry, load_record, record_header, resolve_lineage, save_json_record_once
 from tools.core.records import sha256_file
 from tools.core.runs import validate_run_label, validate_run_mode
-from tools.errors import ConfigError, CourseError, ModelCacheMissingError, RecordExistsError, UpstreamRecordError
+from tools.errors import EXIT_CONFIG, EXIT_MODEL_CACHE  # noqa: F401 - this command's exit codes, with EXIT_OK
+from tools.errors import ConfigError, CourseError, RecordExistsError, UpstreamRecordError, exit_code_for
 from tools.experiments.memory_strategy.runner import TrainingWorkload, course_model, run_memory_strategy
 from tools.measure.training import run_with_oom_guard
 
@@ -50,7 +51,7 @@ WORKLOADS = {
 DEVICES = {"cpu_smoke": "cpu", "real_gpu": "cuda"}
 IDENTITY_KEYS = ("model_id", "weights", "workload", "batch_size", "seq_len", "dtype", "optimizer", "warmup", "iters",
                  "seed")
-EXIT_OK, EXIT_RUN_FAILED, EXIT_CONFIG, EXIT_MODEL_CACHE = 0, 1, 2, 4
+EXIT_OK, EXIT_RUN_FAILED = 0, 1
 
 
 def baseline_path(results_root: Path, label: str) -> Path:
@@ -204,12 +205,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         result = run_training_baseline(run_mode=args.run_mode, label=args.label, results_dir=args.results_dir,
                                        model_id=args.model, model_source=args.model_source)
-    except ModelCacheMissingError as error:
-        print(f"ERROR: {error}", file=sys.stderr)
-        return EXIT_MODEL_CACHE
     except CourseError as error:
         print(f"ERROR: {error}", file=sys.stderr)
-        return EXIT_CONFIG
+        return exit_code_for(error)
     print(f"training baseline: {result['status']}  {result['baseline_path']}  sha256={result['baseline_sha256']}")
     if result["manifest_path"] is None:
         print("no input manifest written: the baseline did not complete (see its record).", file=sys.stderr)

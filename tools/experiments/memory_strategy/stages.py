@@ -32,7 +32,8 @@ from tools.core.environment import runtime_snapshot
 from tools.core.paths import chapter_record_path, resolve_project_root, results_root_for
 from tools.core.records import lineage_entry, load_record, record_header, save_json_record_once, sha256_file
 from tools.core.runs import validate_run_label, validate_run_mode
-from tools.errors import ConfigError, CourseError, ModelCacheMissingError, RecordExistsError, UpstreamRecordError
+from tools.errors import EXIT_CONFIG, EXIT_MODEL_CACHE  # noqa: F401 - this command's exit codes, with EXIT_OK
+from tools.errors import ConfigError, CourseError, RecordExistsError, UpstreamRecordError, exit_code_for
 from tools.experiments.memory_strategy import baseline as tb
 from tools.experiments.memory_strategy import judge
 from tools.experiments.memory_strategy.hooks import offload_copy_method
@@ -56,7 +57,7 @@ MODE_SETTINGS = {
     "cpu_smoke": {"model_id": tb.TINY, "device": "cpu", "ladder": (96,), "torch_threads": 1},
 }
 G1_SCHEDULE = {"optimizer": "sgd", "warmup": 1, "iters": 3}
-EXIT_OK, EXIT_CONFIG, EXIT_MODEL_CACHE = 0, 2, 4
+EXIT_OK = 0
 
 
 # ---------------------------------------------------------------------------
@@ -703,12 +704,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                            model_source=args.model_source)
         print(plan.describe())
         results = run_stages(plan, log=print)
-    except ModelCacheMissingError as error:
-        print(f"ERROR: {error}", file=sys.stderr)
-        return EXIT_MODEL_CACHE
     except CourseError as error:
         print(f"ERROR: {error}", file=sys.stderr)
-        return EXIT_CONFIG
+        return exit_code_for(error)
     for item in results:
         print(f"{item.stage}: {item.status}" + (f"  {item.path}" if item.path else ""))
     return EXIT_OK

@@ -11,7 +11,7 @@ import argparse
 import sys
 
 from tools.core.paths import results_root_for
-from tools.errors import CourseError
+from tools.errors import CourseError, exit_code_for
 from tools.experiments.sft_training.config import DEVICES, MODEL_SOURCES
 from tools.experiments.sft_training.plans import run_plan, stage_config_for
 
@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
         written = run_plan(config)
     except CourseError as error:
         print(f"ERROR {error}", file=sys.stderr)
-        return 2
+        return exit_code_for(error)
     for item in written:
         print(f"{item['variant']}: {item['status']}  {item['path']}  sha256={item['sha256'][:12]}")
     return 0 if all(item["status"] == "ok" for item in written) else 1
