@@ -29,7 +29,7 @@ $(STAMP): requirements-cpu.txt pyproject.toml environment/verl-config-check.txt
 
 setup: $(STAMP)
 
-# Headless Chromium + Playwright for tests/test_browser_lab.py: apt runs only when a package is
+# Headless Chromium + Playwright for tests/repo/test_browser_lab.py: apt runs only when a package is
 # missing; Playwright drives Debian's /usr/bin/chromium (never `playwright install`).
 $(BROWSER_STAMP): environment/browser-test.txt $(STAMP)
 	@missing=""; for p in $(BROWSER_APT); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \

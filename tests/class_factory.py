@@ -28,7 +28,7 @@ import nbformat
 from chapter_factory import REPO_ROOT
 from tools.core.catalog import Chapter
 from tools.course.cells import read_notebook, write_notebook
-from tools.course.grading_build import load_mutants, mutants_dir, reference_source, render_source_notebook
+from tools.course.grader.build import load_mutants, mutants_dir, reference_source, render_source_notebook
 from tools.course.nbgrader_cli import venv_environment
 
 UNDEFINED = None

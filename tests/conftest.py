@@ -16,7 +16,7 @@ import pytest
 
 from chapter_factory import REPO_ROOT
 from tools.core.catalog import implemented_chapters
-from tools.course.runner import ChapterRun, run_chapter
+from tools.course.runs.runner import ChapterRun, run_chapter
 
 COURSE_LABEL = "pytest_course"
 

@@ -1,6 +1,6 @@
 """Drive JupyterLab in headless Chromium: a throw-away Lab server, the browser, and page helpers.
 
-Used by tests/test_browser_lab.py. The browser is Debian's chromium at /usr/bin/chromium, driven
+Used by tests/repo/test_browser_lab.py. The browser is Debian's chromium at /usr/bin/chromium, driven
 through Playwright's Python API; Playwright's own browser download is never used.
 """
 

@@ -6,7 +6,7 @@
     experiments.<name>             one subpackage per GPU experiment (verl closure, memory strategies, ...)
     chapters | course              what notebooks call; the command line, grading and batch runs
 
-Dependency rule (checked by tests/test_layers.py): a module imports only from a lower layer or from
+Dependency rule (checked by tests/repo/test_layers.py): a module imports only from a lower layer or from
 its own subpackage. Packages of one layer do not import each other (models, data and measure are
 independent, and so are the experiments). Library code never prints unless a caller asks it to.
 

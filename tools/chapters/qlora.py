@@ -65,7 +65,7 @@ def bitsandbytes_nf4(weight: torch.Tensor, blocksize: int = 64) -> dict:
 
     The tensor is handed over flattened: its blocks run over the flattened tensor anyway, and for some
     2-D shapes whose rows are not whole blocks (e.g. 64 x 96) the CPU `dequantize_4bit` of bitsandbytes
-    0.50.2 does not invert its own `quantize_4bit` (tests/test_qlora_stage.py keeps that case)."""
+    0.50.2 does not invert its own `quantize_4bit` (tests/experiments/sft_training/test_qlora_stage.py keeps that case)."""
     import bitsandbytes.functional as bnb_functional
 
     packed, state = bnb_functional.quantize_4bit(weight.reshape(-1), blocksize=blocksize, quant_type="nf4")

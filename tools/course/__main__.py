@@ -15,7 +15,7 @@ from tools.core.runs import RUN_MODES
 
 
 def cmd_check(args) -> int:
-    from tools.course.notebook_check import check_course
+    from tools.course.authoring.check import check_course
 
     problems = check_course(args.root)
     for problem in problems:
@@ -28,7 +28,7 @@ def cmd_check(args) -> int:
 
 
 def cmd_new_chapter(args) -> int:
-    from tools.course.scaffold import new_chapter
+    from tools.course.authoring.scaffold import new_chapter
 
     made = new_chapter(args.root, args.chapter_id)
     for path in (made.notebook, made.hidden_tests, made.mutants):
@@ -40,7 +40,7 @@ def cmd_new_chapter(args) -> int:
 
 def cmd_grading_build(args) -> int:
     from tools.core.catalog import select_chapters
-    from tools.course.grading_build import build_sources
+    from tools.course.grader.build import build_sources
 
     chapters = select_chapters(args.chapter, args.root)
     touched = build_sources(args.root, chapters, check=args.check)
@@ -59,7 +59,7 @@ def cmd_grading_build(args) -> int:
 
 def cmd_grading_verify(args) -> int:
     from tools.core.catalog import select_chapters
-    from tools.course.grading_verify import format_matrix, verify_chapter
+    from tools.course.grader.verify import format_matrix, verify_chapter
 
     failed = []
     for chapter in select_chapters(args.chapter, args.root):
@@ -78,14 +78,14 @@ def cmd_grading_verify(args) -> int:
 def _course_dir(args):
     from pathlib import Path
 
-    from tools.course.grading_build import GRADING_DIR
+    from tools.course.grader.build import GRADING_DIR
 
     return Path(args.course_dir).resolve() if args.course_dir else args.root / GRADING_DIR
 
 
 def cmd_grading_release(args) -> int:
     from tools.core.catalog import select_chapters
-    from tools.course.instructor import release_assignment
+    from tools.course.classroom.instructor import release_assignment
 
     for chapter in select_chapters(args.chapter, args.root):
         release = release_assignment(args.root, chapter, _course_dir(args), args.root / "build" / "grading")
@@ -95,7 +95,7 @@ def cmd_grading_release(args) -> int:
 
 def cmd_grading_feedback(args) -> int:
     from tools.core.catalog import select_chapters
-    from tools.course.instructor import regenerate_feedback
+    from tools.course.classroom.instructor import regenerate_feedback
 
     chapter = select_chapters([args.chapter], args.root)[0]
     run = regenerate_feedback(args.root, chapter, _course_dir(args))
@@ -110,10 +110,10 @@ def cmd_grading_feedback(args) -> int:
 def cmd_grading_autograde(args) -> int:
     from pathlib import Path
 
-    from tools.course.autograde_batch import autograde_chapter, course_cell_timeout, format_summary
+    from tools.course.classroom.batch import autograde_chapter, course_cell_timeout, format_summary
     from tools.core.catalog import select_chapters
-    from tools.course.grading_build import GRADING_DIR
-    from tools.course.sandbox import Limits
+    from tools.course.grader.build import GRADING_DIR
+    from tools.course.classroom.sandbox import Limits
 
     chapter = select_chapters([args.chapter], args.root)[0]
     course = Path(args.course_dir) if args.course_dir else args.root / GRADING_DIR
@@ -134,7 +134,7 @@ def cmd_grading_autograde(args) -> int:
 
 def cmd_run(args) -> int:
     from tools.core.catalog import select_chapters
-    from tools.course.runner import format_summary, parse_parameters, run_chapters
+    from tools.course.runs.runner import format_summary, parse_parameters, run_chapters
 
     extra = parse_parameters(args.param)
     chapters = select_chapters(args.chapter, args.root)
@@ -154,7 +154,7 @@ def cmd_bench(args) -> int:
     import json
     import time
 
-    from tools.course.bench import BENCH_SCHEMA, bench_chapter, bench_suite, format_bench
+    from tools.course.runs.bench import BENCH_SCHEMA, bench_chapter, bench_suite, format_bench
     from tools.core.catalog import select_chapters
 
     chapters = [bench_chapter(args.root, chapter, copies=args.copies, grading=not args.no_grading)
@@ -172,7 +172,7 @@ def cmd_bench(args) -> int:
 
 
 def cmd_preflight(args) -> int:
-    from tools.course.profiles import find_profile, profile_preflight
+    from tools.course.runs.profiles import find_profile, profile_preflight
     from tools.core.preflight import format_preflight, preflight_exit_code
 
     profile = find_profile(args.profile, args.root)
@@ -182,8 +182,8 @@ def cmd_preflight(args) -> int:
 
 
 def cmd_registry(args) -> int:
-    from tools.course.readme import README_PATH, write_chapter_table
-    from tools.course.registry import REGISTRY_PATH, write_registry
+    from tools.course.runs.readme import README_PATH, write_chapter_table
+    from tools.course.runs.registry import REGISTRY_PATH, write_registry
 
     stale = {REGISTRY_PATH: write_registry(args.root, check=args.check),
              README_PATH: write_chapter_table(args.root, check=args.check)}

@@ -1,7 +1,7 @@
 """Analytic bytes of the activations autograd saves in one training step of a Qwen2 decoder.
 
 The chapter shows this formula (Step 3.2) and its learners write it (TODO 1); this module is the
-copy every stage uses, and `tests/test_memory_strategy_formulas.py` ties the chapter's formula to
+copy every stage uses, and `tests/experiments/memory_strategy/test_memory_strategy_formulas.py` ties the chapter's formula to
 it. With T = batch * seq tokens, p bytes per element and the architecture's h, i, L, a, kv, d, V:
 
     per layer (fused attention)  T * (8h + 2*kv*d + 4i + a + 2) elements

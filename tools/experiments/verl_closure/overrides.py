@@ -1,7 +1,7 @@
 """verl 0.9.1's Hydra overrides for one group, and composing them with verl's shipped YAML.
 
 The two groups' lists are identical except `actor_rollout_ref.rollout.free_cache_engine`; the
-override check (tests/test_verl_config_overrides.py) composes them with the installed verl's
+override check (tests/experiments/verl_closure/test_verl_config_overrides.py) composes them with the installed verl's
 `ppo_trainer` config, so a key verl does not have fails there, not on a GPU.
 """
 

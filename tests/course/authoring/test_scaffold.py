@@ -1,0 +1,90 @@
+"""`new-chapter`: a planned chapter is scaffolded, `check` names every placeholder, and once they are
+replaced the chapter builds, runs and verifies without touching anything but its own files and the catalog."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from chapter_factory import REPO_ROOT
+from tools.core.catalog import find_chapter
+from tools.course.__main__ import main
+from tools.course.grader.build import build_sources
+from tools.course.grader.verify import verify_chapter
+from tools.course.authoring.check import check_course
+from tools.course.runs.runner import run_chapter
+from tools.course.authoring.scaffold import TEMPLATE_MARKER
+from tools.errors import ConfigError
+
+CHAPTER = "50"  # a planned chapter of the catalog
+
+
+@pytest.fixture
+def course(tmp_path, monkeypatch):
+    root = tmp_path / "course"
+    for folder in ("notebooks", "grading", "benchmarks", "environment"):
+        shutil.copytree(REPO_ROOT / folder, root / folder, ignore=shutil.ignore_patterns("source", "release"))
+    (root / "tools").mkdir()
+    (root / "tools" / "project_runtime.py").write_text("# marker\n", encoding="utf-8")
+    monkeypatch.setenv("COURSE_PROJECT_ROOT", str(root))
+    return root
+
+
+def fill(root):
+    """What an author does: replace every TEMPLATE: placeholder (here: drop the marker)."""
+    paths = [*sorted((root / "notebooks").glob("*.ipynb")), root / "notebooks" / "catalog.toml",
+             *sorted((root / "grading").rglob("*.py")), *sorted((root / "grading").rglob("*.mutant"))]
+    for path in paths:
+        text = path.read_text(encoding="utf-8")
+        if TEMPLATE_MARKER.search(text):
+            path.write_text(TEMPLATE_MARKER.sub("", text), encoding="utf-8")
+
+
+def changed_files(before: set, root) -> set:
+    return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()} - before
+
+
+def test_a_planned_chapter_is_scaffolded_filled_and_verified(course, tmp_path):
+    assert not find_chapter(CHAPTER, course).implemented
+    before = {str(p.relative_to(course)) for p in course.rglob("*") if p.is_file()}
+    assert main(["new-chapter", CHAPTER]) == 0
+    chapter = find_chapter(CHAPTER, course)
+    assert chapter.implemented
+    added = changed_files(before, course)
+    assert added == {chapter.notebook, f"grading/hidden_tests/{chapter.slug}.py",
+                     *(f"grading/mutants/{chapter.slug}/{name}.mutant" for name in (
+                         "ints_accepted", "empty_allowed", "integer_division", "ties_in_input_order", "ascending",
+                         "range_unchecked", "strict_minimum", "minimum_unchecked"))}
+    problems = [str(problem) for problem in check_course(course)]
+    assert problems and all("TEMPLATE" in problem for problem in problems)
+    fill(course)
+    assert check_course(course) == []
+    build_sources(course, [find_chapter(CHAPTER, course)])
+    dry = run_chapter(course, chapter, run_mode="dry_run", label="scaffold_dry", results_dir=None,
+                      output_dir=tmp_path / "dry")
+    smoke = run_chapter(course, chapter, run_mode="cpu_smoke", label="scaffold_smoke",
+                        results_dir=tmp_path / "results", output_dir=tmp_path / "smoke")
+    assert dry.status == smoke.status == "passed", (dry.error, smoke.error)
+    assert len(smoke.records_written) == 1
+    report = verify_chapter(course, chapter, log_dir=tmp_path / "logs")
+    assert report.passed and len([o for o in report.outcomes if o.student.startswith("mutant_")]) == 8
+
+
+def test_an_implemented_or_existing_chapter_is_never_overwritten(course):
+    with pytest.raises(ConfigError, match="already implemented"):
+        main_raises(["new-chapter", "33"])
+    slug = find_chapter(CHAPTER, course).slug
+    (course / "grading" / "hidden_tests" / f"{slug}.py").write_text("# mine\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="refusing to overwrite"):
+        main_raises(["new-chapter", CHAPTER])
+    assert not find_chapter(CHAPTER, course).implemented
+
+
+def main_raises(argv):
+    from tools.core.paths import resolve_project_root
+    from tools.course.__main__ import build_parser
+
+    args = build_parser().parse_args(argv)
+    args.root = resolve_project_root()
+    return args.handler(args)

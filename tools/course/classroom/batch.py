@@ -1,0 +1,662 @@
+"""Autograde every submission of one chapter through nbgrader, in parallel isolated workers.
+
+`jobs` worker slots each hold a uid and a long-lived grading worker in its own sandbox
+(`tools.course.classroom.slot`, `tools.course.classroom.worker`), forked from this process with
+nbgrader already imported (or started as a new interpreter where this process runs other
+threads) while the batch is prepared; each worker grades a queue of submissions with nbgrader's
+`Autograde` converter. The course gradebook (sqlite) is not safe for concurrent writers, so each
+submission is graded in its own throw-away nbgrader course (a copy of a gradebook template made
+once per batch, with this assignment and no student, the config and the source) and by its own
+kernel: a new process (forked from the worker's kernel zygote, `tools.course.classroom.zygote`) in
+namespaces of its own, with a fresh home, cwd and TMPDIR that is deleted before the slot's next
+submission. The main thread then merges
+each result into the course gradebook with nbgrader's Gradebook API, one student at a time,
+copies the autograded notebook, and writes the learner's feedback (`tools.course.classroom.feedback`). A
+submission that cannot be graded is recorded as failed and skipped; it never touches another
+student.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import shutil
+import sys
+import tempfile
+import threading
+import time
+import warnings
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import nbformat
+
+from tools.core.catalog import Chapter
+from tools.course.cells import read_notebook
+from tools.course.classroom.report import score_summary, write_class_report
+from tools.course.classroom.feedback import (
+    cell_results,
+    exercise_summary,
+    exercises_of,
+    grade_cells,
+    secret_lines,
+    write_student_feedback,
+)
+from tools.course.grader.build import GRADING_DIR, render_source_notebook
+from tools.course.classroom.slot import GradingSlot
+from tools.course.nbgrader_cli import run_nbgrader
+from tools.course.classroom.sandbox import (
+    HostIsolation,
+    Limits,
+    UidPool,
+    blocked_ancestor,
+    kill_running,
+    limits_record,
+    plan_masks,
+    probe_host,
+)
+from tools.errors import ConfigError, RecordExistsError
+from tools.core.records import save_json_record_once, utc_timestamp
+
+BATCH_SCHEMA = "class-autograde/v1"
+MAX_NOTEBOOK_BYTES = 64 * 2 ** 20
+
+
+@dataclass
+class Submission:
+    student: str
+    folder: Path
+    notebook: Path
+
+
+@dataclass
+class Outcome:
+    """What happened to one submission."""
+
+    student: str
+    status: str  # "graded" | "failed"
+    reason: str | None = None
+    score: float | None = None
+    max_score: float | None = None
+    exercises: list = field(default_factory=list)
+    enforced: dict | None = None
+    seconds: float | None = None
+    feedback: dict | None = None
+    worker: dict | None = None  # slot, n-th worker process of the slot, k-th submission of that worker
+    timings: dict = field(default_factory=dict)  # seconds per stage of this submission (see `grade_in_worker`)
+
+
+@dataclass
+class BatchReport:
+    chapter: str
+    slug: str
+    jobs: int
+    course_dir: str
+    limits: dict
+    host: dict
+    outcomes: list[Outcome] = field(default_factory=list)
+    wall_seconds: float | None = None
+    assignment: str | None = None
+    record_path: str | None = None
+    report_path: str | None = None
+    hardest_exercise: str | None = None
+    timings: dict = field(default_factory=dict)  # seconds since the start at each step of the batch
+
+    @property
+    def graded(self) -> list[Outcome]:
+        return [outcome for outcome in self.outcomes if outcome.status == "graded"]
+
+    @property
+    def failures(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.status != "graded" or not (o.feedback or {}).get("written")]
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.outcomes) and not self.failures
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data.update(schema_version=BATCH_SCHEMA, created_utc=utc_timestamp(), passed=self.passed,
+                    summary=score_summary(self.outcomes))
+        return data
+
+
+# ---------------------------------------------------------------------------
+# Inputs
+# ---------------------------------------------------------------------------
+
+def course_paths(course: Path, slug: str) -> dict[str, Path]:
+    return {
+        "config": course / "nbgrader_config.py",
+        "source": course / "source" / slug / f"{slug}.ipynb",
+        "release": course / "release" / slug / f"{slug}.ipynb",
+        "gradebook": course / "gradebook.db",
+        "submitted": course / "submitted",
+    }
+
+
+def check_inputs(root: Path, chapter: Chapter, course: Path) -> None:
+    """Refuse to start (ConfigError) unless the course folder holds an up-to-date source and config."""
+    paths = course_paths(course, chapter.slug)
+    if not paths["config"].is_file():
+        raise ConfigError(f"{paths['config']} does not exist; --course-dir must be an nbgrader course folder")
+    if not paths["source"].is_file():
+        raise ConfigError(f"{paths['source']} does not exist; run `python -m tools.course grading build`")
+    if paths["source"].read_text(encoding="utf-8") != render_source_notebook(root, chapter):
+        raise ConfigError(f"{paths['source']} is stale; run `python -m tools.course grading build`")
+
+
+def discover_submissions(course: Path, slug: str) -> list[Submission]:
+    """Every `submitted/<student>/<slug>/` folder, sorted by student id."""
+    submitted = course_paths(course, slug)["submitted"]
+    found = sorted(path for path in submitted.glob(f"*/{slug}")
+                   if path.is_dir() and not path.is_symlink() and not path.parent.is_symlink()) \
+        if submitted.is_dir() else []
+    if not found:
+        raise ConfigError(f"no submissions of {slug} under {submitted}/<student>/{slug}/")
+    return [Submission(path.parent.name, path, path / f"{slug}.ipynb") for path in found]
+
+
+def notebook_problem(path: Path) -> str | None:
+    """Why `path` cannot be graded (missing, a link, too large, not a notebook), or None."""
+    if path.is_symlink():
+        return f"{path.name} is a symbolic link, not a submitted file"
+    if not path.is_file():
+        return f"missing notebook {path.name}"
+    if path.stat().st_size > MAX_NOTEBOOK_BYTES:
+        return f"notebook larger than {MAX_NOTEBOOK_BYTES // 2 ** 20} MiB"
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = json.loads(text)
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        return f"corrupt notebook: not JSON ({error.__class__.__name__}: {str(error)[:80]})"
+    if not isinstance(data, dict) or not isinstance(data.get("cells"), list) or data.get("nbformat") != 4:
+        return "corrupt notebook: JSON, but not an nbformat-4 notebook"
+    try:
+        nbformat.reads(text, as_version=4)
+    except Exception as error:  # nbformat raises many types for malformed notebooks; all mean "corrupt"
+        return f"corrupt notebook: {error.__class__.__name__}: {str(error)[:80]}"
+    return None
+
+
+# ---------------------------------------------------------------------------
+# Preparing the assignment and the worker template
+# ---------------------------------------------------------------------------
+
+def _has_assignment(gradebook: Path, slug: str) -> bool:
+    from nbgrader.api import Gradebook, MissingEntry
+
+    if not gradebook.is_file():
+        return False
+    with Gradebook(f"sqlite:///{gradebook}") as book:
+        try:
+            book.find_assignment(slug)
+        except MissingEntry:
+            return False
+    return True
+
+
+def ensure_assignment(course: Path, slug: str, log_dir: Path) -> str:
+    """Run `nbgrader generate_assignment` unless the gradebook and release are newer than the source."""
+    paths = course_paths(course, slug)
+    if _has_assignment(paths["gradebook"], slug) and paths["release"].is_file() \
+            and paths["release"].stat().st_mtime >= paths["source"].stat().st_mtime:
+        return "up to date"
+    run_nbgrader(course, ["generate_assignment", slug, "--force"], log_dir / "generate_assignment.log")
+    return "generated"
+
+
+def make_template(course: Path, slug: str, batch_dir: Path) -> Path:
+    """A copy of the course gradebook holding only this assignment and no student: what each worker
+    starts from (no other student's grades, no other chapter's hidden tests)."""
+    from nbgrader.api import Gradebook
+
+    template = batch_dir / "template" / "gradebook.db"
+    template.parent.mkdir(mode=0o700)
+    shutil.copy(course / "gradebook.db", template)
+    with Gradebook(f"sqlite:///{template}") as book:
+        for student in list(book.students):
+            book.remove_student(student.id)
+        for assignment in list(book.assignments):
+            if assignment.name != slug:
+                book.remove_assignment(assignment.name)
+    return template
+
+
+def existing_extensions(course: Path, slug: str) -> dict:
+    """Extensions granted in the course gradebook, so that late penalties are computed as nbgrader would."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as book:
+        assignment = book.find_assignment(slug)
+        return {submission.student.id: submission.extension for submission in assignment.submissions
+                if submission.extension}
+
+
+# ---------------------------------------------------------------------------
+# One worker
+# ---------------------------------------------------------------------------
+
+@dataclass
+class WorkerResult:
+    student: str
+    worker_dir: Path  # the submission's folder in its slot, removed after merging
+    course_dir: Path  # the submission's private nbgrader course inside it
+    status: str
+    reason: str | None
+    enforced: dict | None
+    seconds: float
+    worker: dict | None = None
+    timings: dict = field(default_factory=dict)
+
+
+@dataclass
+class WorkerContext:
+    course: Path
+    slug: str
+    template: Path
+    limits: Limits
+    log_dir: Path
+    extensions: dict
+
+
+def prepare_private_course(submission: Submission, private: Path, context: WorkerContext) -> None:
+    """The submission's own nbgrader course: the template gradebook (with the student's extension, if
+    any), the config, the assignment's source and the submitted files."""
+    private.mkdir(mode=0o700)
+    shutil.copy(context.template, private / "gradebook.db")
+    shutil.copy(context.course / "nbgrader_config.py", private / "nbgrader_config.py")
+    shutil.copytree(context.course / "source" / context.slug, private / "source" / context.slug)
+    copy_regular_files(submission.folder, private / "submitted" / submission.student / context.slug)
+    if submission.student in context.extensions:
+        from nbgrader.api import Gradebook
+
+        with Gradebook(f"sqlite:///{private / 'gradebook.db'}") as book:
+            book.update_or_create_student(submission.student)
+            book.add_submission(context.slug, submission.student, extension=context.extensions[submission.student])
+
+
+def submission_timings(started: float, prepared: float, marks: dict, kernel_report: dict | None, ended: float) -> dict:
+    """Seconds per stage of one submission, from the host's, the worker's and the kernel launcher's
+    CLOCK_MONOTONIC marks: preparing its folders; handing it to the worker (waiting for one that is
+    still starting); nbgrader up to the kernel's set-up (sanitizing, the kernel manager, the zygote's
+    fork or the launcher's interpreter); the set-up (namespaces, mounts, limits, uid); ipykernel's
+    start until it answers; the cells; after them (kernel stop, grades and files saved); the host's
+    cleanup (leftover check, kernel home deleted). A stage whose marks are missing (the kernel never
+    started) is None."""
+    launcher = (kernel_report or {}).get("monotonic", {})
+    points = [("prepare_s", started), ("to_worker_s", prepared), ("to_launcher_s", marks.get("started")),
+              ("launcher_s", launcher.get("launcher_started")), ("kernel_start_s", launcher.get("exec")),
+              ("cells_s", marks.get("kernel_ready")), ("after_cells_s", marks.get("cells_done")),
+              ("cleanup_s", marks.get("ended")), (None, ended)]
+    return {name: round(end - begin, 3) if begin is not None and end is not None else None
+            for (name, begin), (_, end) in zip(points, points[1:])}
+
+
+def grade_in_worker(submission: Submission, index: int, slot: GradingSlot, context: WorkerContext) -> WorkerResult:
+    """Grade one submission in its own nbgrader course with the slot's worker; never writes the course folder.
+
+    Layout: `<slot>/submission-NNNN/` (passable, 0711) holds `course/` (the private nbgrader course,
+    closed to the kernel's uid) and the kernel's folder (`KernelFolder`: `kernel/` is its home, cwd
+    and TMPDIR). The kernel's home is deleted as soon as the submission is graded, before the slot
+    takes its next one.
+    """
+    started = time.monotonic()
+    folder = slot.dir / f"submission-{index:04d}"
+    kernel = slot.new_kernel(folder)
+    private = folder / "course"
+    prepare_private_course(submission, private, context)
+    # The kernel starts in its own folder: give it what nbgrader would put next to the notebook,
+    # the student's other files overwritten by the assignment's own.
+    for source in (submission.folder, context.course / "source" / context.slug):
+        copy_regular_files(source, kernel.home, skip_suffix=".ipynb", owner=slot.uid)
+    log_path = folder / "autograde.log"
+    request = {"id": index, "course": str(private), "slug": context.slug, "student": submission.student,
+               "cell_timeout": context.limits.cell_timeout_s, "log": str(log_path),
+               "env": slot.sandbox.grader_env(kernel), "zygote_env": slot.sandbox.zygote_env()}
+    prepared = time.monotonic()
+    try:
+        result = slot.grade(request)
+        kernel_report = kernel.report()
+    finally:
+        remove_tree(kernel.home)
+        if log_path.is_file():
+            shutil.copyfile(log_path, context.log_dir / f"autograde_{index:04d}.log")
+    enforced = slot.sandbox.enforced(kernel, result.run)
+    seconds = round(time.monotonic() - started, 2)
+    timings = submission_timings(started, prepared, result.marks, kernel_report, time.monotonic())
+    worker = {"slot": slot.dir.name, **result.worker}
+    autograded = private / "autograded" / submission.student / context.slug / f"{context.slug}.ipynb"
+    status, reason = result.status, result.reason
+    if status == "graded" and not autograded.is_file():
+        status, reason = "failed", "nbgrader wrote no autograded notebook"
+    return WorkerResult(submission.student, folder, private, status, reason, enforced, seconds, worker, timings)
+
+
+# ---------------------------------------------------------------------------
+# Merging into the course (main thread only)
+# ---------------------------------------------------------------------------
+
+def copy_regular_files(source: Path, target: Path, *, skip_suffix: str | None = None,
+                       owner: int | None = None) -> None:
+    """Copy the regular files under `source` (never symbolic links or devices) into `target`."""
+    target.mkdir(parents=True, exist_ok=True)
+    for folder, _, names in os.walk(source):  # os.walk does not enter linked folders
+        for name in sorted(names):
+            path = Path(folder) / name
+            if path.is_symlink() or not path.is_file() or (skip_suffix and path.suffix == skip_suffix):
+                continue
+            destination = target / path.relative_to(source)
+            if not destination.parent.is_dir():
+                destination.parent.mkdir(parents=True)
+                if owner is not None:
+                    os.chown(destination.parent, owner, owner)
+            shutil.copyfile(path, destination)
+            if owner is not None:
+                os.chown(destination, owner, owner)
+
+
+def _worker_grades(worker: Path, slug: str, student: str) -> tuple:
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{worker / 'gradebook.db'}") as book:
+        submission = book.find_submission(slug, student)
+        notebooks = {}
+        for notebook in submission.notebooks:
+            grades = {grade.cell.name: (grade.auto_score, grade.needs_manual_grade) for grade in notebook.grades}
+            comments = {comment.cell.name: comment.auto_comment for comment in notebook.comments}
+            notebooks[notebook.name] = (grades, comments, notebook.late_submission_penalty)
+        return submission.timestamp, notebooks
+
+
+def _apply(book, slug: str, student: str, notebooks: dict) -> None:
+    for name, (grades, comments, penalty) in notebooks.items():
+        for cell, (auto_score, _) in grades.items():
+            grade = book.find_grade(cell, name, slug, student)
+            grade.auto_score = auto_score
+            grade.needs_manual_grade = grade.manual_score is not None or auto_score is None
+        for cell, auto_comment in comments.items():
+            book.find_comment(cell, name, slug, student).auto_comment = auto_comment
+        book.find_submission_notebook(name, slug, student).late_submission_penalty = penalty
+
+
+def merge_result(course: Path, slug: str, student: str, worker: Path) -> dict[str, tuple[float, float]]:
+    """Write one student's autograde result into the course gradebook; return grade_id -> (score, max).
+
+    Manual scores already in the course gradebook are kept, as `nbgrader autograde` keeps them.
+    """
+    from nbgrader.api import Gradebook, MissingEntry
+    from sqlalchemy.exc import SAWarning
+
+    timestamp, notebooks = _worker_grades(worker, slug, student)
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as book, warnings.catch_warnings():
+        # nbgrader's add_submission builds related rows before adding them to the session, which
+        # SQLAlchemy 2 reports on autoflush; `nbgrader autograde` prints the same warning. The
+        # rows are written (the scores are read back below).
+        warnings.filterwarnings("ignore", message=".*not in session, add operation along.*", category=SAWarning)
+        book.update_or_create_student(student)
+        extra = {"timestamp": timestamp} if timestamp else {}
+        try:
+            submission = book.find_submission(slug, student)
+        except MissingEntry:
+            book.add_submission(slug, student, **extra)
+        else:
+            if timestamp:
+                submission.timestamp = timestamp
+        try:
+            _apply(book, slug, student, notebooks)
+        except MissingEntry:
+            # The assignment's cells changed since this student's last grading: start the submission afresh.
+            book.db.rollback()
+            book.remove_submission(slug, student)
+            book.add_submission(slug, student, **extra)
+            _apply(book, slug, student, notebooks)
+        book.db.commit()
+        merged = book.find_submission_notebook(slug, slug, student)
+        return {grade.cell.name: (float(grade.score or 0.0), float(grade.max_score)) for grade in merged.grades}
+
+
+def copy_autograded(course: Path, worker: Path, slug: str, student: str) -> None:
+    source = worker / "autograded" / student / slug
+    target = course / "autograded" / student / slug
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(source, target)
+
+
+# ---------------------------------------------------------------------------
+# The batch
+# ---------------------------------------------------------------------------
+
+def _course_config(course: Path):
+    from traitlets.config.loader import PyFileConfigLoader
+
+    if not (course / "nbgrader_config.py").is_file():
+        raise ConfigError(f"{course / 'nbgrader_config.py'} does not exist; "
+                          "--course-dir must be an nbgrader course folder")
+    return PyFileConfigLoader("nbgrader_config.py", path=str(course)).load_config()
+
+
+def _course_id(course: Path) -> str:
+    return str(_course_config(course).CourseDirectory.get("course_id", "default_course"))
+
+
+def course_cell_timeout(course: Path) -> int:
+    """`Execute.timeout` of the course's nbgrader config (nbgrader's default, 30 s, when unset)."""
+    return int(_course_config(course).Execute.get("timeout", 30))
+
+
+def _batch_root(masks: list[dict], host: HostIsolation) -> Path:
+    """A private temporary folder for the workers, outside every folder hidden from submissions,
+    that the kernels' own uids can pass through to reach their folders."""
+    batch = Path(tempfile.mkdtemp(prefix="class-grading-"))
+    resolved = batch.resolve()
+    closed = blocked_ancestor(resolved)
+    if host.separate_uid and closed is not None:
+        remove_tree(batch)
+        raise ConfigError(f"the temporary folder {batch} lies inside {closed}, which other users cannot enter; "
+                          "set TMPDIR to a folder such as /tmp")
+    for mask in masks:
+        hidden = Path(mask["path"])
+        if (resolved == hidden or hidden in resolved.parents) and not any(
+                Path(kept) == resolved or Path(kept) in resolved.parents for kept in mask["keep"]):
+            remove_tree(batch)
+            raise ConfigError(f"the temporary folder {batch} lies inside {hidden}, which submissions must not see; "
+                              "set TMPDIR to another folder")
+    batch.chmod(0o711)
+    return batch
+
+
+def remove_tree(path: Path) -> None:
+    """Delete a worker's folder even where a submission left folders without permissions."""
+    for current, folders, _ in os.walk(path):
+        for folder in folders:
+            full = os.path.join(current, folder)
+            if not os.path.islink(full):
+                os.chmod(full, 0o700)
+    shutil.rmtree(path)
+
+
+def stop_idle_tqdm_monitor() -> None:
+    """tqdm starts a monitor thread with its first bar, even a disabled one (papermill's, a previous batch's),
+    and keeps it for the life of the process; it only wakes to refresh bars. Stop it (the next bar starts
+    another, and tqdm works without one) so that a process that runs nothing else can fork its workers."""
+    monitors = sys.modules.get("tqdm._monitor")
+    if monitors is None:
+        return
+    for thread in threading.enumerate():  # each tqdm class (std, auto, asyncio, ...) keeps its own
+        if isinstance(thread, monitors.TMonitor):
+            thread.exit()  # joins it; the class's next bar starts a new one
+
+
+def autograde_chapter(root: Path, chapter: Chapter, *, course: Path | None = None, jobs: int = 1,
+                      limits: Limits | None = None, output_dir: Path | None = None,
+                      show_progress: bool = True, require_isolation: bool = False,
+                      progress_stream=None) -> BatchReport:
+    """Grade every submission of `chapter`, merge, write feedback, the record and the class report."""
+    from tqdm import tqdm
+
+    course = (course or root / GRADING_DIR).resolve()
+    limits = limits or Limits()
+    if not isinstance(jobs, int) or jobs < 1:
+        raise ConfigError(f"--jobs must be a positive whole number, got {jobs!r}")
+    check_inputs(root, chapter, course)
+    submissions = discover_submissions(course, chapter.slug)
+    host = probe_host()
+    if require_isolation and not host.namespaces:
+        raise ConfigError(f"isolation required but unavailable: {host.reason}")
+    label = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{os.getpid()}"
+    output_dir = (output_dir or root / "build" / "grading" / "autograde" / chapter.slug / label).resolve()
+    record = output_dir / f"autograde_{chapter.slug}.json"
+    if record.exists():
+        raise RecordExistsError(f"{record} already exists; records are write-once, choose another --output-dir")
+    log_dir = output_dir / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    report = BatchReport(chapter.id, chapter.slug, jobs, str(course), limits_record(limits), asdict(host))
+    started = time.monotonic()
+    masks = plan_masks(root, course)
+    batch_dir = _batch_root(masks, host)
+    uid_pool = None
+    slots: list[GradingSlot] = []
+    try:
+        uid_pool = UidPool(jobs) if host.separate_uid else None
+        kernel_name = read_notebook(course_paths(course, chapter.slug)["source"]).metadata.get(
+            "kernelspec", {}).get("name", "python3")
+        # Forked from this process, the workers start with nbgrader imported (`grading_slot` imports it);
+        # a process with other threads starts new interpreters instead, which import it in the background.
+        stop_idle_tqdm_monitor()
+        fork = threading.active_count() == 1
+        for number, uid in enumerate(uid_pool.uids if uid_pool else [None] * jobs):
+            slots.append(GradingSlot(batch_dir / f"slot-{number}", uid, limits, host, masks, kernel_name, root))
+            slots[-1].start(fork=fork)
+        report.timings["workers_started_s"] = round(time.monotonic() - started, 3)
+        report.assignment = ensure_assignment(course, chapter.slug, log_dir)
+        source = read_notebook(course_paths(course, chapter.slug)["source"])
+        release = read_notebook(course_paths(course, chapter.slug)["release"])
+        cells, exercises = grade_cells(source), exercises_of(source)
+        secrets = secret_lines(source, release, read_notebook(chapter.notebook_path(root)))
+        course_id = _course_id(course)
+        template = make_template(course, chapter.slug, batch_dir)
+        context = WorkerContext(course, chapter.slug, template, limits, log_dir, existing_extensions(course, chapter.slug))
+        report.timings["prepared_s"] = round(time.monotonic() - started, 3)
+        free: queue.Queue = queue.Queue()
+        for slot in slots:
+            free.put(slot)
+
+        def work(index: int, submission: Submission) -> WorkerResult:
+            slot = free.get()
+            try:
+                return grade_in_worker(submission, index, slot, context)
+            finally:
+                free.put(slot)
+
+        bar = tqdm(total=len(submissions), desc=f"autograde {chapter.slug}", unit="nb", disable=not show_progress,
+                   file=progress_stream or sys.stderr)
+        pool = ThreadPoolExecutor(max_workers=jobs)
+        futures = {}
+        try:
+            for index, submission in enumerate(submissions):
+                problem = notebook_problem(submission.notebook)
+                if problem:
+                    report.outcomes.append(Outcome(submission.student, "failed", problem))
+                    bar.update(1)
+                    continue
+                futures[pool.submit(work, index, submission)] = submission
+            for future in as_completed(futures):
+                report.outcomes.append(_finish(future, futures[future], course, chapter, cells, exercises, secrets,
+                                               course_id))
+                bar.update(1)
+                bar.set_postfix(failures=len(report.failures))
+        except BaseException:
+            # Interrupted (Ctrl-C) or a bug in the merge loop: stop every running worker now.
+            pool.shutdown(wait=False, cancel_futures=True)
+            while not all(future.done() for future in futures):
+                kill_running()
+                time.sleep(0.2)
+            raise
+        finally:
+            pool.shutdown()
+            bar.close()
+        report.timings["graded_s"] = round(time.monotonic() - started, 3)
+    finally:
+        for slot in slots:
+            slot.close()
+        if uid_pool:
+            uid_pool.release()
+        remove_tree(batch_dir)
+    report.outcomes.sort(key=lambda outcome: outcome.student)
+    report.wall_seconds = round(time.monotonic() - started, 2)
+    report_path, hardest = write_class_report(report, exercises, output_dir)
+    report.report_path, report.hardest_exercise = str(report_path), hardest
+    report.timings["reported_s"] = round(time.monotonic() - started, 3)
+    save_json_record_once(record, report.to_json())
+    report.record_path = str(record)
+    return report
+
+
+def _finish(future, submission: Submission, course: Path, chapter: Chapter, cells, exercises, secrets,
+            course_id: str) -> Outcome:
+    """Merge one finished worker into the course and write its feedback; failures are recorded, not raised."""
+    try:
+        result = future.result()
+    except Exception as error:  # a bug or I/O error in one worker must not stop the batch; it is recorded
+        return Outcome(submission.student, "failed", f"worker error: {error.__class__.__name__}: {error}")
+    outcome = Outcome(result.student, result.status, result.reason, enforced=result.enforced, seconds=result.seconds,
+                      worker=result.worker, timings=dict(result.timings))
+    try:
+        if result.status != "graded":
+            return outcome
+        started = time.monotonic()
+        try:
+            scores = merge_result(course, chapter.slug, result.student, result.course_dir)
+            copy_autograded(course, result.course_dir, chapter.slug, result.student)
+        except Exception as error:  # recorded: this student's grade is not merged, the others are untouched
+            outcome.status, outcome.reason = "failed", f"merge failed: {error.__class__.__name__}: {error}"
+            return outcome
+        merged = time.monotonic()
+        results = cell_results(cells, scores)
+        outcome.exercises = exercise_summary(exercises, results)
+        outcome.score = sum(item["score"] for item in outcome.exercises)
+        outcome.max_score = sum(item["max_score"] for item in outcome.exercises)
+        outcome.feedback = _write_feedback(course, chapter, result, cells, exercises, results, secrets, course_id)
+        outcome.timings.update(merge_s=round(merged - started, 3), feedback_s=round(time.monotonic() - merged, 3))
+        return outcome
+    finally:
+        remove_tree(result.worker_dir)
+
+
+def _write_feedback(course: Path, chapter: Chapter, result: WorkerResult, cells, exercises, results, secrets,
+                    course_id: str) -> dict:
+    autograded = result.course_dir / "autograded" / result.student / chapter.slug / f"{chapter.slug}.ipynb"
+    return write_student_feedback(course, chapter, result.student, autograded, result.course_dir, cells, exercises,
+                                  results, secrets, course_id, result.enforced)
+
+
+# ---------------------------------------------------------------------------
+# Summary
+# ---------------------------------------------------------------------------
+
+def format_summary(report: BatchReport) -> str:
+    summary = score_summary(report.outcomes)
+    lines = [f"{report.chapter}: {summary['submissions']} submissions, {summary['graded']} graded, "
+             f"{len(report.failures)} failure(s), in {report.wall_seconds:.1f} s with {report.jobs} job(s)"]
+    if summary["graded"]:
+        lines.append(f"score: mean {summary['mean']:g} / {summary['max_score']:g}, median {summary['median']:g}, "
+                     f"min {summary['min']:g}, max {summary['max']:g}, full marks {summary['full_marks']}")
+        lines.append("distribution: " + " | ".join(f"{band} {count}" for band, count in summary["distribution"].items()))
+    limits = report.limits
+    lines.append(f"limits: cell {limits['cell_timeout_s']} s, notebook {limits['notebook_timeout_s']:g} s, "
+                 f"memory {limits['memory_mb']} MiB, cpu {limits['cpu_seconds']} s, processes {limits['max_processes']}; "
+                 f"isolation: {report.host['reason']}")
+    for outcome in report.failures:
+        reason = outcome.reason or (outcome.feedback or {}).get("error", "feedback not written")
+        lines.append(f"FAILED {outcome.student}: {reason.splitlines()[0] if reason else ''}")
+    if report.hardest_exercise:
+        lines.append(f"hardest exercise: {report.hardest_exercise}")
+    elif report.graded:
+        lines.append("hardest exercise: none (full marks on every exercise)")
+    lines.append(f"class report: {report.report_path}")
+    lines.append(f"record: {report.record_path}")
+    return "\n".join(lines)

@@ -1,0 +1,298 @@
+"""Per-submission feedback that teaches without leaking hidden tests.
+
+nbgrader's own feedback shows every grade cell with its source and traceback, hidden tests
+included. Here the autograded notebook is first rewritten: each hidden-test cell becomes its
+name, points, pass/fail and the hint written for it (from the trusted source notebook's
+`metadata.course`), with no source and no output; any other output that quotes hidden-test
+code is withheld. nbgrader's GenerateFeedback then renders the HTML, and a JSON lists the
+per-exercise and per-test results. Before anything is written, both files are scanned for
+hidden-test source lines; a file that still contains one is refused (`FeedbackLeakError`).
+"""
+
+from __future__ import annotations
+
+import copy
+import html
+import json
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+from nbformat import NotebookNode
+
+from tools.course.cells import read_notebook
+from tools.course.grader.build import BEGIN_HIDDEN, END_HIDDEN
+from tools.errors import FeedbackLeakError
+
+FEEDBACK_SCHEMA = "course-feedback/v1"
+MIN_SECRET_CHARS = 12
+WITHHELD = "[output withheld: it quoted hidden-test code]\n"
+_TAG = re.compile(r"<[^>]*>")
+_SPACE = re.compile(r"\s+")
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+@dataclass(frozen=True)
+class GradedTest:
+    """A grade cell of the assignment, as the trusted source notebook defines it."""
+
+    grade_id: str
+    exercise: str
+    kind: str  # "visible" | "hidden"
+    name: str
+    points: float
+    hint: str | None
+
+
+def _nbgrader(cell: NotebookNode) -> dict:
+    return cell.get("metadata", {}).get("nbgrader", {})
+
+
+def exercises_of(source: NotebookNode) -> list[str]:
+    """Exercise (solution cell) ids in notebook order."""
+    return [_nbgrader(cell)["grade_id"] for cell in source.cells if _nbgrader(cell).get("solution")]
+
+
+def grade_cells(source: NotebookNode) -> list[GradedTest]:
+    """Every grade cell of the source notebook with its exercise, kind, name, points and hint."""
+    cells = []
+    for cell in source.cells:
+        meta = _nbgrader(cell)
+        if not meta.get("grade") or meta.get("solution"):
+            continue
+        course = cell.metadata.get("course", {})
+        hidden = course.get("hidden_test")
+        cells.append(GradedTest(meta["grade_id"], course.get("exercise"), "hidden" if hidden else "visible",
+                              hidden or meta["grade_id"], float(meta["points"]), course.get("hint") if hidden else None))
+    return cells
+
+
+def hidden_sources(source: NotebookNode) -> dict[str, str]:
+    """`grade_id -> code between the hidden-test markers` of every hidden-test cell."""
+    found = {}
+    for cell in source.cells:
+        if cell.get("metadata", {}).get("course", {}).get("hidden_test"):
+            lines = cell.source.splitlines()
+            begin, end = lines.index(BEGIN_HIDDEN), lines.index(END_HIDDEN)
+            found[_nbgrader(cell)["grade_id"]] = "\n".join(lines[begin + 1:end])
+    return found
+
+
+def normalize(text: str) -> str:
+    """Text as compared for leaks: no ANSI colours, no whitespace, one kind of quote."""
+    return _SPACE.sub("", _ANSI.sub("", text)).replace('"', "'")
+
+
+def html_text(document: str) -> str:
+    """The visible text of an HTML document (tags dropped, entities decoded)."""
+    return html.unescape(_TAG.sub("", document))
+
+
+def secret_lines(source: NotebookNode, *public: NotebookNode) -> list[str]:
+    """Normalized hidden-test lines (of at least MIN_SECRET_CHARS) that no `public` notebook shows,
+    e.g. the released assignment and the open chapter notebook."""
+    seen = normalize("\n".join(cell.source for notebook in public for cell in notebook.cells))
+    secrets = set()
+    for code in hidden_sources(source).values():
+        for line in code.splitlines():
+            secret = normalize(line)
+            if len(secret) >= MIN_SECRET_CHARS and secret not in seen:
+                secrets.add(secret)
+    return sorted(secrets)
+
+
+def secrets_for(secrets: list[str], autograded: NotebookNode) -> list[str]:
+    """The secrets minus lines the student wrote in their own answers (showing those back leaks nothing)."""
+    own = normalize("\n".join(cell.source for cell in autograded.cells if _nbgrader(cell).get("solution")))
+    return [secret for secret in secrets if secret not in own]
+
+
+def find_leaks(text: str, secrets: list[str]) -> list[str]:
+    """The secrets that occur in `text` (already plain text, not yet normalized)."""
+    flat = normalize(text)
+    return [secret for secret in secrets if secret in flat]
+
+
+def _output_text(output: NotebookNode) -> str:
+    if output.get("output_type") == "stream":
+        return output.get("text", "")
+    if output.get("output_type") == "error":
+        return "\n".join([output.get("ename", ""), output.get("evalue", ""), *output.get("traceback", [])])
+    data = output.get("data", {})
+    return "\n".join(value if isinstance(value, str) else "\n".join(value)
+                     for key, value in data.items() if key.startswith("text/") or key.endswith("json"))
+
+
+def _first_error(cell: NotebookNode) -> str | None:
+    for output in cell.get("outputs", []):
+        if output.get("output_type") == "error":
+            message = f"{output.get('ename', '')}: {_ANSI.sub('', output.get('evalue', ''))}".strip(": ")
+            return message[:300]
+    return None
+
+
+# ---------------------------------------------------------------------------
+# Results
+# ---------------------------------------------------------------------------
+
+def cell_results(cells: list[GradedTest], scores: dict[str, tuple[float, float]]) -> list[dict]:
+    """One entry per grade cell: `scores` maps grade_id -> (score, max score) from the gradebook."""
+    results = []
+    for cell in cells:
+        score, max_score = scores[cell.grade_id]
+        entry = {"exercise": cell.exercise, "kind": cell.kind, "name": cell.name, "points": max_score,
+                 "score": score, "passed": score >= max_score}
+        if cell.kind == "hidden":
+            entry["hint"] = cell.hint
+        results.append(entry)
+    return results
+
+
+def exercise_summary(exercises: list[str], results: list[dict]) -> list[dict]:
+    """Per exercise: score, max score, passed (full marks) and its tests."""
+    summary = []
+    for exercise in exercises:
+        tests = [result for result in results if result["exercise"] == exercise]
+        score, max_score = sum(t["score"] for t in tests), sum(t["points"] for t in tests)
+        summary.append({"exercise": exercise, "score": score, "max_score": max_score,
+                        "passed": bool(tests) and score >= max_score, "tests": tests})
+    return summary
+
+
+# ---------------------------------------------------------------------------
+# Sanitizing and writing
+# ---------------------------------------------------------------------------
+
+def hidden_cell_text(cell: GradedTest, result: dict) -> str:
+    verdict = "PASSED" if result["passed"] else "FAILED"
+    return "\n".join([
+        f"# Hidden test `{cell.name}` for {cell.exercise}: {verdict} "
+        f"({result['score']:g} / {result['points']:g} point(s))",
+        f"# Hint: {cell.hint}",
+        "# The code of hidden tests is not shown.",
+    ])
+
+
+def sanitize_notebook(autograded: NotebookNode, cells: list[GradedTest], results: list[dict],
+                      secrets: list[str]) -> NotebookNode:
+    """A copy of the autograded notebook fit for learners (see the module docstring)."""
+    notebook = copy.deepcopy(autograded)
+    by_id = {cell.grade_id: (cell, result) for cell, result in zip(cells, results)}
+    for cell in notebook.cells:
+        grade_id = _nbgrader(cell).get("grade_id")
+        if grade_id in by_id and by_id[grade_id][0].kind == "hidden":
+            test, result = by_id[grade_id]
+            cell.source = hidden_cell_text(test, result)
+            cell.outputs = []
+            cell.execution_count = None
+            cell.metadata = {"nbgrader": dict(_nbgrader(cell))}
+            continue
+        if cell.cell_type == "code":
+            cell.outputs = [output if not find_leaks(_output_text(output), secrets)
+                            else nbformat.v4.new_output("stream", name="stderr", text=WITHHELD)
+                            for output in cell.outputs]
+    return notebook
+
+
+def feedback_record(*, chapter: str, slug: str, student: str, exercises: list[str], results: list[dict],
+                    autograded: NotebookNode, enforced: dict | None) -> dict:
+    """The feedback JSON: totals, per exercise (with its tests) and the limits the run enforced."""
+    shown = set(exercises) | {result["name"] for result in results if result["kind"] == "visible"}
+    errors = {_nbgrader(cell)["grade_id"]: _first_error(cell) for cell in autograded.cells
+              if _nbgrader(cell).get("grade_id") in shown}
+    summary = exercise_summary(exercises, results)
+    for item in summary:
+        item["solution_cell_error"] = errors.get(item["exercise"])
+        for test in item["tests"]:
+            if test["kind"] == "visible":
+                test["error"] = errors.get(test["name"])
+    return {
+        "schema_version": FEEDBACK_SCHEMA,
+        "chapter": chapter,
+        "assignment": slug,
+        "student": student,
+        "score": sum(item["score"] for item in summary),
+        "max_score": sum(item["max_score"] for item in summary),
+        "exercises": summary,
+        "limits": learner_limits(enforced),
+    }
+
+
+LEARNER_LIMITS = ("cell_timeout_s", "notebook_timeout_s", "memory_bytes", "cpu_seconds", "max_processes",
+                  "file_size_bytes")
+
+
+def learner_limits(enforced: dict | None) -> dict | None:
+    """The limits a learner's notebook ran under (no host paths or uids; the batch record has those)."""
+    if enforced is None:
+        return None
+    limits = {key: enforced.get(key) for key in LEARNER_LIMITS}
+    limits["network"] = "blocked" if enforced.get("network", "").startswith("own network namespace") else "not blocked"
+    return limits
+
+
+def generate_feedback_html(course_dir: Path, slug: str, student: str, notebook: NotebookNode,
+                           db_url: str, course_id: str) -> str:
+    """Render `notebook` with nbgrader's GenerateFeedback in the worker's course `course_dir`
+    (scores from the gradebook at `db_url`); return the HTML."""
+    from nbgrader.converters import GenerateFeedback
+    from nbgrader.coursedir import CourseDirectory
+    from traitlets.config import Config
+
+    autograded = course_dir / "autograded" / student / slug / f"{slug}.ipynb"
+    if autograded.exists():
+        autograded.unlink()
+    autograded.write_text(nbformat.writes(notebook), encoding="utf-8")
+    config = Config()
+    config.HTMLExporter.template_name = "feedback"
+    coursedir = CourseDirectory(root=str(course_dir), db_url=db_url, course_id=course_id,
+                                assignment_id=slug, student_id=student)
+    converter = GenerateFeedback(coursedir=coursedir, config=config)
+    converter.force = True
+    converter.start()
+    return (course_dir / "feedback" / student / slug / f"{slug}.html").read_text(encoding="utf-8")
+
+
+def write_feedback(target_dir: Path, slug: str, html_document: str, record: dict,
+                   secrets: list[str]) -> tuple[Path, Path]:
+    """Scan both files for hidden-test code, then write `<slug>.html` and `<slug>.json` to `target_dir`."""
+    payload = json.dumps(record, ensure_ascii=False, indent=2) + "\n"
+    leaks = find_leaks(html_text(html_document), secrets) + find_leaks(payload, secrets)
+    if leaks:
+        raise FeedbackLeakError(f"feedback for {record['student']} would show {len(leaks)} hidden-test line(s), "
+                                f"e.g. {leaks[0][:60]!r}; not written")
+    if target_dir.exists():
+        shutil.rmtree(target_dir)
+    target_dir.mkdir(parents=True)
+    html_path, json_path = target_dir / f"{slug}.html", target_dir / f"{slug}.json"
+    html_path.write_text(html_document, encoding="utf-8")
+    json_path.write_text(payload, encoding="utf-8")
+    return html_path, json_path
+
+
+def write_student_feedback(course: Path, chapter, student: str, autograded_path: Path, work_dir: Path,
+                           cells: list[GradedTest], exercises: list[str], results: list[dict], secrets: list[str],
+                           course_id: str, enforced: dict | None) -> dict:
+    """Sanitize one student's autograded notebook, render it in `work_dir` (a private nbgrader course
+    folder whose `autograded/` copy is replaced) and write `course/feedback/<student>/<slug>.{html,json}`.
+
+    Returns `{"written": True, "html", "json"}` or `{"written": False, "error"}`: a failure is
+    recorded for this student, never raised, so one notebook cannot stop a class.
+    """
+    slug = chapter.slug
+    try:
+        autograded = read_notebook(autograded_path)
+        own_secrets = secrets_for(secrets, autograded)
+        learner = sanitize_notebook(autograded, cells, results, own_secrets)
+        document = generate_feedback_html(work_dir, slug, student, learner, f"sqlite:///{course / 'gradebook.db'}",
+                                          course_id)
+        record = feedback_record(chapter=chapter.id, slug=slug, student=student, exercises=exercises,
+                                 results=results, autograded=autograded, enforced=enforced)
+        html_path, json_path = write_feedback(course / "feedback" / student / slug, slug, document, record, own_secrets)
+    except FeedbackLeakError as error:
+        return {"written": False, "error": str(error)}
+    except Exception as error:  # recorded per student: the grade stands, the feedback is reported missing
+        return {"written": False, "error": f"{error.__class__.__name__}: {error}"}
+    return {"written": True, "html": str(html_path), "json": str(json_path)}

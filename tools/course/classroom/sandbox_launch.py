@@ -1,0 +1,456 @@
+"""Launcher of one sandboxed grading worker and its kernels; standard library only, run by path as a script.
+
+Three roles, driven by plan JSON files written by `tools.course.classroom.sandbox`:
+
+* `init`: PID 1 of the worker's new network/PID/mount namespaces, still root. It brings the
+  loopback interface up (the kernel talks to nbgrader over 127.0.0.1), masks paths such as the
+  course folder and root's home with empty tmpfs mounts (binding back what must stay visible,
+  e.g. the Python installation), runs the command (the grader) and reaps orphans until it ends.
+  When it exits the kernel kills every process left in the namespace. `run_init_forked` does
+  the same for a grader already in memory (a forked child), without `unshare` or a new interpreter.
+* `kernel`: the argv of the worker's kernelspec. Where the plan asks for it (root in the
+  worker's namespaces), it first moves into a PID and mount namespace of the kernel's own,
+  stays behind as a small shim that jupyter_client manages, and the kernel becomes PID 1 of
+  that namespace: when it ends, everything the submission started ends with it. There it
+  mounts a private /proc and covers /tmp, /var/tmp and /dev/shm with empty tmpfs (binding
+  back its own folder and what Python needs), so nothing of an earlier submission is left
+  for it to find. It then sets the resource limits, drops to the worker's own unprivileged
+  uid (copying the connection file for it) and execs ipykernel with a clean environment, in
+  the kernel's own folder.
+* `zygote`: imports ipykernel once, then per request forks a kernel, sets it up exactly as the
+  `kernel` role does (`kernel_setup`) and runs ipykernel in the fork (see `run_zygote`).
+
+Each role writes what it actually applied to a JSON report before running untrusted code, and
+fails closed: if a requested isolation step cannot be applied, nothing is executed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import fcntl
+import json
+import os
+import resource
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+
+STARTED = time.monotonic()  # CLOCK_MONOTONIC: one clock for every process of the host, so the grader can compare
+EXIT_SETUP_FAILED = 70
+
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REMOUNT, _MS_BIND, _MS_REC = 1, 2, 4, 8, 32, 4096, 16384
+_MS_PRIVATE = 1 << 18
+_CLONE_NEWNS, _CLONE_NEWPID, _CLONE_NEWNET = 0x00020000, 0x20000000, 0x40000000
+_SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
+_PR_SET_PDEATHSIG, _PR_SET_NO_NEW_PRIVS = 1, 38
+
+_LIMITS = {
+    "memory_bytes": resource.RLIMIT_AS,
+    "cpu_seconds": resource.RLIMIT_CPU,
+    "file_size_bytes": resource.RLIMIT_FSIZE,
+    "max_processes": resource.RLIMIT_NPROC,
+}
+
+
+class SetupError(RuntimeError):
+    """An isolation step of the plan could not be applied."""
+
+
+def _libc():
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _mount(source, target, fstype, flags, data=None) -> None:
+    encode = lambda value: None if value is None else os.fsencode(value)  # noqa: E731
+    if _libc().mount(encode(source), encode(target), encode(fstype), ctypes.c_ulong(flags), encode(data)) != 0:
+        error = ctypes.get_errno()
+        raise SetupError(f"mount {source} -> {target} ({fstype}): {os.strerror(error)}")
+
+
+def loopback_up() -> list[str]:
+    """Set `lo` up in this network namespace; return the interface names seen."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        request = struct.pack("16sh", b"lo", 0)
+        flags = struct.unpack("16sh", fcntl.ioctl(sock.fileno(), _SIOCGIFFLAGS, request))[1]
+        fcntl.ioctl(sock.fileno(), _SIOCSIFFLAGS, struct.pack("16sh", b"lo", flags | _IFF_UP))
+    return sorted(name for _, name in socket.if_nameindex())
+
+
+def mask_path(path: str, keep: list[str], links: list[dict] | None = None, *, writable: list[str] | None = None,
+              size_mb: int = 4) -> None:
+    """Cover `path` with an empty tmpfs, bind each folder of `keep` (under `path`) back read-only and
+    each of `writable` back as it was, and recreate each symbolic link of `links` (`{"path", "target"}`)
+    that the tmpfs hid. The folders are held open (O_PATH) while `path` is covered, then bound
+    from `/proc/self/fd`, so no staging folder is needed."""
+    held = []
+    try:
+        for kept, read_only in [(kept, True) for kept in keep] + [(kept, False) for kept in writable or []]:
+            held.append((os.open(kept, os.O_PATH | os.O_DIRECTORY), kept, read_only))
+        mode = "1777" if writable is not None else "0755"
+        _mount("tmpfs", path, "tmpfs", _MS_NOSUID | _MS_NODEV, f"mode={mode},size={size_mb}m")
+        for fd, kept, read_only in sorted(held, key=lambda item: len(item[1])):
+            os.makedirs(kept, exist_ok=True)
+            _mount(f"/proc/self/fd/{fd}", kept, None, _MS_BIND | _MS_REC)
+            if read_only:
+                _mount(None, kept, None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY)
+    finally:
+        for fd, _, _ in held:
+            os.close(fd)
+    for link in links or []:
+        if not os.path.lexists(link["path"]):
+            os.makedirs(os.path.dirname(link["path"]), exist_ok=True)
+            os.symlink(link["target"], link["path"])
+
+
+def _write_report(path: str, report: dict) -> None:
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(report, handle, indent=2)
+        handle.write("\n")
+
+
+def init_namespace(plan: dict) -> dict:
+    """As PID 1 of the worker's namespaces: loopback up, paths masked, umask 077; write and return the report."""
+    os.umask(0o022)  # folders made inside the masks must stay passable for the kernel's uid
+    report = {"pid_in_namespace": os.getpid(), "loopback_up": False, "interfaces": None, "masked": []}
+    if plan.get("network_namespace"):
+        report["interfaces"] = loopback_up()
+        report["loopback_up"] = True
+        if report["interfaces"] != ["lo"]:
+            raise SetupError(f"the network namespace is not empty: {report['interfaces']}")
+    for entry in plan.get("mask", []):
+        if os.path.isdir(entry["path"]):
+            mask_path(entry["path"], [kept for kept in entry.get("keep", []) if os.path.isdir(kept)],
+                      entry.get("links", []))
+            report["masked"].append(entry["path"])
+    os.umask(0o077)  # what the grader writes stays private to it
+    report["umask"] = "077"
+    _write_report(plan["init_report"], report)
+    return report
+
+
+def reap_until(child: int) -> int:
+    """As PID 1: reap every orphan until `child` ends; return its exit code."""
+    while True:
+        pid, status = os.wait()
+        if pid == child:
+            return os.waitstatus_to_exitcode(status)
+
+
+def run_init(plan: dict, command: list[str]) -> int:
+    """Apply the namespace-side steps of the plan, run `command`, reap orphans, return its exit code."""
+    init_namespace(plan)
+    return reap_until(subprocess.Popen(command).pid)
+
+
+def run_init_forked(plan: dict, target) -> None:
+    """What `unshare --net --pid --fork --mount-proc --kill-child ... init` does, for code already in
+    this (just forked, single-threaded) process: new namespaces, PID 1 applies the plan and reaps,
+    its child returns `target()`'s exit code. Never returns; this process stays outside as the shim."""
+    enter_namespaces(_CLONE_NEWNET | _CLONE_NEWNS | _CLONE_NEWPID)
+    _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
+    _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+    init_namespace(plan)
+    worker = os.fork()
+    if worker == 0:
+        os._exit(target())
+    os._exit(reap_until(worker))
+
+
+def _tasks_of_uid(uid: int) -> int:
+    """Processes and threads whose real uid is `uid` (what RLIMIT_NPROC counts)."""
+    count = 0
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/status", encoding="utf-8") as handle:
+                fields = dict(line.split(":", 1) for line in handle if ":" in line)
+        except OSError:  # the process ended while we looked: it no longer counts
+            continue
+        if int(fields["Uid"].split()[0]) == uid:
+            count += int(fields.get("Threads", "1"))
+    return count
+
+
+def apply_limits(plan: dict) -> dict:
+    """setrlimit for every limit in the plan; return what was set (None = not limited)."""
+    applied = {}
+    limits = plan.get("limits", {})
+    for key, which in _LIMITS.items():
+        value = limits.get(key)
+        if value is None:
+            applied[key] = None
+            continue
+        value = int(value)
+        if key == "max_processes" and plan.get("uid") is None and os.geteuid() == 0:
+            # Root is exempt from RLIMIT_NPROC: without a uid of its own the limit cannot hold.
+            applied[key] = None
+            applied["max_processes_not_enforced"] = "the kernel runs as root"
+            continue
+        if key == "max_processes" and plan.get("uid") is None:
+            # Same uid as the grader: the limit counts every task of that user, so allow
+            # `value` more than it runs now.
+            value += _tasks_of_uid(os.getuid())
+            applied["max_processes_counts_existing_tasks"] = True
+        hard = value + 5 if key == "cpu_seconds" else value  # SIGXCPU first, SIGKILL 5 s later
+        resource.setrlimit(which, (value, hard))
+        applied[key] = value
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    applied["core_dumps"] = False
+    return applied
+
+
+def drop_privileges(uid: int, gid: int) -> None:
+    os.setgroups([])
+    os.setgid(gid)
+    os.setuid(uid)
+    if os.getuid() != uid or os.geteuid() != uid:
+        raise SetupError("the uid did not change")
+    try:
+        os.setuid(0)
+    except PermissionError:
+        return
+    raise SetupError("root could be regained after dropping privileges")
+
+
+def enter_namespaces(flags: int, report_to: int | None = None) -> None:
+    """Unshare the namespaces of `flags` (a new PID namespace among them, or none at all) and fork; the
+    child returns (PID 1 of the new PID namespace). The parent never returns: in the launcher it stays
+    outside as the shim that forwards the child's exit status; in the zygote (`report_to`, a pipe) it
+    writes the child's pid there once the child leads a session of its own, and exits, so that the
+    kernel passes to the grading worker (a child subreaper) as a process it can wait for and signal."""
+    if flags and _libc().unshare(ctypes.c_int(flags)) != 0:
+        raise SetupError(f"unshare of new namespaces: {os.strerror(ctypes.get_errno())}")
+    ready_read, ready_write = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.close(ready_read)
+        if report_to is None:
+            _libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        else:
+            os.close(report_to)
+            os.setsid()  # jupyter_client signals the kernel's process group, as for a kernel it started
+        os.close(ready_write)
+        return
+    os.close(ready_write)
+    if report_to is None:
+        os.close(ready_read)
+        _shim(child)
+    os.read(ready_read, 1)  # end of file: the child has closed its end, after setsid
+    os.write(report_to, str(child).encode("ascii"))
+    os._exit(0)
+
+
+def _shim(child: int) -> None:
+    """Wait for the child and exit as it did. SIGINT reaches the child itself (jupyter_client
+    signals the process group); SIGTERM is turned into SIGKILL of the child, which as PID 1
+    takes its whole namespace with it. If the shim is killed, the child gets SIGKILL too."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, lambda *_: os.kill(child, signal.SIGKILL))
+    while True:
+        pid, status = os.waitpid(child, 0)
+        if pid == child:
+            code = os.waitstatus_to_exitcode(status)
+            os._exit(code if code >= 0 else 128 - code)
+
+
+def _private_mounts(plan: dict) -> list[str]:
+    """In the kernel's own mount namespace: its own /proc, and empty tmpfs over the shared scratch folders."""
+    _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
+    _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+    covered = []
+    for entry in plan.get("private_dirs", []):
+        if os.path.isdir(entry["path"]):
+            mask_path(entry["path"], [kept for kept in entry.get("keep", []) if os.path.isdir(kept)],
+                      entry.get("links", []), writable=[kept for kept in entry.get("writable", []) if os.path.isdir(kept)],
+                      size_mb=int(entry.get("size_mb", 64)))
+            covered.append(entry["path"])
+    return covered
+
+
+def kernel_setup(plan: dict, connection_file: str | None, command: list[str], environ: dict,
+                 report_to: int | None = None) -> tuple[list[str], dict]:
+    """Everything the kernel role does before ipykernel runs: namespaces (see `enter_namespaces` for
+    `report_to`), private mounts, limits, the report, the kernel's uid, folder and environment (the
+    plan's, plus the keys of `pass_env` found in `environ`). Returns the command and its environment."""
+    workdir = plan["workdir"]
+    uid, gid = plan.get("uid"), plan.get("gid")
+    if connection_file and uid is not None:
+        private = os.path.join(workdir, "connection.json")
+        shutil.copyfile(connection_file, private)
+        os.chown(private, uid, gid)
+        os.chmod(private, 0o600)
+        command = [private if part == connection_file else part for part in command]
+    report = {"started_by": "launcher" if report_to is None else "zygote", "pid_namespace": False, "private_dirs": []}
+    report_file = open(plan["kernel_report"], "w", encoding="utf-8")  # noqa: SIM115 - the private mounts may hide its folder
+    if plan.get("own_namespaces") or report_to is not None:
+        enter_namespaces(_CLONE_NEWNS | _CLONE_NEWPID if plan.get("own_namespaces") else 0, report_to)
+    if plan.get("own_namespaces"):
+        umask = os.umask(0o022)  # folders made under the tmpfs must stay passable for the kernel's uid
+        report["private_dirs"] = _private_mounts(plan)
+        os.umask(umask)
+        report["pid_namespace"] = os.getpid() == 1
+    report.update({"limits": apply_limits(plan), "uid": None, "no_new_privs": False})
+    if _libc().prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0:
+        report["no_new_privs"] = True
+    if uid is not None:
+        report["uid"], report["gid"] = uid, gid
+    report["monotonic"] = {"launcher_started": STARTED, "exec": time.monotonic()}
+    with report_file:
+        json.dump(report, report_file, indent=2)
+        report_file.write("\n")
+    if uid is not None:
+        drop_privileges(uid, gid)
+    os.chdir(workdir)
+    env = {key: value for key, value in environ.items() if key in plan.get("pass_env", [])}
+    env.update(plan.get("env", {}))
+    return command, env
+
+
+def run_kernel(plan: dict, connection_file: str | None, command: list[str]) -> None:
+    """Apply namespaces, limits, drop privileges, exec `command` (ipykernel) in the kernel folder; never returns."""
+    command, env = kernel_setup(plan, connection_file, command, dict(os.environ))
+    os.execve(command[0], command, env)
+
+
+# ---------------------------------------------------------------------------
+# The kernel zygote
+# ---------------------------------------------------------------------------
+
+def run_zygote() -> int:
+    """The `zygote` role: import ipykernel once, then fork one kernel per request (JSON lines on stdin:
+    `plan`, `connection_file`, `command` (the kernelspec's, after `--`), `log`, `env`; one reply per
+    request on stdout: `pid` or `error`).
+
+    Each kernel is set up exactly as the `kernel` role sets up the one it execs (`kernel_setup`), then
+    runs ipykernel in the forked process as `python -m ipykernel_launcher -f FILE` would, so it starts
+    with what such a process has imported before any cell runs and nothing else. The zygote is root and
+    runs no submission code; a kernel cannot signal it or read its memory."""
+    import random  # noqa: F401 - reseeded in every kernel
+
+    from ipykernel import kernelapp  # noqa: F401 - the import the zygote is there to do once
+
+    sys.stdout.write(json.dumps({"ready": True}) + "\n")
+    sys.stdout.flush()
+    for line in sys.stdin:
+        request = json.loads(line)
+        sys.stdout.write(json.dumps(fork_kernel(request)) + "\n")
+        sys.stdout.flush()
+    return 0
+
+
+def fork_kernel(request: dict) -> dict:
+    """Fork, set up and start one kernel; return `{"pid"}` (as seen here) or `{"error"}`."""
+    report_read, report_write = os.pipe()
+    sys.stderr.flush()
+    intermediate = os.fork()
+    if intermediate == 0:
+        code = EXIT_SETUP_FAILED
+        try:
+            os.close(report_read)
+            _kernel_from_zygote(request, report_write)
+            code = 0
+        except SystemExit as stop:  # the kernel ended (e.g. `exit()` in a cell ends ipykernel's loop)
+            code = stop.code if isinstance(stop.code, int) else 0
+        except BaseException as error:  # reported in the submission's log, which the host shows
+            print(f"sandbox kernel setup failed: {error.__class__.__name__}: {error}", file=sys.stderr, flush=True)
+        finally:
+            os._exit(code)
+    os.close(report_write)
+    with os.fdopen(report_read, "rb") as handle:
+        pid = handle.read()
+    os.waitpid(intermediate, 0)
+    return {"pid": int(pid)} if pid else {"error": "the kernel could not be set up (see the submission's log)"}
+
+
+def _kernel_from_zygote(request: dict, report_write: int) -> None:
+    """In the forked child: the submission's log on fds 1 and 2, the kernel's set-up, then ipykernel."""
+    global STARTED
+    STARTED = time.monotonic()
+    log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.closerange(3, report_write)
+    os.closerange(report_write + 1, os.sysconf("SC_OPEN_MAX"))
+    stdin, _ = os.pipe()  # as jupyter_client gives a kernel: a pipe nobody writes to (its write end stays open here)
+    os.dup2(stdin, 0)
+    os.close(stdin)
+    with open(request["plan"], encoding="utf-8") as handle:
+        plan = json.load(handle)
+    command = request["command"]
+    if command[:3] != [sys.executable, "-m", "ipykernel_launcher"]:
+        raise SetupError(f"the zygote starts `{sys.executable} -m ipykernel_launcher ...` only, not {command[:3]}")
+    command, env = kernel_setup(plan, request["connection_file"], command, request.get("env", {}),
+                                report_to=report_write)
+    start_ipykernel(command[3:], env)
+
+
+def start_ipykernel(arguments: list[str], env: dict) -> None:
+    """What `python -m ipykernel_launcher ARGUMENTS` does, in this already set-up process."""
+    import atexit
+    import importlib.util
+    import random
+    import runpy  # noqa: F401 - `python -m` has imported it
+
+    os.environ.clear()
+    os.environ.update(env)
+    sys.argv = [importlib.util.find_spec("ipykernel_launcher").origin, *arguments]
+    del sys.path[0]  # the launcher's folder, where `python -m` would have put the kernel's cwd, then removed it
+    random.seed()  # a forked process shares its parent's random state; a kernel starts with its own
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # as a new interpreter has them
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    sys.stdin = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115
+    sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+    sys.stderr = open(2, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+    import site
+
+    site.USER_BASE = site.USER_SITE = None  # computed from HOME at start-up: the kernel's, not the zygote's
+    site.getusersitepackages()
+    from ipykernel import kernelapp
+
+    try:
+        # `parent_handle` is the one setting ipykernel takes from the environment when it is imported
+        # (on Linux): here it is imported before the kernel's environment exists, so it is passed.
+        kernelapp.IPKernelApp.launch_instance(parent_handle=int(env.get("JPY_PARENT_PID") or 0))
+    finally:
+        atexit._run_exitfuncs()  # what the interpreter would do at the end of `python -m ipykernel_launcher`
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    split = argv.index("--") if "--" in argv else len(argv)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     usage="%(prog)s {init,kernel} --plan PLAN [--connection-file F] -- COMMAND... "
+                                           "| %(prog)s zygote")
+    parser.add_argument("role", choices=("init", "kernel", "zygote"))
+    parser.add_argument("--plan", help="plan JSON written by tools.course.classroom.sandbox (init and kernel roles)")
+    parser.add_argument("--connection-file", help="kernel role: the connection file jupyter_client wrote")
+    args = parser.parse_args(argv[:split])
+    if args.role == "zygote":
+        return run_zygote()
+    command = argv[split + 1:]
+    if not command or not args.plan:
+        parser.error("the init and kernel roles need --plan and a command after --")
+    with open(args.plan, encoding="utf-8") as handle:
+        plan = json.load(handle)
+    pid = os.getpid()
+    try:
+        if args.role == "init":
+            return run_init(plan, command)
+        run_kernel(plan, args.connection_file, command)
+    except (SetupError, OSError) as error:
+        print(f"sandbox {args.role} setup failed: {error}", file=sys.stderr, flush=True)
+    if os.getpid() != pid:  # the kernel's namespace child (PID 1 there): never return into the shim's code
+        os._exit(EXIT_SETUP_FAILED)
+    return EXIT_SETUP_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

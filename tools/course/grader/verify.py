@@ -1,0 +1,368 @@
+"""Prove the graders' strength: planted submissions must score what their rule says.
+
+For one chapter, in a throw-away copy of the course root, `nbgrader generate_assignment` makes
+the release; submissions are made from it and from the reference:
+
+* through `nbgrader autograde` (the pipeline proof): the released stub (0), the reference (full
+  marks) and the stub with every other test cell edited into `assert True` and the rest deleted
+  (0), so the release, the locked cells and the restored tests work;
+* through the grading oracle (`tools.course.grader.oracle`, one forked process per submission):
+  every planted wrong solution, which must lose points on its own exercise (only that exercise's
+  test cells run for it: the matrix shows `·` for the others), plus the stub and the reference,
+  whose per-cell scores must equal nbgrader's (a drift check on every chapter).
+
+`full=True` (`grading verify --full`, before a release) grades every submission through nbgrader
+as well, adds a tampered mutant and an endless loop, and requires the oracle to agree with
+nbgrader test for test on every submission both graded.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from nbformat import NotebookNode
+
+from tools.core.catalog import Chapter
+from tools.course.cells import read_notebook, write_notebook
+from tools.course.grader.build import (
+    GRADING_DIR,
+    build_source_notebook,
+    load_mutants,
+    mutants_dir,
+    reference_source,
+)
+from tools.course.grader.oracle import run_oracle
+from tools.course.nbgrader_cli import gradebook_scores, run_nbgrader
+from tools.errors import GradingError
+
+MIN_MUTANTS = 5
+ENDLESS_LOOP = "while True:  # a submission that never finishes\n    pass\n"
+NBGRADER, ORACLE = "nbgrader", "oracle"
+
+Scores = dict[str, tuple[float, float]]
+
+
+@dataclass
+class Submission:
+    """A planted submission, the rule its score must satisfy, and who grades it."""
+
+    student: str
+    kind: str
+    notebook: NotebookNode
+    expectation: str
+    target_exercise: str | None = None
+    graders: tuple[str, ...] = (NBGRADER,)
+
+
+@dataclass
+class Outcome:
+    student: str
+    kind: str
+    expectation: str
+    graded_by: str
+    per_exercise: dict[str, float | None]
+    total: float | None
+    max_total: float
+    passed: bool
+    detail: str = ""
+
+
+@dataclass
+class VerifyReport:
+    chapter: str
+    exercises: list[str]
+    max_per_exercise: dict[str, float]
+    mode: str = "fast"
+    outcomes: list[Outcome] = field(default_factory=list)
+    disagreements: list[str] = field(default_factory=list)
+    nbgrader_submissions: int = 0
+    nbgrader_seconds: float = 0.0
+    oracle_submissions: int = 0
+    oracle_seconds: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.outcomes) and all(outcome.passed for outcome in self.outcomes) and not self.disagreements
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data["passed"] = self.passed
+        data["nbgrader_seconds_per_submission"] = round(self.nbgrader_seconds / max(self.nbgrader_submissions, 1), 2)
+        data["oracle_seconds_per_submission"] = round(self.oracle_seconds / max(self.oracle_submissions, 1), 3)
+        return data
+
+
+# ---------------------------------------------------------------------------
+# Planted submissions
+# ---------------------------------------------------------------------------
+
+def _meta(cell: NotebookNode) -> dict:
+    return cell.metadata.get("nbgrader", {})
+
+
+def _solution_cells(notebook: NotebookNode) -> dict[str, NotebookNode]:
+    return {_meta(cell)["grade_id"]: cell for cell in notebook.cells if _meta(cell).get("solution")}
+
+
+def _grade_cells(notebook: NotebookNode) -> list[NotebookNode]:
+    return [cell for cell in notebook.cells if _meta(cell).get("grade")]
+
+
+def _with_solutions(release: NotebookNode, sources: dict[str, str]) -> NotebookNode:
+    notebook = copy.deepcopy(release)
+    cells = _solution_cells(notebook)
+    for name, source in sources.items():
+        cells[name].source = source
+    return notebook
+
+
+def _edited_tests(notebook: NotebookNode) -> NotebookNode:
+    tampered = copy.deepcopy(notebook)
+    for index, cell in enumerate(_grade_cells(tampered)):
+        cell.source = "pass" if index % 2 else "assert True  # edited test"
+    return tampered
+
+
+def _edited_and_deleted_tests(notebook: NotebookNode) -> NotebookNode:
+    """Every other test cell edited into `assert True`, the others deleted: neither may earn a point."""
+    tampered = copy.deepcopy(notebook)
+    kept, tests_seen = [], 0
+    for cell in tampered.cells:
+        if _meta(cell).get("grade"):
+            tests_seen += 1
+            if tests_seen % 2 == 0:
+                continue  # deleted
+            cell.source = "assert True  # edited test"
+        kept.append(cell)
+    tampered.cells = kept
+    return tampered
+
+
+def solutions_of(notebook: NotebookNode) -> dict[str, str]:
+    """`exercise -> source` of every solution cell of a submission notebook."""
+    return {name: cell.source for name, cell in _solution_cells(notebook).items()}
+
+
+def planted_submissions(release: NotebookNode, chapter_notebook: NotebookNode, mutants: list, *,
+                        full: bool = False, endless_loop: bool = True) -> list[Submission]:
+    """What verification grades, each with its rule and its graders (see the module docstring)."""
+    exercises = list(_solution_cells(release))
+    reference = {name: reference_source(chapter_notebook, name) for name in exercises}
+    both = (NBGRADER, ORACLE)
+    submissions = [
+        Submission("stub", "released stub", copy.deepcopy(release), "zero", graders=both),
+        Submission("reference", "reference solution", _with_solutions(release, reference), "full", graders=both),
+        Submission("tampered_stub", "stub with test cells edited or deleted", _edited_and_deleted_tests(release),
+                   "zero"),
+    ]
+    planted = []
+    for mutant in mutants:
+        if mutant.exercise not in exercises:
+            raise GradingError(f"mutant {mutant.name} targets unknown exercise {mutant.exercise}")
+        notebook = _with_solutions(release, {**reference, mutant.exercise: mutant.source})
+        planted.append(Submission(f"mutant_{mutant.name}", f"mutant: {mutant.mistake}", notebook, "loses_points",
+                                  mutant.exercise, graders=both if full else (ORACLE,)))
+    submissions += planted
+    if full and planted:
+        first = planted[0]
+        submissions.append(Submission(f"tampered_{first.student}", "mutant with edited test cells",
+                                      _edited_tests(first.notebook), f"same_as:{first.student}"))
+    if full and endless_loop:
+        submissions.append(endless_loop_submission(release))
+    return submissions
+
+
+def endless_loop_submission(release: NotebookNode) -> Submission:
+    """The stub whose first exercise cell never finishes: the per-cell timeout must stop it."""
+    looping = copy.deepcopy(release)
+    first_solution = next(iter(_solution_cells(looping).values()))
+    first_solution.source = ENDLESS_LOOP + first_solution.source
+    return Submission("endless_loop", "stub whose first exercise cell never finishes", looping, "zero")
+
+
+# ---------------------------------------------------------------------------
+# Judging
+# ---------------------------------------------------------------------------
+
+def _judge(submission: Submission, per_exercise: dict[str, float], total: float, max_total: float,
+           max_per_exercise: dict[str, float], totals: dict[str, float]) -> tuple[bool, str]:
+    rule = submission.expectation
+    if rule == "zero":
+        return total == 0, "must score 0"
+    if rule == "full":
+        return total == max_total, "must score full marks"
+    if rule == "loses_points":
+        target = submission.target_exercise
+        lost = per_exercise[target] is not None and per_exercise[target] < max_per_exercise[target]  # -1: lost early
+        return lost and (total is None or total < max_total), f"must lose points on {target}"
+    if rule.startswith("same_as:"):
+        base = rule.split(":", 1)[1]
+        return total == totals[base], f"must gain nothing over {base} ({totals[base]:g})"
+    raise GradingError(f"unknown expectation {rule}")
+
+
+def disagreements(nbgrader: dict[str, Scores], oracle: dict[str, Scores]) -> list[str]:
+    """Every grade cell where the oracle's score differs from nbgrader's, for students both graded."""
+    found = []
+    for student in sorted(set(nbgrader) & set(oracle)):
+        for cell in sorted(set(nbgrader[student]) | set(oracle[student])):
+            ours, theirs = oracle[student].get(cell), nbgrader[student].get(cell)
+            if ours != theirs:
+                found.append(f"{student} {cell}: oracle {ours} vs nbgrader {theirs}")
+    return found
+
+
+# ---------------------------------------------------------------------------
+# Verification
+# ---------------------------------------------------------------------------
+
+@dataclass
+class PreparedChapter:
+    """A throw-away nbgrader course holding one chapter's source and release."""
+
+    course: Path
+    source: NotebookNode
+    release: NotebookNode
+    chapter_notebook: NotebookNode
+    mutants: list
+
+
+def prepare_course(root: Path, chapter: Chapter, course: Path, log_path: Path) -> PreparedChapter:
+    """Copy the config, write the source notebook and run `nbgrader generate_assignment`."""
+    chapter_notebook = read_notebook(chapter.notebook_path(root))
+    mutants = load_mutants(mutants_dir(root, chapter), chapter_notebook)
+    if len(mutants) < MIN_MUTANTS:
+        raise GradingError(f"{chapter.id}: {len(mutants)} mutant(s) in {mutants_dir(root, chapter)}, need >= {MIN_MUTANTS}")
+    source = build_source_notebook(root, chapter)
+    shutil.copy(root / GRADING_DIR / "nbgrader_config.py", course / "nbgrader_config.py")
+    write_notebook(source, course / "source" / chapter.slug / f"{chapter.slug}.ipynb")
+    run_nbgrader(course, ["generate_assignment", chapter.slug, "--force"], log_path)
+    release = read_notebook(course / "release" / chapter.slug / f"{chapter.slug}.ipynb")
+    return PreparedChapter(course, source, release, chapter_notebook, mutants)
+
+
+def autograde_planted(prepared: PreparedChapter, slug: str, submissions: list[Submission],
+                      log_path: Path) -> dict[str, Scores]:
+    """Autograde `submissions` in one `nbgrader autograde` run; return each student's cell scores."""
+    if not submissions:
+        return {}
+    for submission in submissions:
+        write_notebook(submission.notebook, prepared.course / "submitted" / submission.student / slug / f"{slug}.ipynb")
+    run_nbgrader(prepared.course, ["autograde", slug, "--force"], log_path)
+    return {submission.student: gradebook_scores(prepared.course, slug, submission.student)
+            for submission in submissions}
+
+
+def oracle_planted(prepared: PreparedChapter, submissions: list[Submission], cell_timeout_s: int, *,
+                   own_exercise_only: bool = False) -> tuple[dict[str, Scores], set[str]]:
+    """Oracle scores, and the students graded only up to their first lost point. With
+    `own_exercise_only` a mutant runs only its own exercise's test cells (its rule concerns that
+    exercise alone) and stops at the first that loses a point; every other submission runs all."""
+    if not submissions:
+        return {}, set()
+    only = {s.student: s.target_exercise for s in submissions
+            if own_exercise_only and s.expectation == "loses_points" and NBGRADER not in s.graders}
+    results = run_oracle(prepared.source, {s.student: solutions_of(s.notebook) for s in submissions},
+                         cell_timeout_s=cell_timeout_s, only_exercise=only)
+    partial = {student for student, result in results.items() if result.stopped_at_first_loss}
+    return {student: result.scores for student, result in results.items()}, partial
+
+
+def course_cell_timeout(root: Path) -> int:
+    from traitlets.config.loader import PyFileConfigLoader
+
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(root / GRADING_DIR)).load_config()
+    return int(config.Execute.get("timeout", 30))
+
+
+def verify_chapter(root: Path, chapter: Chapter, *, full: bool = False, endless_loop: bool = True,
+                   log_dir: Path | None = None, progress: Callable[[str], None] | None = None) -> VerifyReport:
+    """Grade the planted submissions of `chapter` and judge every score.
+
+    `endless_loop=False` leaves the endless-loop submission out of a full run (it waits for the
+    whole per-cell timeout; one chapter proves it for the course)."""
+    say = progress or (lambda _: None)
+    log_dir = log_dir or root / "build" / "grading"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"verify_{chapter.slug}.log"
+    log_path.write_text("", encoding="utf-8")
+    with tempfile.TemporaryDirectory(prefix=f"verify-{chapter.slug}-") as temp:
+        say(f"{chapter.id}: generate_assignment")
+        prepared = prepare_course(root, chapter, Path(temp), log_path)
+        submissions = planted_submissions(prepared.release, prepared.chapter_notebook, prepared.mutants, full=full,
+                                          endless_loop=endless_loop)
+        by_nbgrader = [s for s in submissions if NBGRADER in s.graders]
+        by_oracle = [s for s in submissions if ORACLE in s.graders]
+        say(f"{chapter.id}: nbgrader autograde {len(by_nbgrader)}, oracle {len(by_oracle)} submissions")
+        started = time.perf_counter()
+        nbgrader_scores = autograde_planted(prepared, chapter.slug, by_nbgrader, log_path)
+        nbgrader_seconds = time.perf_counter() - started
+        started = time.perf_counter()
+        oracle_scores, partial = oracle_planted(prepared, by_oracle, course_cell_timeout(root), own_exercise_only=not full)
+        oracle_seconds = time.perf_counter() - started
+        source = prepared.source
+    exercise_of = {_meta(cell)["grade_id"]: cell.metadata.get("course", {}).get("exercise")
+                   for cell in _grade_cells(source)}
+    exercises = list(_solution_cells(source))
+    report = VerifyReport(chapter.id, exercises, {}, "full" if full else "fast",
+                          nbgrader_submissions=len(by_nbgrader), nbgrader_seconds=round(nbgrader_seconds, 2),
+                          oracle_submissions=len(by_oracle), oracle_seconds=round(oracle_seconds, 2))
+    report.max_per_exercise = {name: sum(float(_meta(cell)["points"]) for cell in _grade_cells(source)
+                                         if exercise_of[_meta(cell)["grade_id"]] == name) for name in exercises}
+    max_total = sum(report.max_per_exercise.values())
+    scored = {**oracle_scores, **nbgrader_scores}  # nbgrader's word counts where both graded
+    totals = {student: sum(score for score, _ in cells.values()) for student, cells in scored.items()}
+    for submission in submissions:
+        cells = scored[submission.student]
+        graded = {exercise_of.get(cell) for cell in cells}
+        per_exercise = {name: sum(s for cell, (s, _) in cells.items() if exercise_of.get(cell) == name)
+                        if name in graded else None for name in exercises}
+        if None in per_exercise.values() or submission.student in partial:
+            totals[submission.student] = None  # only its own exercise was graded, up to its first lost point
+            if submission.student in partial:
+                per_exercise[submission.target_exercise] = -1.0  # lost at least one point; the rest was not run
+        passed, detail = _judge(submission, per_exercise, totals[submission.student], max_total,
+                                report.max_per_exercise, totals)
+        report.outcomes.append(Outcome(submission.student, submission.kind, submission.expectation,
+                                       "+".join(submission.graders), per_exercise, totals[submission.student],
+                                       max_total, passed, detail))
+    report.disagreements = disagreements(nbgrader_scores, oracle_scores)
+    (log_dir / f"verify_{chapter.slug}.json").write_text(
+        json.dumps(report.to_json(), ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+    return report
+
+
+def _cell_text(score: float | None, maximum: float) -> str:
+    if score is None:
+        return "·"  # not run: a mutant is judged on its own exercise only
+    if score < 0:
+        return f"lost/{maximum:g}"  # lost a point; its remaining tests were not run
+    return f"{score:g}/{maximum:g}"
+
+
+def format_matrix(report: VerifyReport) -> str:
+    """The verification matrix as a fixed-width table."""
+    headers = ["submission", "graded by", *report.exercises, "total", "rule", "ok"]
+    rows = []
+    for outcome in report.outcomes:
+        rows.append([outcome.student, outcome.graded_by,
+                     *(_cell_text(outcome.per_exercise[name], report.max_per_exercise[name]) for name in report.exercises),
+                     "·" if outcome.total is None else f"{outcome.total:g}/{outcome.max_total:g}", outcome.detail,
+                     "PASS" if outcome.passed else "FAIL"])
+    widths = [max(len(str(row[i])) for row in [headers, *rows]) for i in range(len(headers))]
+    lines = ["  ".join(str(value).ljust(width) for value, width in zip(headers, widths))]
+    lines.append("  ".join("-" * width for width in widths))
+    lines.extend("  ".join(str(value).ljust(width) for value, width in zip(row, widths)) for row in rows)
+    lines.extend(f"DISAGREE {item}" for item in report.disagreements)
+    lines.append(f"{report.chapter} ({report.mode}): nbgrader {report.nbgrader_submissions} submissions in "
+                 f"{report.nbgrader_seconds:.1f} s, oracle {report.oracle_submissions} in {report.oracle_seconds:.1f} s, "
+                 f"{len(report.disagreements)} disagreement(s) -> {'PASS' if report.passed else 'FAIL'}")
+    return "\n".join(lines)
+
