@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+from tools.chapters import framework_checks
 from tools.data.arithmetic import generate_tasks
 from tools.experiments.preference.trl_runs import (
     quiet_trl,
@@ -202,35 +203,24 @@ def trl_dpo_check(sequence_logprobs: Callable, dpo_loss: Callable, *, seed: int 
 
 def learner_comparison(step: Mapping, functions: Mapping[str, Callable]) -> dict:
     """The comparison with the learner's own functions, or why it could not run (`not_implemented` while
-    a TODO still raises NotImplementedError, `error` with its message)."""
-    try:
+    a TODO still raises NotImplementedError, `error` with its message). A loss that matches TRL's but lets
+    a gradient reach the reference still `differs`."""
+    def compare() -> dict:
         result = compare_with_trl(step, functions["sequence_logprobs"], functions["dpo_loss"])
-    except NotImplementedError as error:
-        return {"status": "not_implemented", "detail": str(error)}
-    except Exception as error:  # a learner's bug is reported as data; the reference check still stands
-        return {"status": "error", "detail": f"{type(error).__name__}: {error}"}
-    undetached = result["undetached_reference"]["your_dpo_loss"]
-    status = "matches" if result["matches"] and not result["reference_grad_after_our_backward"] and not undetached \
-        else "differs"
-    detail = (f"max |difference| {result['max_abs_diff']:.2e}; reference tensors with a gradient through your "
-              f"dpo_loss: {undetached}")
-    return {"status": status, "detail": detail, **{key: result[key] for key in ("ours", "max_abs_diff")}}
+        leaks = result["reference_grad_after_our_backward"] or result["undetached_reference"]["your_dpo_loss"] > 0
+        return {**result, "matches": result["matches"] and not leaks}
+
+    return framework_checks.learner_result(compare)
 
 
 def framework_record(check: Mapping, learner: Mapping) -> dict:
     """The `framework_check` record's body (the header and runtime come from `save_record`)."""
-    return {"measurement": "equality check of loss definitions on one batch of the tiny model (random weights); "
-                           "not a GPU measurement",
-            "results": {key: value for key, value in check.items() if key != "step"},
-            "learner_functions": dict(learner)}
+    return framework_checks.record_body(check, learner)
 
 
 def framework_summary(record: Mapping) -> list[str]:
     """Lines that show a `framework_check` record (this run's or an earlier cpu_smoke one)."""
-    learner = record.get("learner_functions", {})
-    level = f"evidence level {record.get('evidence_level')}: an equality check of loss definitions, not a GPU measurement"
-    return [level, *framework_lines(record["results"]),
-            f"  your functions: {learner.get('status')} ({learner.get('detail', '')})"]
+    return framework_checks.summary_lines(record, framework_lines)
 
 
 def _undetached_reference_grads(policy, reference, batch, sequence_logprobs: Callable, dpo_loss: Callable) -> dict:
