@@ -14,15 +14,18 @@ from pathlib import Path
 from typing import Callable
 
 from tools.core.environment import runtime_snapshot
-from tools.core.records import save_json_record_once
 from tools.data.arithmetic import build_task_pool
 from tools.errors import RecordExistsError
 from tools.experiments.verl_closure.backends import GroupRun, get_backend
 from tools.experiments.verl_closure.comparisons import compare_lora_updates
 from tools.experiments.verl_closure.config import ClosureConfig, group_settings, validate_config
 from tools.experiments.verl_closure.protocol import FREE_CACHE_ENGINE, GROUPS, build_examples, build_requests
-from tools.experiments.verl_closure.record import build_record
+from tools.experiments.contract import RecordSink
+from tools.experiments.verl_closure.record import CHAPTERS, STAGE, build_record
 from tools.measure.sampler import ResourceSampler, gpu_memory_reader, wait_for_memory_settle
+
+RECORD_FOLDER = "pt_verl_closure"
+"""One shared record per label: `<results root>/pt_verl_closure/<label>.json`."""
 
 PROBE_SEED_OFFSET = 10_000
 """The post-sync probe requests use seeds far from the frozen rollouts' seeds."""
@@ -62,7 +65,8 @@ def _settling(reader, description: dict, config: ClosureConfig) -> dict:
 
 def run_experiment(config: ClosureConfig, *, sampler: ResourceSampler | None = None,
                    clock: Callable[[], float] = time.monotonic, echo: Callable[[str], None] | None = None,
-                   gpu_reader: Callable[[], float] | None = None, sleep: Callable[[float], None] = time.sleep) -> dict:
+                   gpu_reader: Callable[[], float] | None = None, sleep: Callable[[float], None] = time.sleep,
+                   sink: RecordSink | None = None) -> dict:
     """Run both groups and write the record once; returns `{path, sha256, record, groups, settings,
     overrides, update_comparison}` (`groups` holds the raw per-group measurements on the absolute clock).
 
@@ -71,12 +75,17 @@ def run_experiment(config: ClosureConfig, *, sampler: ResourceSampler | None = N
     group that starts unsettled fails a check. `gpu_reader` replaces the device reader (tests).
 
     Raises RecordExistsError before any work when the output exists, ConfigError on invalid input;
-    a failed stage raises after logging to `<label>_<group>.log`, and no record is written.
+    a failed stage raises after logging to `<label>_<group>.log`, and no record is written. The
+    record goes through `sink` (the contract's RecordSink of the run; default: one rooted at the
+    output's folder).
     """
     validate_config(config)
     output = Path(config.output)
     if output.exists():
         raise RecordExistsError(f"record {output} already exists; records are write-once, use a new run label.")
+    if sink is None:
+        sink = RecordSink(run_mode=config.run_mode, run_label=config.run_label, results_root=output.parent,
+                          chapter_id=CHAPTERS[0], slug=RECORD_FOLDER)
     backend = get_backend(config.backend)
     pool = build_task_pool(config.task_seed)
     tasks = {task.task_id: task for task in pool.tasks}
@@ -140,13 +149,9 @@ def run_experiment(config: ClosureConfig, *, sampler: ResourceSampler | None = N
                               sampler=sampler, origin=origin, model=model.identity, runtime=runtime_snapshot(),
                               backend_details={**backend.details(config, model), **runtime_details},
                               update_comparison=comparison, memory_settling=settling)
-    digest = save_json_record_once(output, record)
+    digest = sink.save(output, record, stage=STAGE).sha256
     return {"path": output, "sha256": digest, "record": record, "groups": groups, "settings": settings,
             "overrides": overrides, "update_comparison": comparison}
-
-
-RECORD_FOLDER = "pt_verl_closure"
-"""One shared record per label: `<results root>/pt_verl_closure/<label>.json`."""
 
 
 def closure_config(plan, output: Path) -> ClosureConfig:
@@ -169,6 +174,4 @@ def run(plan, sink, *, log: Callable[[str], None] | None = None) -> dict | None:
                 f"{plan.device}; nothing is loaded or written")
         return None
     config = validate_config(closure_config(plan, sink.results_root / RECORD_FOLDER / f"{plan.label}.json"))
-    result = run_experiment(config, echo=log)
-    sink.adopt(result["path"], stage="verl_mechanism_closure")
-    return result
+    return run_experiment(config, echo=log, sink=sink)
