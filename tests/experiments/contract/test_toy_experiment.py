@@ -140,7 +140,7 @@ def test_the_batch_listing_places_the_toy_steps_among_the_registered_ones():
     assert [step["order"] for step in steps] == sorted(step["order"] for step in steps)
     toy = next(step for step in steps if step["name"] == "toy_summarise")
     assert toy == {"name": "toy_summarise", "experiment": "toy", "stage": "summarise", "chapter": None,
-                   "order": 6, "max_s": registry.DEFAULT_STEP_MAX_S, "arguments": []}
+                   "order": 7, "max_s": registry.DEFAULT_STEP_MAX_S, "arguments": []}
 
 
 def test_limits_reach_the_runner(toy, tmp_path):

@@ -4,10 +4,16 @@ table beside the analytic estimate, and the quality floor the candidates are jud
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from tools.experiments.memory_strategy.plan import QUALITY_TOLERANCE, StagePlan
-from tools.experiments.memory_strategy.runner import CachedModel, TrainingWorkload, run_memory_strategy
+from tools.experiments.memory_strategy.runner import (
+    CachedModel,
+    TrainingWorkload,
+    run_memory_strategy,
+)
+
 
 def run_strategy_set(plan: StagePlan, workload: TrainingWorkload, models: CachedModel,
                      log: Callable[[str], None] | None = None) -> list[dict]:

@@ -10,9 +10,10 @@ The stages themselves run in `stages`; this module loads nothing.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from tools.core.paths import results_root_for
 from tools.core.runs import validate_run_label, validate_run_mode

@@ -57,10 +57,31 @@ class GroupLog:
         self._handle.close()
 
 
+def create_cuda_context(device: str) -> None:
+    """Create this process's CUDA context now (one small allocation), with torch's kernels for it."""
+    import torch
+
+    torch.zeros(1, device=device).add_(1)
+    torch.cuda.synchronize(device)
+
+
+def read_memory_baseline(gpu_reader: Callable[[], float] | None, *,
+                         create_context: Callable[[], None] | None) -> tuple[float | None, bool]:
+    """The device memory the groups must come back to: read after this process's own CUDA context
+    exists (when it uses CUDA), since a context created later (about 0.5 GiB, plus lazily loaded
+    kernels) would stay above a baseline read before it. Returns (MiB or None, context included)."""
+    if gpu_reader is None:
+        return None, False
+    if create_context is not None:
+        create_context()
+    return float(gpu_reader()), create_context is not None
+
+
 def _settling(reader, description: dict, config: ClosureConfig) -> dict:
     return {"measured": reader is not None, "source": description.get("gpu_source"),
             "device_uuid": description.get("gpu_device_uuid"), "margin_mb": config.memory_settle_margin_mb,
-            "timeout_s": config.memory_settle_timeout_s, "baseline_mb": None, "before_group": {}}
+            "timeout_s": config.memory_settle_timeout_s, "baseline_mb": None,
+            "baseline_includes_own_cuda_context": False, "before_group": {}}
 
 
 def run_experiment(config: ClosureConfig, *, sampler: ResourceSampler | None = None,
@@ -117,7 +138,8 @@ def run_experiment(config: ClosureConfig, *, sampler: ResourceSampler | None = N
         sampler.start()
         try:
             frozen = None
-            settling["baseline_mb"] = None if gpu_reader is None else float(gpu_reader())
+            settling["baseline_mb"], settling["baseline_includes_own_cuda_context"] = read_memory_baseline(
+                gpu_reader, create_context=(lambda: create_cuda_context(config.device)) if use_torch else None)
             for index, group in enumerate(GROUPS):
                 log = GroupLog(config.log_path(group), echo=echo)
                 try:
