@@ -198,3 +198,35 @@ def test_bad_arguments_stop_the_script_before_any_step(tmp_path):
                                check=False)
     assert completed.returncode == 2 and "usage" in completed.stderr
     assert not (tmp_path / "summary.json").exists()
+
+
+def _python_312() -> str | None:
+    """An interpreter of the image's Python version (3.12), where this machine has one."""
+    candidates = [os.environ.get("COURSE_PYTHON312"), shutil.which("python3.12")]
+    pyenv = shutil.which("pyenv")
+    if pyenv:
+        root = subprocess.run([pyenv, "root"], capture_output=True, text=True, check=False).stdout.strip()
+        candidates += sorted(str(p) for p in Path(root).glob("versions/3.12*/bin/python3.12")) if root else []
+    for candidate in filter(None, candidates):
+        probe = subprocess.run([candidate, "-c", "import sys; print(sys.version_info[:2] == (3, 12))"],
+                               capture_output=True, text=True, check=False)
+        if probe.stdout.strip() == "True":
+            return candidate
+    return None
+
+
+def test_the_course_code_compiles_and_the_carried_wheels_install_on_the_images_python(carried_wheels, tmp_path):
+    """The rehearsal runs on 3.11 (no CPU torch for 3.12 here); what 3.12 itself can check is checked here."""
+    python = _python_312()
+    if python is None:
+        pytest.skip("no Python 3.12 interpreter on this machine (set COURSE_PYTHON312 to one)")
+    env = {**os.environ, "PYTHONPYCACHEPREFIX": str(tmp_path / "pycache")}
+    compiled = subprocess.run([python, "-m", "compileall", "-q", "tools", "benchmarks"], cwd=REPO_ROOT, env=env,
+                              capture_output=True, text=True, check=False)
+    assert compiled.returncode == 0, compiled.stdout + compiled.stderr
+    installed = subprocess.run([python, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--target",
+                                str(tmp_path / "site"), *map(str, sorted(carried_wheels.glob("*.whl")))],
+                               capture_output=True, text=True, check=False, timeout=600)
+    assert installed.returncode == 0, installed.stderr
+    assert {p.name.split("-")[0] for p in (tmp_path / "site").glob("*.dist-info")} == {
+        wheel.split("==")[0] for wheel in DESCRIPTION["carry"]["wheels"]}
