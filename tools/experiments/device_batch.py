@@ -60,6 +60,11 @@ class BatchStep:
     max_s: float
     gate: bool = False
     """A gate stops the batch when it fails (the environment check)."""
+    takes_time_limit: bool = False
+    """An experiment step is told its limit (`--time-limit-s`, the plan's `limits.time_s`)."""
+
+    def command(self, limit_s: float) -> tuple[str, ...]:
+        return (*self.argv, "--time-limit-s", f"{limit_s:.0f}") if self.takes_time_limit else self.argv
 
 
 def batch_steps(*, run_mode: str, label: str, results_dir: Path, model_source: str,
@@ -73,9 +78,9 @@ def batch_steps(*, run_mode: str, label: str, results_dir: Path, model_source: s
              BatchStep("models", ("-m", "tools.experiments", "models", *common), 240.0)]
     for step in device_steps():
         argv = step.argv(run_mode=run_mode, label=label, results_dir=str(results_dir), model_source=model_source)
-        steps.append(BatchStep(step.name, ("-m", "tools.experiments", *argv), step.max_s))
+        steps.append(BatchStep(step.name, ("-m", "tools.experiments", *argv), step.max_s, takes_time_limit=True))
     if max_step_s is not None:
-        steps = [BatchStep(s.name, s.argv, min(s.max_s, max_step_s), s.gate) for s in steps]
+        steps = [BatchStep(s.name, s.argv, min(s.max_s, max_step_s), s.gate, s.takes_time_limit) for s in steps]
     return steps
 
 
@@ -114,11 +119,12 @@ def write_archive(out: Path, results: Path) -> None:
 def run_step(step: BatchStep, *, python: str, limit_s: float, log_file, cwd: Path) -> tuple[int, bool]:
     """Run one step in its own process group; kill the group when it exceeds `limit_s`.
     Returns (exit code, timed out); a killed step exits TIMED_OUT_EXIT."""
-    log_file.write(f"=== {step.name} (limit {limit_s:.0f} s): {python} {' '.join(step.argv)}\n")
+    command = step.command(limit_s)
+    log_file.write(f"=== {step.name} (limit {limit_s:.0f} s): {python} {' '.join(command)}\n")
     log_file.flush()
     repo = str(Path(__file__).resolve().parents[2])
     path = os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), repo]))
-    process = subprocess.Popen([python, *step.argv], stdout=log_file, stderr=subprocess.STDOUT, cwd=cwd,
+    process = subprocess.Popen([python, *command], stdout=log_file, stderr=subprocess.STDOUT, cwd=cwd,
                                env={**os.environ, "PYTHONPATH": path}, start_new_session=True)
     try:
         return process.wait(timeout=limit_s), False
@@ -171,7 +177,7 @@ def run_batch(*, label: str, out: Path, rehearse: bool = False, budget_s: float 
                 limit = min(step.max_s, remaining)
                 step_started = clock()
                 code, timed_out = run_step(step, python=python, limit_s=limit, log_file=log_file, cwd=out)
-                entry.update(limit_s=round(limit, 1), exit_code=code, seconds=round(clock() - step_started, 1),
+                entry.update(command=list(step.command(limit)), limit_s=round(limit, 1), exit_code=code, seconds=round(clock() - step_started, 1),
                              timed_out=timed_out, status="ok" if code == 0 else ("timed_out" if timed_out else "failed"))
                 if step.gate and code != 0:
                     stop_reason = f"{step.name} failed (exit {code}): see log.txt"

@@ -74,6 +74,10 @@ def test_a_step_killed_by_its_limit_leaves_every_earlier_record_in_the_archive(t
     assert steps["toy_sleep"]["timed_out"] is True and steps["toy_summarise"]["status"] == "ok"
     assert summary["failed_steps"] == ["toy_sleep"] and summary["complete"] is True
     assert _archive(out) == sorted(MEASURED + ["toy_experiment/toy_experiment_summary_toy_batch_v1.json"])
+    with tarfile.open(out / "records.tar.gz") as archive:
+        measured = json.load(archive.extractfile(MEASURED[0]))
+    assert measured["limits"]["time_s"] == steps["toy_measure"]["limit_s"]  # each step is told its time
+    assert steps["toy_measure"]["command"][-2:] == ["--time-limit-s", f"{steps['toy_measure']['limit_s']:.0f}"]
     assert "=== toy_sleep (limit 5 s)" in (out / "log.txt").read_text(encoding="utf-8")  # its own max_s
 
 
