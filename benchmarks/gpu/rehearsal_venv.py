@@ -54,7 +54,8 @@ def rehearsal_requirements(description: dict, pins: dict[str, str]) -> list[str]
         elif version == "unrecorded":
             version = pins.get(name.lower()) or unrecorded.get(name)
             if version is None:
-                raise SystemExit(f"{DESCRIPTION.name}: {name} is unrecorded and has no pin; add it to [rehearsal].unrecorded")
+                raise SystemExit(f"{DESCRIPTION.name}: {name} is unrecorded and has no pin; "
+                                 "add it to [rehearsal].unrecorded")
         if name in carried_names(description):
             continue  # carried by the batch, installed by run_device_batch.sh
         requirements.append(f"{name}=={version}")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import traceback
 from collections.abc import Mapping, Sequence
@@ -43,7 +44,8 @@ EXIT_OK = 0
 EXIT_RUN_FAILED = 1
 
 COMMON_FLAGS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
-    "chapter": (("--chapter",), {"default": None, "help": "the chapter whose plan runs (default: the experiment's first)"}),
+    "chapter": (("--chapter",), {"default": None,
+                                 "help": "the chapter whose plan runs (default: the experiment's first)"}),
     "run_mode": (("--run-mode",), {"choices": RUN_MODES, "required": True}),
     "label": (("--label",), {"required": True, "help": "one unique run label (names the records)"}),
     "results_dir": (("--results-dir",), {"default": None, "help": "results root (default: build/results for "
@@ -58,7 +60,8 @@ COMMON_FLAGS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
     "model_source": (("--model-source",), {"choices": MODEL_SOURCES, "default": "local",
                                            "help": "local cache weights, or the architecture with random weights "
                                                    "(recorded as weights: random_init)"}),
-    "device": (("--device",), {"choices": DEVICES, "default": None, "help": "default: cpu (cpu_smoke), cuda (real_gpu)"}),
+    "device": (("--device",), {"choices": DEVICES, "default": None,
+                               "help": "default: cpu (cpu_smoke), cuda (real_gpu)"}),
     "model_cache": (("--model-cache",), {"type": Path, "default": None}),
     "time_limit_s": (("--time-limit-s",), {"type": float, "default": None,
                                            "help": "wall-clock seconds this run may take (the GPU batch passes the "
@@ -89,7 +92,10 @@ def add_common_arguments(parser: argparse.ArgumentParser, names: Sequence[str] =
 def plan_from_args(experiment: str, args: argparse.Namespace, *, chapter: str | None = None,
                    options: Mapping[str, Any] | None = None) -> Plan:
     """The Plan of parsed arguments (flags an experiment's parser lacks take the plan's defaults)."""
-    get = lambda name, default=None: getattr(args, name, default)
+
+    def get(name: str, default: Any = None) -> Any:
+        return getattr(args, name, default)
+
     return Plan(experiment=experiment, chapter=get("chapter") or chapter, run_mode=args.run_mode, label=args.label,
                 results_dir=get("results_dir"), stage=get("stage"), variants=tuple(get("variants") or ()),
                 seeds=tuple(get("seeds") or ()), model=get("model"), model_source=get("model_source", "local"),
@@ -214,6 +220,13 @@ def batch_main(argv: Sequence[str]) -> int:
                         help="default: random_init on the GPU, the tiny model in rehearsal")
     parser.add_argument("--step", action="append", default=[], help="run only this step (repeatable)")
     args = parser.parse_args(list(argv))
+
+    def stop(signum, frame):  # the batch is stopped from outside: its running step goes with it
+        device_batch.stop_running_step()
+        raise SystemExit(128 + signum)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, stop)
     try:
         validate_run_label(args.label)
         if args.budget_s <= 0 or (args.max_step_s is not None and args.max_step_s <= 0):

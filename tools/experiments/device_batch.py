@@ -14,7 +14,8 @@ After every step `summary.json` and `records.tar.gz` (every record under `result
 atomically, so a batch cut short anywhere still brings back every record finished before. Exit 0 when
 every step passed, 1 otherwise, 2 on invalid arguments (nothing run).
 
-`python -m tools.experiments environment` and `models` are the first two steps' commands. Standard
+Stopping the batch (SIGTERM, Ctrl-C) kills the running step's process group too. `python -m
+tools.experiments environment` and `models` are the first two steps' commands. Standard
 library only until a step runs: the batch starts on a machine where the course's own imports may fail.
 """
 
@@ -116,6 +117,21 @@ def write_archive(out: Path, results: Path) -> None:
     _write_atomically(out / "records.tar.gz", write)
 
 
+_RUNNING: dict[str, subprocess.Popen | None] = {"step": None}
+"""The step process running now (its process group is the step's), for `stop_running_step`."""
+
+
+def stop_running_step() -> None:
+    """Kill the running step's process group (the batch itself is being stopped: SIGTERM, Ctrl-C)."""
+    process = _RUNNING["step"]
+    if process is not None and process.poll() is None:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        process.wait()
+
+
 def run_step(step: BatchStep, *, python: str, limit_s: float, log_file, cwd: Path) -> tuple[int, bool]:
     """Run one step in its own process group; kill the group when it exceeds `limit_s`.
     Returns (exit code, timed out); a killed step exits TIMED_OUT_EXIT."""
@@ -126,6 +142,9 @@ def run_step(step: BatchStep, *, python: str, limit_s: float, log_file, cwd: Pat
     path = os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), repo]))
     process = subprocess.Popen([python, *command], stdout=log_file, stderr=subprocess.STDOUT, cwd=cwd,
                                env={**os.environ, "PYTHONPATH": path}, start_new_session=True)
+    _RUNNING["step"] = process
+    log_file.write(f"    process group {process.pid}\n")
+    log_file.flush()
     try:
         return process.wait(timeout=limit_s), False
     except subprocess.TimeoutExpired:
@@ -141,6 +160,8 @@ def run_step(step: BatchStep, *, python: str, limit_s: float, log_file, cwd: Pat
                 continue
         process.wait()
         return TIMED_OUT_EXIT, True
+    finally:
+        _RUNNING["step"] = None
 
 
 def run_batch(*, label: str, out: Path, rehearse: bool = False, budget_s: float = BATCH_BUDGET_S,
@@ -177,8 +198,9 @@ def run_batch(*, label: str, out: Path, rehearse: bool = False, budget_s: float 
                 limit = min(step.max_s, remaining)
                 step_started = clock()
                 code, timed_out = run_step(step, python=python, limit_s=limit, log_file=log_file, cwd=out)
-                entry.update(command=list(step.command(limit)), limit_s=round(limit, 1), exit_code=code, seconds=round(clock() - step_started, 1),
-                             timed_out=timed_out, status="ok" if code == 0 else ("timed_out" if timed_out else "failed"))
+                status = "ok" if code == 0 else ("timed_out" if timed_out else "failed")
+                entry.update(command=list(step.command(limit)), limit_s=round(limit, 1), exit_code=code,
+                             seconds=round(clock() - step_started, 1), timed_out=timed_out, status=status)
                 if step.gate and code != 0:
                     stop_reason = f"{step.name} failed (exit {code}): see log.txt"
             summary["steps"].append(entry)
@@ -292,4 +314,5 @@ def build_models(run_mode: str, model_source: str) -> list[dict]:
     from tools.models.loading import model_identity, resolve_model
 
     wanted = {DEFAULT_MODELS[run_mode]}
-    return [model_identity(resolve_model(model, "local" if model == TINY else model_source)) for model in sorted(wanted)]
+    return [model_identity(resolve_model(model, "local" if model == TINY else model_source))
+            for model in sorted(wanted)]

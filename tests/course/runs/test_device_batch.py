@@ -35,7 +35,8 @@ LABEL = "pytest_device"
 
 
 def _rehearsal_module():
-    spec = importlib.util.spec_from_file_location("rehearsal_venv", REPO_ROOT / "benchmarks" / "gpu" / "rehearsal_venv.py")
+    spec = importlib.util.spec_from_file_location("rehearsal_venv",
+                                                  REPO_ROOT / "benchmarks" / "gpu" / "rehearsal_venv.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -150,8 +151,8 @@ def test_carrying_a_transformers_the_images_tokenizers_cannot_serve_stops_the_ba
     environment check blocks and the batch stops before spending any step on it."""
     wheels = tmp_path / "wheels"
     shutil.copytree(carried_wheels, wheels)
-    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "-d", str(wheels),
-                    "transformers==5.9.0"], check=True, timeout=900, capture_output=True)
+    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "-d",
+                    str(wheels), "transformers==5.9.0"], check=True, timeout=900, capture_output=True)
     out = tmp_path / "out"
     completed = _batch(image_python, wheels, out, tmp_path, "--rehearse", "--step", "environment", "--step",
                        "baseline_73")

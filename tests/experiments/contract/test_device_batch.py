@@ -97,32 +97,48 @@ def test_a_step_the_budget_cannot_fit_is_skipped_and_says_so(tmp_path, monkeypat
                                      only=("toy_measure", "toy_summarise"), clock=lambda: now["t"], echo=step_done)
     steps = {entry["step"]: entry for entry in summary["steps"]}
     assert steps["toy_measure"]["status"] == "ok" and steps["toy_measure"]["limit_s"] == 120.0
-    assert steps["toy_summarise"]["status"] == "skipped" and "15 s of the budget left" in steps["toy_summarise"]["reason"]
+    assert steps["toy_summarise"]["status"] == "skipped"
+    assert "15 s of the budget left" in steps["toy_summarise"]["reason"]
     assert steps["toy_summarise"]["exit_code"] is None and steps["toy_summarise"]["seconds"] is None
     assert summary["failed_steps"] == ["toy_summarise"] and _summary(out) == summary
     assert _archive(out) == MEASURED
 
 
-def test_a_batch_killed_from_outside_still_brought_back_every_finished_step(tmp_path):
-    """The GPU session ends the command (its 10-minute limit): what finished before is already saved."""
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_a_batch_stopped_from_outside_still_brought_back_every_finished_step(tmp_path):
+    """The GPU session ends the command (its 10-minute limit): what finished before is already saved, and
+    the step that was running goes with the batch (its own process group is killed too)."""
     out = tmp_path / "out"
     process = subprocess.Popen(_batch_command(out, "--budget-s", "600"), env=_env(), stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.monotonic() + 300  # a guard against a hang, far above any plausible run
         while time.monotonic() < deadline:
-            if (out / "summary.json").is_file() and [e["step"] for e in _summary(out)["steps"]] == ["toy_measure"]:
+            log = (out / "log.txt").read_text(encoding="utf-8") if (out / "log.txt").is_file() else ""
+            if "process group" in log.partition("=== toy_sleep")[2]:
                 break
-            time.sleep(0.2)
+            time.sleep(0.1)
         else:
-            pytest.fail("the batch never finished its first step")
+            pytest.fail("the batch never started its second step")
+        os.kill(process.pid, signal.SIGTERM)
+        assert process.wait(timeout=60) == 128 + signal.SIGTERM
     finally:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    last_group = int((out / "log.txt").read_text(encoding="utf-8").rsplit("process group ", 1)[1].split()[0])
+    assert not _group_alive(last_group)  # the step that was running went with the batch
     summary = _summary(out)
     assert summary["complete"] is False and summary["planned_steps"] == list(TOY_STEPS)
-    assert [(e["step"], e["status"]) for e in summary["steps"]] == [("toy_measure", "ok")]
-    assert _archive(out) == MEASURED
+    assert summary["steps"][0]["step"] == "toy_measure" and summary["steps"][0]["status"] == "ok"
+    assert set(MEASURED) <= set(_archive(out))
 
 
 @pytest.mark.parametrize("args, message", [

@@ -48,7 +48,8 @@ def test_the_toy_is_registered_only_through_its_own_package(toy, monkeypatch):
     assert "toy" in registry.all_experiments()
     monkeypatch.delenv(registry.EXTRA_PACKAGES_ENV)
     assert "toy" not in registry.all_experiments()
-    code = subprocess.run(["git", "grep", "-l", "-e", "toy_experiment", "-e", '"toy"', "--", "tools", "benchmarks", "Makefile", "pyproject.toml"],
+    code = subprocess.run(["git", "grep", "-l", "-e", "toy_experiment", "-e", '"toy"', "--", "tools", "benchmarks",
+                           "Makefile", "pyproject.toml"],
                           cwd=REPO_ROOT, capture_output=True, text=True, check=False)
     assert code.stdout.split() == [], "no code outside the toy's own files may name it"
 
