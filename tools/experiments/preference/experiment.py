@@ -1,0 +1,28 @@
+"""The preference experiments in the experiment registry: chapter 17's DPO beta sweep (a GPU-batch step);
+the KTO and online DPO loops of PT-KTO and 51 register here too once their Step 5 lands."""
+
+from __future__ import annotations
+
+from tools.experiments.registry import DeviceStep, Experiment
+
+
+def add_dpo_arguments(parser) -> None:
+    """The sweep's own knobs (None keeps the run mode's default)."""
+    parser.add_argument("--pairs", type=int, default=None, help="preference pairs to train on")
+    parser.add_argument("--steps", type=int, default=None, help="full-batch DPO updates per beta")
+    parser.add_argument("--learning-rate", dest="learning_rate", type=float, default=None)
+
+
+EXPERIMENTS = (
+    Experiment(
+        name="dpo_beta_sweep",
+        title="DPO on pairs from the model's own samples, beta 0.05 / 0.10 / 0.30 from the same start",
+        chapters=("17",),
+        runner="tools.experiments.preference.dpo_sweep:run",
+        stages=("sweep",),
+        default_stage="sweep",
+        variants="tools.experiments.preference.dpo_sweep:variant_names",
+        arguments="tools.experiments.preference.experiment:add_dpo_arguments",
+        device_steps=(DeviceStep("dpo_17", "dpo_beta_sweep", order=50, stage="sweep", chapter="17", max_s=240),),
+    ),
+)
