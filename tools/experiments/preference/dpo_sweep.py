@@ -54,11 +54,11 @@ def stages_of(variants) -> list[str]:
 
 def describe(plan, settings: dict, variants) -> list[str]:
     return [f"DPO beta sweep ({', '.join(variants)}) on {plan.model} ({plan.model_source}, {plan.device}):",
-            f"  pairs from the model's own samples: {settings['samples']} replies per training prompt "
-            f"(seed {settings['train_seed']}, {settings['train_per_operation']} per operation), up to "
-            f"{settings['pairs']} verified pairs; held-out prompts seed {settings['eval_seed']}",
-            f"  per beta: {settings['steps']} full-batch DPO updates at learning rate {settings['learning_rate']}, "
-            "then pair accuracy, held-out exact match, held-out margin and drift samples",
+            (f"  pairs from the model's own samples: {settings['samples']} replies per training prompt "
+             f"(seed {settings['train_seed']}, {settings['train_per_operation']} per operation), up to "
+             f"{settings['pairs']} verified pairs; held-out prompts seed {settings['eval_seed']}"),
+            (f"  per beta: {settings['steps']} full-batch DPO updates at learning rate {settings['learning_rate']}, "
+             "then pair accuracy, held-out exact match, held-out margin and drift samples"),
             f"  records: {', '.join(stages_of(variants))}"]
 
 

@@ -16,7 +16,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tools.errors import ConfigError
-from tools.experiments.preference.logprobs import pack, response_logprobs, token_logprobs
+from tools.experiments.preference.logprobs import (
+    pack,
+    response_logprobs,
+    token_logprobs,
+)
 from tools.experiments.preference.losses import dpo_loss, kto_loss, kto_reference_point
 
 
