@@ -1,5 +1,5 @@
-"""The preference experiments in the experiment registry: chapter 17's DPO beta sweep (a GPU-batch step);
-the KTO and online DPO loops of PT-KTO and 51 register here too once their Step 5 lands."""
+"""The preference experiments in the experiment registry: chapter 17's DPO beta sweep (a GPU-batch step) and
+PT-KTO's binary-label runs (CPU: the original course registered no GPU result for it)."""
 
 from __future__ import annotations
 
@@ -24,5 +24,14 @@ EXPERIMENTS = (
         variants="tools.experiments.preference.dpo_sweep:variant_names",
         arguments="tools.experiments.preference.experiment:add_dpo_arguments",
         device_steps=(DeviceStep("dpo_17", "dpo_beta_sweep", order=50, stage="sweep", chapter="17", max_s=240),),
+    ),
+    Experiment(
+        name="kto_binary",
+        title="KTO from the verifier's binary labels: a balanced set, and an imbalanced one with and without weights",
+        chapters=("PT-KTO",),
+        runner="tools.experiments.preference.kto_runs:run",
+        stages=("train",),
+        default_stage="train",
+        variants="tools.experiments.preference.kto_runs:variant_names",
     ),
 )
