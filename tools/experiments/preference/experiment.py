@@ -1,5 +1,5 @@
-"""The preference experiments in the experiment registry: chapter 17's DPO beta sweep (a GPU-batch step) and
-PT-KTO's binary-label runs (CPU: the original course registered no GPU result for it)."""
+"""The preference experiments in the experiment registry: chapter 17's DPO beta sweep (a GPU-batch step), and
+PT-KTO's binary-label runs and 51's online rounds (CPU: the original course registered no GPU result for them)."""
 
 from __future__ import annotations
 
@@ -33,5 +33,13 @@ EXPERIMENTS = (
         stages=("train",),
         default_stage="train",
         variants="tools.experiments.preference.kto_runs:variant_names",
+    ),
+    Experiment(
+        name="online_dpo",
+        title="Online DPO rounds: the serving version's own samples, an adoption gate, a guard metric and rollback",
+        chapters=("51",),
+        runner="tools.experiments.preference.online_runs:run",
+        stages=("rounds",),
+        default_stage="rounds",
     ),
 )
