@@ -25,7 +25,14 @@ from tools.data.arithmetic import generate_tasks, score_response
 from tools.errors import ConfigError
 from tools.experiments.preference import sampling, training
 from tools.experiments.preference.judge import PairwiseJudge
-from tools.experiments.preference.stage import frozen_copy, load_model, manifest, measured, settings_for, trainable_copy
+from tools.experiments.preference.stage import (
+    frozen_copy,
+    load_model,
+    manifest,
+    measured,
+    settings_for,
+    trainable_copy,
+)
 from tools.experiments.preference.trl_runs import state_sha256
 
 SCHEMA = "preference-online-dpo/v1"
