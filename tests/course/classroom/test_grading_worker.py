@@ -10,7 +10,6 @@ that the same check then finds the planted files.
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import subprocess
@@ -23,7 +22,7 @@ from tools.core.catalog import load_catalog
 from tools.course.classroom import batch as autograde_batch
 from tools.course.__main__ import main
 from tools.course.classroom.batch import ensure_assignment
-from tools.course.cells import read_notebook, write_notebook
+from tools.course.cells import read_notebook
 from tools.course.grader.build import build_sources
 from tools.course.classroom.slot import GradingSlot
 

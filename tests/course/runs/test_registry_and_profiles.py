@@ -1,6 +1,5 @@
 """Tests of the asset registry, the environment profiles and `python -m tools.course preflight`."""
 
-import json
 import os
 import shutil
 import subprocess
