@@ -80,6 +80,11 @@ def test_grading_build_writes_the_source_where_the_layout_says(tmp_path):
         CourseLayout(REPO_ROOT).nbgrader.source(chapter.slug).read_bytes()
 
 
+def _in_template(node: ast.AST) -> bool:
+    """A path inside the chapter template of `new-chapter` (`TEMPLATE_DIR / "mutants"`): its own files."""
+    return isinstance(node, ast.Name) and node.id == "TEMPLATE_DIR"
+
+
 def hand_built_paths(package: Path) -> list[str]:
     """`... / "source"`, `... / "gradebook.db"` and the like outside `layout.py`: a grading or build path
     built by hand (a path built twice is a bug waiting for a rename)."""
@@ -88,7 +93,7 @@ def hand_built_paths(package: Path) -> list[str]:
         if path.name == "layout.py":
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and not _in_template(node.left):
                 names = [side.value for side in (node.left, node.right)
                          if isinstance(side, ast.Constant) and isinstance(side.value, str)]
                 if any(name in NBGRADER_NAMES or name.split("/")[0] in NBGRADER_NAMES for name in names):

@@ -419,6 +419,7 @@ def test_random_init_full_architecture_has_qwen25_05b_parameter_count():
     assert sum(p.numel() for p in model.parameters()) == 494_032_768  # published size of Qwen2.5-0.5B
 
 
+@pytest.mark.slow
 def test_random_init_build_with_shrunken_depth(tmp_path):
     folder = mr.build_random_init_model(QWEN, tmp_path, num_hidden_layers=1)
     assert folder == mr.random_init_folder(QWEN, tmp_path, 1) != mr.random_init_folder(QWEN, tmp_path)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 import tools
 from chapter_factory import REPO_ROOT
 
@@ -105,6 +107,7 @@ def test_library_code_is_silent():
     assert prints_outside_the_command_line() == []
 
 
+@pytest.mark.slow
 def test_importing_peft_after_tools_writes_nothing_to_stderr():
     """nbgrader scores a grade cell with stderr output 0: the course's imports must stay quiet."""
     import subprocess

@@ -108,11 +108,14 @@ def test_every_third_party_import_comes_from_a_pinned_requirement():
             distributions = providers.get(module, [])
             if module in optional and not distributions:
                 continue  # imported behind a guard for a profile this machine does not have
+            if not distributions and module.lower().replace("_", "-") in pinned:
+                continue  # pinned, not installed yet (the browser test's packages come with `make browser-deps`)
             if not any(dist.lower().replace("_", "-") in allowed for dist in distributions):
                 missing.append(f"{path.relative_to(REPO_ROOT)} imports {module} ({distributions or 'not installed'})")
     assert not missing, "\n".join(sorted(set(missing)))
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(not (REPO_ROOT / ".git").exists(), reason="needs a git checkout")
 def test_a_clean_clone_of_head_passes_the_course_checks(tmp_path):
     clone = tmp_path / "clone"

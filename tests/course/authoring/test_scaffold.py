@@ -19,6 +19,8 @@ from tools.course.runs.runner import run_chapter
 from tools.course.authoring.scaffold import TEMPLATE_DIR, TEMPLATE_MARKER
 from tools.errors import ConfigError
 
+pytestmark = pytest.mark.integration
+
 CHAPTER = [chapter.id for chapter in load_catalog(REPO_ROOT) if not chapter.implemented][-1]
 """A planned chapter of the catalog (the last one: the chapters in progress are taken from the front)."""
 

@@ -26,7 +26,7 @@ from tools.course.cells import read_notebook
 from tools.course.grader.build import build_sources
 from tools.course.classroom.slot import GradingSlot
 
-pytestmark = pytest.mark.filterwarnings("ignore:.*not in session:sqlalchemy.exc.SAWarning")
+pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore:.*not in session:sqlalchemy.exc.SAWarning")]
 
 REFERENCE = {
     "add_rates": "import math\n\n\ndef add_rates(a, b):\n    if not (math.isfinite(a) and math.isfinite(b)):\n"

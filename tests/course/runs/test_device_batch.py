@@ -16,6 +16,8 @@ import pytest
 
 from chapter_factory import REPO_ROOT
 
+pytestmark = pytest.mark.integration
+
 SCRIPT = REPO_ROOT / "benchmarks" / "gpu" / "run_device_batch.sh"
 SFT_PLANS = sorted(p.stem[3:].upper().replace("_", "-") for p in (REPO_ROOT / "tools/experiments/sft_training/plans").glob("ch_*.py"))
 

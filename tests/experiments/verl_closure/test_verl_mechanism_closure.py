@@ -234,6 +234,7 @@ def test_admission_rejects_a_drifted_rollout():
     assert result["decisions"][1]["behaviour_drift"] == pytest.approx(2.0)  # masked token ignored
 
 
+@pytest.mark.slow
 def test_initial_adapter_is_fixed_by_its_seed(smoke, tmp_path):
     config = smoke_config(tmp_path / "unused.json")
     model_path = common.prepare_model(config, tmp_path / "w").path
@@ -328,6 +329,7 @@ def test_invalid_config_is_refused_before_any_work(tmp_path, change, message):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_failed_stage_writes_no_record_and_logs_the_error(tmp_path, monkeypatch, capsys):
     def broken(self, examples):
         raise RuntimeError("injected update failure")
@@ -400,6 +402,7 @@ def test_preflight_of_the_verl_backend_checks_tokenizer_and_vocabulary(tmp_path)
 # Memory between groups, and the command line a device script calls
 # ---------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_group_that_starts_before_device_memory_settled_is_recorded_as_such(tmp_path):
     readings = itertools.chain([2048.0], itertools.repeat(9000.0))  # the baseline, then memory that never comes back
     config = smoke_config(tmp_path / "unsettled.json", run_label="cpu_smoke_unsettled", memory_settle_timeout_s=0.01)
@@ -414,6 +417,7 @@ def test_a_group_that_starts_before_device_memory_settled_is_recorded_as_such(tm
     assert record["system_decision"]["status"] == "checks_failed"
 
 
+@pytest.mark.integration
 def test_the_device_script_command_runs_on_cpu_with_the_tiny_model(tmp_path):
     """What a GPU device script calls (with --device cuda and the real model there), on CPU here."""
     import subprocess
