@@ -78,6 +78,7 @@ def test_a_plan_checks_its_parameters_and_names_the_tool_arguments(tmp_path):
 # Running or reading
 # ---------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_an_existing_record_is_read_and_never_run_again(shared_path, results, monkeypatch):
     monkeypatch.setattr(verl_pages, "run_closure_tool", lambda *a, **k: pytest.fail("the tool must not run"))
     lines = []
@@ -88,6 +89,7 @@ def test_an_existing_record_is_read_and_never_run_again(shared_path, results, mo
     assert f"shared record (read): {shared_path}" in text and f"sha256 {shared.sha256}" in text
 
 
+@pytest.mark.slow
 def test_a_missing_record_is_made_by_running_the_tool_once(shared_path, tmp_path, monkeypatch):
     calls = []
 
@@ -116,6 +118,7 @@ def test_a_failed_run_raises_with_the_exit_code_and_the_logs(tmp_path, monkeypat
     assert raised.value.stage == "verl_mechanism_closure" and "pytest_fails_release.log" in raised.value.fix
 
 
+@pytest.mark.slow
 def test_a_record_of_another_label_schema_or_evidence_level_is_refused(shared_path, tmp_path):
     record = json.loads(shared_path.read_text(encoding="utf-8"))
     other = tmp_path / "other.json"
@@ -148,6 +151,7 @@ def test_dry_run_preflights_both_plans_and_writes_nothing(tmp_path, monkeypatch)
     assert {c[1] for c in calls} == {"dry_run_preview"} and list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_dry_run_with_a_used_label_says_the_record_would_be_read(shared_path, results, monkeypatch):
     monkeypatch.setattr(verl_pages, "run_closure_tool", lambda mode, label, output, arguments, **k: 0)
     lines = []
@@ -160,6 +164,7 @@ def test_dry_run_with_a_used_label_says_the_record_would_be_read(shared_path, re
 # Tables and sentences from the record's fields
 # ---------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_tables_show_the_record_not_typed_numbers(summaries):
     lifecycle, system = summaries
     table = pt_rollout_lifecycle.lifecycle_table(lifecycle)
@@ -177,6 +182,7 @@ def test_evidence_sentence_follows_the_evidence_level_and_the_weights():
     assert "随机" not in verl_pages.evidence_sentence({**base, "evidence_level": "real_gpu", "weights": "pretrained"})
 
 
+@pytest.mark.slow
 def test_lifecycle_sentences_carry_the_statistics_and_versions(summaries):
     lifecycle, _ = summaries
     text = "\n".join(pt_rollout_lifecycle.lifecycle_sentences(lifecycle))
@@ -191,6 +197,7 @@ def test_lifecycle_sentences_carry_the_statistics_and_versions(summaries):
     assert "超出上限" in text and "超出容差" in text
 
 
+@pytest.mark.slow
 def test_system_sentences_report_release_settling_and_null_peaks(summaries):
     _, system = summaries
     text = "\n".join(pt_rl_system.system_sentences(system))
@@ -219,6 +226,7 @@ def advance(rollout, event):
     return {**rollout, "state": state, "history": [*rollout["history"], state]}
 
 
+@pytest.mark.slow
 def test_the_recheck_agrees_with_the_record_and_catches_a_disagreeing_function(summaries, shared_path):
     lifecycle, _ = summaries
     recheck = pt_rollout_lifecycle.recheck_admissions(lifecycle, freshness, advance)
@@ -240,6 +248,7 @@ def test_the_recheck_agrees_with_the_record_and_catches_a_disagreeing_function(s
 # Figures and the reported figures
 # ---------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_the_figures_draw_both_groups(summaries):
     lifecycle, system = summaries
     drift = pt_rollout_lifecycle.draw_drift(lifecycle)
@@ -250,6 +259,7 @@ def test_the_figures_draw_both_groups(summaries):
     assert any("GPU memory used: not sampled" in t.get_text() for t in memory_axis.get_legend().get_texts())
 
 
+@pytest.mark.slow
 def test_the_own_run_stands_beside_the_reported_figures(shared_path):
     shared = verl_pages.SharedRecord(shared_path, "ran", "0" * 64, {})
     text = verl_pages.evidence_beside_reported("PT-RL-SYSTEM", shared)
@@ -258,6 +268,7 @@ def test_the_own_run_stands_beside_the_reported_figures(shared_path):
     assert 'produce your own: set RUN_MODE = "cpu_smoke"' in text
 
 
+@pytest.mark.slow
 def test_in_dry_run_the_newest_cpu_smoke_record_is_shown_or_its_absence(shared_path, tmp_path, monkeypatch):
     monkeypatch.setattr(verl_pages, "default_results_dir", lambda mode, root=None: tmp_path / mode)
     assert verl_pages.latest_shared_record("cpu_smoke", tmp_path) is None
