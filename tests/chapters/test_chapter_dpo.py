@@ -19,6 +19,8 @@ from tools.core.records import encode_record
 from tools.course.cells import read_notebook
 from tools.course.grader.build import reference_source
 
+pytestmark = pytest.mark.slow  # each module drives a TRL trainer on the tiny model once (10-20 s)
+
 EXERCISES = ("sequence_logprobs", "dpo_loss", "judge_beta_sweep")
 
 
