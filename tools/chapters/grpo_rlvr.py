@@ -14,13 +14,11 @@ from typing import Callable, Mapping, Sequence
 from tools.core.environment import installed_version
 from tools.data.arithmetic import generate_tasks
 from tools.experiments.online_rl.batch import pack, prompt_token_ids, reply_token_ids
+from tools.experiments.online_rl.models import load_quietly
 from tools.experiments.online_rl.trl_reference import (
     TRL_GRPO_LOSS_TYPES,
     grpo_loss_on_batch,
 )
-from tools.models.architectures import TINY_MODEL_ID
-from tools.models.cache import default_cache_dir
-from tools.models.loading import load_causal_lm, model_identity, resolve_model
 
 CHAPTER_ID = "18"
 FRAMEWORK_STAGE = "framework_check"
@@ -156,22 +154,6 @@ def framework_replies() -> list[dict]:
     ]
 
 
-def load_tiny_model():
-    """`(model, tokenizer, identity)`: a fresh copy of the tiny model in float32 on CPU."""
-    import torch
-    from transformers.utils import logging as transformers_logging
-
-    folder = resolve_model(TINY_MODEL_ID, cache_dir=default_cache_dir())
-    shown = transformers_logging.is_progress_bar_enabled()
-    transformers_logging.disable_progress_bar()  # library code stays quiet: no loading bar in the notebook
-    try:
-        model, tokenizer = load_causal_lm(folder, dtype=torch.float32)
-    finally:
-        if shown:
-            transformers_logging.enable_progress_bar()
-    return model, tokenizer, model_identity(folder)
-
-
 def framework_batch(tokenizer, verify: Callable, advantages_of: Callable) -> dict:
     """The fixed batch: tokens of the replies, their verdicts and the group advantages (scoreable groups only)."""
     import torch
@@ -209,7 +191,7 @@ def compare_with_trl(verify: Callable, advantages_of: Callable, loss_of: Callabl
     the sampling policy's log-probs are the same for both: TRL's shifted by seeded noise."""
     import torch
 
-    model, tokenizer, identity = load_tiny_model()
+    model, tokenizer, identity = load_quietly()
     fixed = framework_batch(tokenizer, verify, advantages_of)
     batch = dict(fixed["batch"])
     generator = torch.Generator().manual_seed(seed)

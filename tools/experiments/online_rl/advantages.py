@@ -10,7 +10,6 @@ rewards (a reward of None is an answer that could not be scored).
 from __future__ import annotations
 
 import math
-from typing import Sequence
 
 from tools.errors import ConfigError
 
@@ -54,23 +53,28 @@ def group_advantages(group_rewards: list[list[float]], scale_by_std: bool = True
             "scoreable_share": sum(scoreable) / len(group_rewards)}
 
 
-def valid_reward_count(group: Sequence) -> int:
-    """How many rewards of a group are valid (not None)."""
-    return sum(reward is not None for reward in group)
+def filter_scoreable_groups(group_rewards: list[list[float | None]]) -> dict:
+    """Which groups can give leave-one-out advantages: those with at least two valid (not None) rewards."""
+    _check_groups(group_rewards, allow_missing=True)
+    counts = [sum(reward is not None for reward in group) for group in group_rewards]
+    return {"scoreable": [index for index, count in enumerate(counts) if count >= 2], "valid_counts": counts,
+            "no_valid_reward": [index for index, count in enumerate(counts) if count == 0],
+            "single_valid_reward": [index for index, count in enumerate(counts) if count == 1]}
 
 
 def leave_one_out_advantages(group_rewards: list[list[float | None]]) -> dict:
-    """RLOO advantages: r_i - mean of the group's other valid rewards; None where there is none."""
+    """RLOO: each valid reward minus the mean of its group's other valid rewards; None where undefined."""
     _check_groups(group_rewards, allow_missing=True)
-    advantages, scoreable = [], []
+    advantages, baselines = [], []
     for group in group_rewards:
         valid = [reward for reward in group if reward is not None]
         if len(valid) < 2:
             advantages.append([None] * len(group))
-            scoreable.append(False)
+            baselines.append([None] * len(group))
             continue
-        total = float(sum(valid))
-        others = len(valid) - 1
-        advantages.append([None if reward is None else float(reward) - (total - reward) / others for reward in group])
-        scoreable.append(True)
-    return {"advantages": advantages, "scoreable": scoreable}
+        total = sum(valid)
+        group_baselines = [None if reward is None else (total - reward) / (len(valid) - 1) for reward in group]
+        baselines.append([None if value is None else float(value) for value in group_baselines])
+        advantages.append([None if reward is None else float(reward - baseline)
+                           for reward, baseline in zip(group, group_baselines)])
+    return {"advantages": advantages, "baselines": baselines}

@@ -62,3 +62,22 @@ def clipped_grpo_loss(logprobs, old_logprobs, advantages, mask, clip_eps: float 
     clipped = ((ratio > 1 + clip_eps) & (gain > 0)) | ((ratio < 1 - clip_eps) & (gain < 0))
     tokens = int(counts.sum())
     return {"loss": loss, "clip_rate": int((clipped & mask).sum()) / tokens, "response_tokens": tokens}
+
+
+def sequence_clipped_loss(logprobs, old_logprobs, advantages, mask, clip_eps: float = 0.2) -> dict:
+    """RLOO's sequence-level clipped loss: one ratio per response, exp of the summed token log-ratios.
+
+    `{"loss": mean over responses of -min(rho A, clip(rho) A), "clip_rate": share of responses whose
+    clip is active, "ratios": each response's rho as a Python float}`."""
+    import torch
+
+    _check_batch(logprobs, old_logprobs, advantages, mask)
+    if isinstance(clip_eps, bool) or not isinstance(clip_eps, (int, float)) or not math.isfinite(clip_eps) \
+            or not 0 < clip_eps < 1:
+        raise ConfigError(f"clip_eps must be a number in (0, 1), got {clip_eps!r}")
+    log_ratio = torch.where(mask, logprobs - old_logprobs.detach(), torch.zeros_like(logprobs)).sum(dim=1)
+    ratio = torch.exp(log_ratio)
+    surrogate = torch.minimum(ratio * advantages, torch.clamp(ratio, 1 - clip_eps, 1 + clip_eps) * advantages)
+    clipped = ((ratio > 1 + clip_eps) & (advantages > 0)) | ((ratio < 1 - clip_eps) & (advantages < 0))
+    return {"loss": (-surrogate).mean(), "clip_rate": int(clipped.sum()) / len(ratio),
+            "ratios": [float(value) for value in ratio.detach()]}

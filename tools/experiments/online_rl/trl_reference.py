@@ -68,3 +68,56 @@ def grpo_loss_on_batch(model, tokenizer, batch: dict, aggregation: str, clip_eps
         metrics = trainer._metrics["eval"]
         return {"loss": float(loss), "clip_rate": float(metrics["clip_ratio/region_mean"][-1]),
                 "per_token_logps": logps.detach().clone(), "loss_type": TRL_GRPO_LOSS_TYPES[aggregation]}
+
+
+def _fixed_rewards(completions, group_rewards, **_):
+    """Reward of completion j: entry j % G of its prompt's fixed group (TRL lays a group out contiguously)."""
+    return [rewards[index % len(rewards)] for index, rewards in enumerate(group_rewards)]
+
+
+def rloo_trainer(model, tokenizer, group_size: int, prompts: int, clip_eps: float, folder: str, seed: int):
+    """An RLOOTrainer with beta 0 (no KL in the reward), unnormalised advantages, rewards from the dataset."""
+    _silence()
+    from datasets import Dataset
+    from trl import RLOOConfig, RLOOTrainer
+
+    args = RLOOConfig(output_dir=folder, report_to=[], use_cpu=True, beta=0.0, epsilon=clip_eps, temperature=1.0,
+                      num_generations=group_size, per_device_train_batch_size=group_size * prompts,
+                      max_completion_length=6, normalize_advantages=False, save_strategy="no",
+                      logging_strategy="no", seed=seed)
+    return RLOOTrainer(model=model, reward_funcs=_fixed_rewards, args=args, processing_class=tokenizer,
+                       train_dataset=Dataset.from_dict({"prompt": ["unused"], "group_rewards": [[0.0]]}))
+
+
+def rloo_on_fixed_rewards(model, tokenizer, prompts: list[str], group_rewards: list[list[float | None]],
+                          clip_eps: float, noise_std: float, seed: int = 0) -> dict[str, Any]:
+    """TRL's RLOO on our prompts: it samples the completions, takes our fixed rewards (None: unscorable),
+    computes its leave-one-out advantages, then its sequence-clipped loss. The sampling policy's
+    per-token log-probs are TRL's own plus seeded noise of `noise_std` on the response tokens; TRL gets
+    their sum per completion (its `old_logps`), and they are returned per token for our loss."""
+    import torch
+
+    group_size = len(group_rewards[0])
+    if any(len(group) != group_size for group in group_rewards) or len(group_rewards) != len(prompts):
+        raise ValueError("one group of equal size per prompt")
+    rows = [{"prompt": prompt, "group_rewards": rewards} for prompt, rewards in zip(prompts, group_rewards)
+            for _ in range(group_size)]
+    with tempfile.TemporaryDirectory() as folder:
+        trainer = rloo_trainer(model, tokenizer, group_size, len(prompts), clip_eps, folder, seed)
+        model.eval()
+        torch.manual_seed(seed)
+        with torch.no_grad():
+            inputs = trainer._generate_and_score_completions(rows)
+            advantages = inputs["advantages"].detach().clone()
+            logps, _, _ = trainer._get_per_token_logps_and_entropies(
+                model, torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1),
+                torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1), inputs["completion_ids"].shape[1])
+            mask = inputs["completion_mask"].bool()
+            noise = torch.randn(logps.shape, generator=torch.Generator().manual_seed(seed)) * noise_std
+            old_per_token = torch.where(mask, logps + noise, logps)
+            inputs["old_logps"] = torch.where(mask, old_per_token, torch.zeros_like(logps)).sum(dim=1)
+            loss = trainer.compute_loss(model, inputs)
+        metrics = trainer._metrics["eval"]
+        return {"advantages": [float(value) for value in advantages], "loss": float(loss),
+                "clip_rate": float(metrics["clip_ratio/region_mean"][-1]), "per_token_logps": logps.detach().clone(),
+                "completion_mask": mask, "old_per_token_logps": old_per_token}
