@@ -73,6 +73,7 @@ def test_figures_draw(draw):
     matplotlib.pyplot.close(figure)
 
 
+@pytest.mark.slow  # imports TRL (several seconds on a cold start)
 def test_framework_check_matches_trl_and_catches_swapped_ends(reference):
     check = chapter.compare_with_trl(reference["generalized_jsd"])
     assert check["matches"] and check["framework"]["version"] == "1.16.0" and len(check["rows"]) == 10
@@ -94,6 +95,7 @@ def _logits(seed, batch, time, vocab, dtype):
     return (torch.randn(batch, time, vocab, generator=generator, dtype=torch.float64) * 2).to(dtype)
 
 
+@pytest.mark.slow
 @SEARCH
 @given(st.integers(0, 10_000), st.integers(1, 3), st.integers(1, 3), st.integers(1, 5),
        st.sampled_from([torch.float32, torch.float64]), st.sampled_from([0, 0.3, 1.0, 1.5]),

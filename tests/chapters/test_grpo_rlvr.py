@@ -81,6 +81,7 @@ def test_framework_replies_cover_the_four_outcomes(reference):
     assert outcomes == {"correct", "wrong", "format_error", "truncated"}
 
 
+@pytest.mark.slow  # imports TRL (several seconds on a cold start)
 def test_framework_check_matches_trl_and_catches_a_wrong_aggregation(reference, one_cpu_thread):
     check = chapter.compare_with_trl(reference["verify_integer_answer"], reference["group_advantages"],
                                      reference["clipped_grpo_loss"])

@@ -63,6 +63,7 @@ def test_figures_draw(draw):
     matplotlib.pyplot.close(figure)
 
 
+@pytest.mark.slow  # imports TRL (several seconds on a cold start)
 def test_framework_check_matches_trl_and_catches_none_as_zero(reference, one_cpu_thread):
     check = chapter.compare_with_trl(reference["filter_scoreable_groups"], reference["leave_one_out_advantages"],
                                      reference["sequence_clipped_loss"])

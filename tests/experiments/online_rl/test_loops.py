@@ -10,15 +10,13 @@ import torch
 from tools.data.arithmetic import generate_tasks
 from tools.experiments.online_rl.advantages import leave_one_out_advantages
 from tools.experiments.online_rl.grpo import GrpoSettings, Mechanism, run_grpo
-from tools.experiments.online_rl.models import load_quietly
 from tools.experiments.online_rl.rollouts import _cut, sample_replies
 from tools.experiments.online_rl.variance import batch_mean_advantages, gradient_variance
 
 
 @pytest.fixture()
-def tiny(one_cpu_thread):
-    model, tokenizer, _ = load_quietly()
-    return model, tokenizer
+def tiny(one_cpu_thread, fresh_tiny_model, tiny_tokenizer):
+    return fresh_tiny_model, tiny_tokenizer
 
 
 def odd_length_verifier(text, label, finished):

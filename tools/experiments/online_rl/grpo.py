@@ -92,8 +92,11 @@ def grpo_step(model, optimizer, tokenizer, tasks: Sequence, settings: GrpoSettin
     return record
 
 
+PACKAGE_MECHANISM = Mechanism()
+
+
 def run_grpo(model, tokenizer, train_tasks: Sequence, eval_tasks: Sequence, settings: GrpoSettings,
-             mechanism: Mechanism = Mechanism(), *, log: Callable | None = None) -> dict:
+             mechanism: Mechanism = PACKAGE_MECHANISM, *, log: Callable | None = None) -> dict:
     """Held-out exact match before, `settings.steps` GRPO steps on `train_tasks`, exact match after."""
     import torch
 

@@ -12,7 +12,7 @@ import time
 from typing import Callable
 
 from tools.data.arithmetic import generate_tasks
-from tools.experiments.online_rl.grpo import GrpoSettings, Mechanism, run_grpo
+from tools.experiments.online_rl.grpo import PACKAGE_MECHANISM, GrpoSettings, Mechanism, run_grpo
 from tools.experiments.online_rl.models import load_quietly
 from tools.measure.sampler import ResourceSampler, peaks
 
@@ -45,7 +45,8 @@ def settings_for(run_mode: str, variant: str, seed: int, overrides: dict | None 
 
 
 def run_variant(model_id: str, model_source: str, device: str, variant: str, seed: int, run_mode: str,
-                overrides: dict | None = None, mechanism: Mechanism = Mechanism(), log: Callable | None = None) -> dict:
+                overrides: dict | None = None, mechanism: Mechanism = PACKAGE_MECHANISM,
+                log: Callable | None = None) -> dict:
     """One variant from fresh weights; the body of its record (measurements, or the failure as a status)."""
     import torch
 
