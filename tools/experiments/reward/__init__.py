@@ -1,0 +1,6 @@
+"""The reward branch's shared experiment: reward heads, Bradley-Terry training, reward signals, PPO.
+
+Chapters PT-REWARD-MODEL, PT-REWARD-SIGNAL and 16 (PPO) share it. Each module has one job:
+
+    verl_reference   verl 0.9.1's own KL penalty, GAE, policy and value losses, called on given tensors
+"""
