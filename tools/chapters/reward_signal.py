@@ -1,8 +1,8 @@
 """What the PT-REWARD-SIGNAL notebook runs around its three exercises.
 
 The learner writes the mechanism: token-level rewards with a KL penalty, GAE over masked response
-tokens, and whitening with a diagnostic gate. This module holds the rest: the response mask check the
-exercises share, the fixed example batch of Steps 1-4, the figures (drawn with the stage's own
+tokens, and whitening with a diagnostic gate (their input checks come from `tensor_checks`). This
+module holds the rest: the fixed example batch of Steps 1-4, the figures (drawn with the stage's own
 implementations in `tools.experiments.reward.signals`, since the learner's functions are still stubs
 while Steps 1-3 run), and the framework check against verl 0.9.1, which takes the functions to check
 as arguments. Nothing here prints.
@@ -20,17 +20,6 @@ CHAPTER_ID = "PT-REWARD-SIGNAL"
 FRAMEWORK_TOLERANCE = 1e-6
 """Largest absolute difference allowed against verl, in float64. verl divides masked sums by
 `count + 1e-8`, which moves whitened advantages by about 1e-8; everything else agrees to rounding."""
-
-
-def as_response_mask(response_mask, shape) -> torch.Tensor:
-    """The response mask as a bool tensor, after checking it: a bool or integer tensor (not float) of
-    `shape` whose values are 0 or 1. Raises ValueError otherwise."""
-    if not isinstance(response_mask, torch.Tensor) or tuple(response_mask.shape) != tuple(shape) \
-            or response_mask.is_floating_point() or response_mask.is_complex():
-        raise ValueError(f"response_mask must be a bool or integer tensor of shape {tuple(shape)}")
-    if not bool(((response_mask == 0) | (response_mask == 1)).all()):
-        raise ValueError("response_mask may only hold 0 and 1")
-    return response_mask.bool()
 
 
 # ---------------------------------------------------------------------------
