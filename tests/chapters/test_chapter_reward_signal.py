@@ -17,6 +17,7 @@ from tools.core.catalog import find_chapter
 from tools.course.cells import read_notebook
 from tools.course.grader.build import reference_source
 from tools.experiments.reward import signals
+from tools.experiments.reward.masks import last_valid_positions
 
 EXERCISES = ("token_level_rewards", "gae_advantages", "whiten_and_gate")
 
@@ -83,7 +84,7 @@ def test_example_batch_has_the_three_shapes_of_mask():
     batch = chapter.example_batch()
     mask = batch["response_mask"]
     assert mask[0].all() and mask[1].tolist() == [1, 1, 1, 1, 0, 0] and mask[2].tolist() == [1, 1, 0, 0, 1, 1]
-    assert signals.last_valid_positions(mask) == [5, 3, 5]
+    assert last_valid_positions(mask) == [5, 3, 5]
     assert all(value.dtype == torch.float64 for key, value in batch.items() if key != "response_mask")
 
 

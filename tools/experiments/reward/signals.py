@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from tools.experiments.reward.masks import last_valid_positions
+
 KL_CLAMP_LOG_RATIO = 20.0
 KL_CLAMP_K3 = 10.0
 WHITEN_EPS = 1e-8
@@ -24,14 +26,6 @@ def kl_estimate(log_probs: torch.Tensor, ref_log_probs: torch.Tensor, estimator:
         delta = (ref_log_probs - log_probs).clamp(-KL_CLAMP_LOG_RATIO, KL_CLAMP_LOG_RATIO)
         return (torch.exp(delta) - delta - 1).clamp(max=KL_CLAMP_K3)
     raise ValueError(f"unknown KL estimator {estimator!r} (k1 or k3)")
-
-
-def last_valid_positions(response_mask: torch.Tensor) -> list[int]:
-    """The index of the last 1 of every row (a row without one raises ValueError)."""
-    valid = response_mask.bool()
-    if not bool(valid.any(dim=1).all()):
-        raise ValueError("every response needs at least one valid token")
-    return [int(row.nonzero().max()) for row in valid]
 
 
 def token_rewards(scores: torch.Tensor, log_probs: torch.Tensor, ref_log_probs: torch.Tensor,

@@ -12,6 +12,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from tools.core.environment import installed_version
+from tools.experiments.reward.masks import last_valid_positions
 
 KL_ESTIMATORS = {"k1": "kl", "k3": "low_var_kl"}
 """The course's names of the per-token KL estimators and verl's names for them."""
@@ -43,7 +44,7 @@ def kl_token_rewards(scores, log_probs, ref_log_probs, response_mask, kl_coef: f
 
     mask = response_mask.to(log_probs.dtype)
     kld = core_algos().kl_penalty(log_probs, ref_log_probs, kl_penalty=KL_ESTIMATORS[estimator]) * mask
-    last = torch.as_tensor([int(row.nonzero().max()) for row in response_mask.bool()])
+    last = torch.as_tensor(last_valid_positions(response_mask))
     token_level_scores = torch.zeros_like(log_probs)
     token_level_scores[torch.arange(len(last)), last] = scores.to(log_probs.dtype)
     return token_level_scores - kl_coef * kld, kld
