@@ -58,11 +58,12 @@ def gae(rewards, values, response_mask, gamma: float, lam: float):
 
 def policy_loss(log_probs, old_log_probs, advantages, response_mask, clip_ratio: float) -> dict:
     """verl's `compute_policy_loss_vanilla` (token-mean, dual clip out of reach): the loss tensor, the
-    clip fraction and verl's approximate KL (`ppo_kl`)."""
+    clip fraction and verl's approximate KL (`ppo_kl`). ActorConfig's own `clip_ratio_low/high` default
+    to 0.2 and take precedence over `clip_ratio`, so both are set to the ratio asked for."""
     from verl.workers.config import ActorConfig
 
-    config = ActorConfig(strategy="fsdp", clip_ratio=clip_ratio, clip_ratio_c=DUAL_CLIP_OFF, rollout_n=1,
-                         ppo_micro_batch_size_per_gpu=1)
+    config = ActorConfig(strategy="fsdp", clip_ratio=clip_ratio, clip_ratio_low=clip_ratio, clip_ratio_high=clip_ratio,
+                         clip_ratio_c=DUAL_CLIP_OFF, rollout_n=1, ppo_micro_batch_size_per_gpu=1)
     loss, metrics = core_algos().compute_policy_loss_vanilla(
         old_log_probs, log_probs, advantages, response_mask.to(log_probs.dtype), loss_agg_mode="token-mean",
         config=config)
