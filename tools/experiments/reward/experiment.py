@@ -1,0 +1,25 @@
+"""The reward branch's experiments in the registry (see tools.experiments.registry)."""
+
+from __future__ import annotations
+
+from tools.experiments.registry import DeviceStep, Experiment
+
+
+def add_ppo_arguments(parser) -> None:
+    parser.add_argument("--iterations", type=int, help="PPO iterations (default 6)")
+    parser.add_argument("--tasks-per-iteration", dest="tasks_per_iteration", type=int, help="prompts per iteration")
+    parser.add_argument("--samples-per-task", dest="samples_per_task", type=int, help="responses per prompt")
+
+
+EXPERIMENTS = (
+    Experiment(
+        name="ppo",
+        title="PPO with a value model on arithmetic tasks, rewarded by the strict verifier",
+        chapters=("16",),
+        runner="tools.experiments.reward.ppo_stage:run",
+        stages=("ppo",),
+        default_stage="ppo",
+        arguments="tools.experiments.reward.experiment:add_ppo_arguments",
+        device_steps=(DeviceStep("ppo_16", "ppo", order=57, stage="ppo", max_s=300),),
+    ),
+)
