@@ -13,6 +13,15 @@ def add_ppo_arguments(parser) -> None:
 
 EXPERIMENTS = (
     Experiment(
+        name="reward_signal",
+        title="Six reward-signal settings (KL strength, terminal reward, return) on real rollouts, with the gate",
+        chapters=("PT-REWARD-SIGNAL",),
+        runner="tools.experiments.reward.signal_stage:run",
+        stages=("signal_matrix",),
+        default_stage="signal_matrix",
+        device_steps=(DeviceStep("reward_signal", "reward_signal", order=56, stage="signal_matrix", max_s=240),),
+    ),
+    Experiment(
         name="ppo",
         title="PPO with a value model on arithmetic tasks, rewarded by the strict verifier",
         chapters=("16",),

@@ -79,3 +79,16 @@ def kl_share(kl: torch.Tensor, response_mask: torch.Tensor, kl_coef: float, scor
     penalty = float(kl_coef * kl[response_mask.bool()].abs().sum())
     total = penalty + float(scores.abs().sum())
     return penalty / total if total > 0 else 0.0
+
+
+def gate(advantages: torch.Tensor, response_mask: torch.Tensor, kl: torch.Tensor, kl_coef: float, scores: torch.Tensor,
+         max_kl_share: float = 0.5) -> dict:
+    """The diagnostic gate: `{"kl_share", "reasons", "decision"}` with the reasons "kl_dominated"
+    (share above the limit) and "zero_advantages" (every valid advantage exactly 0), in that order."""
+    share = kl_share(kl, response_mask, kl_coef, scores)
+    reasons = []
+    if share > max_kl_share:
+        reasons.append("kl_dominated")
+    if bool((advantages[response_mask.bool()] == 0).all()):
+        reasons.append("zero_advantages")
+    return {"kl_share": share, "reasons": reasons, "decision": "reject" if reasons else "accept"}
