@@ -12,7 +12,6 @@ Nothing here prints.
 
 from __future__ import annotations
 
-import contextlib
 import tempfile
 from typing import Callable, Mapping, Sequence
 
@@ -20,6 +19,13 @@ import torch
 
 from tools.core.environment import installed_version
 from tools.experiments.reward import bradley_terry
+from tools.experiments.reward.heads import (  # noqa: F401 - load_reward_model and pad_rows serve the notebook
+    conversation_ids,
+    load_reward_model,
+    pad_rows,
+    quiet_libraries,
+    token_scores,
+)
 from tools.experiments.reward.masks import last_valid_positions
 
 CHAPTER_ID = "PT-REWARD-MODEL"
@@ -183,60 +189,6 @@ def framework() -> dict:
             "tolerance_abs": FRAMEWORK_TOLERANCE}
 
 
-@contextlib.contextmanager
-def _quiet_libraries():
-    """transformers' load report and datasets' progress bars stay out of the notebook."""
-    import datasets
-    from transformers.utils import logging as transformers_logging
-
-    level = transformers_logging.get_verbosity()
-    bars = datasets.is_progress_bar_enabled()
-    loading_bar = transformers_logging.is_progress_bar_enabled()
-    transformers_logging.set_verbosity_error()
-    transformers_logging.disable_progress_bar()
-    datasets.disable_progress_bars()
-    try:
-        yield
-    finally:
-        transformers_logging.set_verbosity(level)
-        if loading_bar:
-            transformers_logging.enable_progress_bar()
-        if bars:
-            datasets.enable_progress_bars()
-
-
-def load_reward_model(folder, seed: int = 0):
-    """`(model, tokenizer)`: the causal LM in `folder` with a one-output sequence-classification head
-    (transformers' own class; the head is initialised from `seed`), float32, eval mode, and the
-    tokenizer's pad token set on the config (the head reads the last token that is not padding)."""
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-    with _quiet_libraries():
-        tokenizer = AutoTokenizer.from_pretrained(folder)
-        torch.manual_seed(seed)
-        model = AutoModelForSequenceClassification.from_pretrained(folder, num_labels=1, dtype=torch.float32)
-    model.config.pad_token_id = tokenizer.pad_token_id
-    return model.eval(), tokenizer
-
-
-def token_scores(model, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """The head's score at every position: `model.score` applied to the backbone's last hidden states."""
-    hidden = model.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-    return model.score(hidden).squeeze(-1)
-
-
-def pad_rows(rows: Sequence[Sequence[int]], pad_id: int, side: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """`(input_ids, attention_mask)` of token rows padded on `side` ("right" or "left")."""
-    width = max(len(row) for row in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for index, row in enumerate(rows):
-        span = slice(0, len(row)) if side == "right" else slice(width - len(row), width)
-        ids[index, span] = torch.tensor(row)
-        mask[index, span] = 1
-    return ids, mask
-
-
 FRAMEWORK_PAIRS = [
     ("Compute 12 + 30. Reply with the integer result only.", "42", "41"),
     ("Compute 81 - 47. Reply with the integer result only.", "34", "24"),
@@ -247,12 +199,8 @@ FRAMEWORK_PAIRS = [
 
 def tokenized_pairs(tokenizer, pairs=FRAMEWORK_PAIRS) -> list[dict]:
     """Each pair as chat-formatted token ids of prompt + answer: {"chosen_ids", "rejected_ids"}."""
-    def ids(prompt, answer):
-        text = tokenizer.apply_chat_template([{"role": "user", "content": prompt},
-                                              {"role": "assistant", "content": answer}], tokenize=False)
-        return tokenizer(text, add_special_tokens=False)["input_ids"]
-
-    return [{"chosen_ids": ids(prompt, chosen), "rejected_ids": ids(prompt, rejected)} for prompt, chosen, rejected in pairs]
+    return [{"chosen_ids": conversation_ids(tokenizer, prompt, chosen),
+             "rejected_ids": conversation_ids(tokenizer, prompt, rejected)} for prompt, chosen, rejected in pairs]
 
 
 def compare_with_transformers(model, tokenizer, pairwise_reward_loss: Callable, pairs=FRAMEWORK_PAIRS) -> dict:
@@ -286,7 +234,7 @@ def compare_with_trl(model, tokenizer, pairwise_reward_loss: Callable, pairs=FRA
     from trl import RewardConfig, RewardTrainer
 
     rows = [{**row, "margin": float(margin)} for row, margin in zip(tokenized_pairs(tokenizer, pairs), margins)]
-    with _quiet_libraries(), tempfile.TemporaryDirectory(prefix="trl-reward-") as folder:
+    with quiet_libraries(), tempfile.TemporaryDirectory(prefix="trl-reward-") as folder:
         args = RewardConfig(output_dir=folder, report_to=[], per_device_train_batch_size=len(rows), max_steps=1,
                             use_cpu=True, logging_strategy="no", save_strategy="no", disable_tqdm=True, seed=0)
         trainer = RewardTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer)
