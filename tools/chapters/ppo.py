@@ -229,3 +229,59 @@ def compare_parameter_counts(ppo_resident_memory: Callable, config: Mapping = re
     ours = ppo_resident_memory(dict(config), setup, 80)["parameters"]
     theirs = library_parameter_counts(config, lora_rank, lora_targets)
     return {"ours": dict(ours), "libraries": theirs, "matches": dict(ours) == theirs}
+
+
+# ---------------------------------------------------------------------------
+# Step 5: PPO on the lab model (tools.experiments.reward.ppo_stage)
+# ---------------------------------------------------------------------------
+
+STAGE = "ppo"
+STEP5_CPU_MODEL = "tiny"
+"""The model cpu_smoke trains with PPO."""
+
+
+def ppo_lines(record: Mapping) -> list[str]:
+    """Lines that show a ppo record: per seed the exact-match before and after and the value loss."""
+    if record.get("status") != "ok":
+        return [f"status {record.get('status')}: {record.get('error')}"]
+    config = record["config"]
+    lines = [f"{record['model']['model_id']} ({record['model'].get('weights')}): {config['iterations']} iterations x "
+             f"{config['tasks_per_iteration']} tasks x {config['samples_per_task']} samples, {config['epochs']} epochs, "
+             f"held-out tasks {record['tasks']['held_out']}"]
+    for result in record["results"]:
+        lines.append(f"seed {result['seed']}: held-out exact-match {result['exact_match_before']:.3f} -> "
+                     f"{result['exact_match_after']:.3f}; value loss {result['value_loss_first']:.4f} -> "
+                     f"{result['value_loss_last']:.4f}")
+    memory = record["memory"]
+    if memory.get("peak_allocated_mb") is not None:
+        lines.append(f"peak allocated {memory['peak_allocated_mb']:.0f} MiB (NVML sampler peak "
+                     f"{memory['sampler']['gpu_peak_mb']}) vs resident account "
+                     f"{memory['predicted_resident']['total_mb']:.0f} MiB")
+    else:
+        lines.append("peak memory: not measured on the CPU (null)")
+    lines.append(f"decision: {record['decision']['decision']} ({record['decision']['reason']})")
+    return lines
+
+
+def draw_ppo(record: Mapping):
+    """Figure: per iteration the mean verifier score and the value loss, and the held-out exact-match
+    before and after PPO, one line per seed."""
+    import matplotlib.pyplot as plt
+
+    fig, (score_ax, value_ax, match_ax) = plt.subplots(1, 3, figsize=(13, 3.6))
+    for result in record["results"]:
+        steps = [item["iteration"] for item in result["history"]]
+        score_ax.plot(steps, [item["mean_score"] for item in result["history"]], "o-", label=f"seed {result['seed']}")
+        value_ax.plot(steps, [item["value_loss"] for item in result["history"]], "o-", label=f"seed {result['seed']}")
+        match_ax.plot(["before", "after"], [result["exact_match_before"], result["exact_match_after"]], "o-",
+                      label=f"seed {result['seed']}")
+    score_ax.set_title("mean verifier score of the rollouts")
+    value_ax.set_title("value loss")
+    match_ax.set_title("held-out exact-match (greedy)")
+    for ax in (score_ax, value_ax):
+        ax.set_xlabel("PPO iteration")
+    match_ax.set_ylim(0, 1)
+    for ax in (score_ax, value_ax, match_ax):
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig

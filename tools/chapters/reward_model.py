@@ -250,3 +250,62 @@ def compare_with_trl(model, tokenizer, pairwise_reward_loss: Callable, pairs=FRA
             "margins": [float(margin) for margin in margins], "tolerance": FRAMEWORK_TOLERANCE,
             "matches": difference <= FRAMEWORK_TOLERANCE}
 
+
+
+# ---------------------------------------------------------------------------
+# Step 5: candidate vs mislabelled control (tools.experiments.reward.reward_model_stage)
+# ---------------------------------------------------------------------------
+
+STAGE = "train_and_gate"
+STEP5_CPU_MODEL = "tiny"
+"""The model cpu_smoke trains reward models on."""
+STEP5_CPU_SPLIT = {"train_pairs": 6, "calibration_pairs": 4, "hidden_pairs": 4}
+
+
+def gate_lines(record: Mapping) -> list[str]:
+    """Lines that show a train_and_gate record: the pairs, both reward models, the gate."""
+    if record.get("status") != "ok":
+        return [f"status {record.get('status')}: {record.get('error')}"]
+    pairs, split = record["pairs"], record["settings"]["split"]
+    total = sum(split.values())
+    lines = [f"{split['train']} training, {split['calibration']} calibration, {split['hidden']} hidden pairs from "
+             f"{record['model']['model_id']} ({record['model'].get('weights')}); sampled answers: {pairs['sampled_chosen']}"
+             f"/{total} chosen, {pairs['sampled_rejected']}/{total} rejected (the rest written from the label); control "
+             f"swaps pairs {pairs['flipped']}"]
+    for name in ("candidate", "control"):
+        item, calibration = record[name], record[name]["calibration"]
+        lines.append(f"{name:<10} train loss {item['train_losses'][0]:.3f} -> {item['train_losses'][-1]:.3f}, hidden "
+                     f"accuracy {item['hidden_accuracy']:.3f} ({item['hidden_pairs']} pairs), temperature "
+                     f"{calibration['temperature']:g}, ECE {calibration['ece_before']:.3f} -> {calibration['ece_after']:.3f}")
+    decision = record["decision"]
+    lines.append(f"gate: gap {decision['gap']:+.3f} (needs {decision['min_gap']}), reasons {decision['reasons']} -> "
+                 f"{decision['decision']}")
+    return lines
+
+
+def draw_gate(record: Mapping, reported: Mapping[str, float] | None = None):
+    """Figure: both reward models' training losses, and their hidden accuracy beside the original
+    course's reported figures (labelled `reported`)."""
+    import matplotlib.pyplot as plt
+
+    fig, (loss_ax, accuracy_ax) = plt.subplots(1, 2, figsize=(11, 3.6))
+    for name, color in (("candidate", "tab:green"), ("control", "tab:red")):
+        loss_ax.plot(record[name]["train_losses"], color=color, label=name)
+    loss_ax.set_xlabel("training step")
+    loss_ax.set_ylabel("Bradley-Terry loss")
+    loss_ax.legend(fontsize=8)
+    labels = ["candidate (yours)", "control (yours)"]
+    heights = [record["candidate"]["hidden_accuracy"], record["control"]["hidden_accuracy"]]
+    colors = ["tab:green", "tab:red"]
+    for name, value in (reported or {}).items():
+        labels.append(f"{name} (reported)")
+        heights.append(value)
+        colors.append("lightgray")
+    accuracy_ax.bar(labels, heights, color=colors)
+    accuracy_ax.axhline(0.5, color="black", ls="--", lw=1, label="chance")
+    accuracy_ax.set_ylim(0, 1.05)
+    accuracy_ax.set_ylabel("hidden-pair ranking accuracy")
+    accuracy_ax.tick_params(axis="x", labelrotation=15, labelsize=8)
+    accuracy_ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig

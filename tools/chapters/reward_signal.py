@@ -198,3 +198,57 @@ def compare_with_verl(batch: Mapping, functions: Mapping[str, Callable], *, kl_c
     result["max_abs_diff"] = max(diffs)
     result["matches"] = result["max_abs_diff"] <= FRAMEWORK_TOLERANCE
     return result
+
+
+# ---------------------------------------------------------------------------
+# Step 5: the signal matrix on real rollouts (tools.experiments.reward.signal_stage)
+# ---------------------------------------------------------------------------
+
+STAGE = "signal_matrix"
+STEP5_CPU_MODEL = "tiny"
+"""The model cpu_smoke samples from."""
+
+
+def matrix_lines(record: Mapping) -> list[str]:
+    """Lines that show a signal_matrix record: the rollouts, each candidate's gate, verl, the decision."""
+    if record.get("status") != "ok":
+        return [f"status {record.get('status')}: {record.get('error')}"]
+    rollouts = record["rollouts"]
+    lines = [f"{rollouts['responses']} rollouts of {record['model']['model_id']} ({record['model'].get('weights')}), "
+             f"verifier pass rate {rollouts['pass_rate']:.3f}, {rollouts['response_tokens']} response tokens",
+             f"{'candidate':<24}{'beta':>6}{'est':>5}{'reward':>10}{'gamma':>7}{'lam':>6}{'mean KL':>10}"
+             f"{'KL share':>10}{'|A| max':>9}  gate"]
+    for item in record["candidates"]:
+        setting = item["setting"]
+        lines.append(f"{item['name']:<24}{setting['kl_coef']:>6g}{setting['estimator']:>5}{setting['reward']:>10}"
+                     f"{setting['gamma']:>7g}{setting['lam']:>6g}{item['mean_kl']:>10.4f}{item['kl_share']:>10.3f}"
+                     f"{item['advantage_abs_max']:>9.3f}  {item['decision']} {item['reasons'] or ''}")
+    framework = record.get("framework") or {}
+    if framework:
+        lines.append(f"verl {framework['verl']} on these rollouts: rewards {framework['rewards_max_abs_diff']:.1e}, "
+                     f"whitened advantages {framework['whitened_max_abs_diff']:.1e}, returns "
+                     f"{framework['returns_max_abs_diff']:.1e} (max |difference|)")
+    lines.append(f"stage decision: {record['decision']['decision']} ({record['decision']['reason']})")
+    return lines
+
+
+def draw_matrix(record: Mapping):
+    """Figure: each candidate's KL share against the gate's limit and its largest advantage, coloured
+    by the gate's verdict."""
+    import matplotlib.pyplot as plt
+
+    candidates = record["candidates"]
+    names = [item["name"] for item in candidates]
+    colors = ["tab:green" if item["decision"] == "accept" else "tab:red" for item in candidates]
+    fig, (share_ax, size_ax) = plt.subplots(1, 2, figsize=(12, 3.8))
+    share_ax.barh(names, [item["kl_share"] for item in candidates], color=colors)
+    share_ax.axvline(record["max_kl_share"], color="black", ls="--", lw=1, label="gate limit")
+    share_ax.set_xlabel("KL share of the reward mass")
+    share_ax.set_xlim(0, 1)
+    share_ax.legend(fontsize=8)
+    size_ax.barh(names, [item["advantage_abs_max"] for item in candidates], color=colors)
+    size_ax.set_xlabel("largest |advantage| before whitening")
+    size_ax.set_yticks([])
+    fig.suptitle("Six signal settings on the same rollouts (green: accepted by the gate, red: rejected)")
+    fig.tight_layout()
+    return fig
