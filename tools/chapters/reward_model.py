@@ -23,7 +23,7 @@ from tools.experiments.reward.heads import (  # noqa: F401 - load_reward_model a
     conversation_ids,
     load_reward_model,
     pad_rows,
-    quiet_libraries,
+    quiet_transformers,
     token_scores,
 )
 from tools.experiments.reward.masks import last_valid_positions
@@ -230,18 +230,25 @@ def compare_with_trl(model, tokenizer, pairwise_reward_loss: Callable, pairs=FRA
     """TRL's reward loss, computed by a RewardTrainer on its own collated batch (chosen rows first,
     then rejected, padded on the right, with margins), against the given loss function on the head's
     scores of the same batch."""
-    from datasets import Dataset
+    import datasets
     from trl import RewardConfig, RewardTrainer
 
     rows = [{**row, "margin": float(margin)} for row, margin in zip(tokenized_pairs(tokenizer, pairs), margins)]
-    with quiet_libraries(), tempfile.TemporaryDirectory(prefix="trl-reward-") as folder:
-        args = RewardConfig(output_dir=folder, report_to=[], per_device_train_batch_size=len(rows), max_steps=1,
-                            use_cpu=True, logging_strategy="no", save_strategy="no", disable_tqdm=True, seed=0)
-        trainer = RewardTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer)
-        batch = trainer.data_collator([dict(row) for row in rows])
-        with torch.no_grad():
-            trl_loss = float(trainer.compute_loss(trainer.model, dict(batch)))
-            scores = token_scores(model, batch["input_ids"], batch["attention_mask"])
+    bars = datasets.is_progress_bar_enabled()
+    datasets.disable_progress_bars()  # the trainer's dataset preparation shows none in the notebook
+    try:
+        with quiet_transformers(), tempfile.TemporaryDirectory(prefix="trl-reward-") as folder:
+            args = RewardConfig(output_dir=folder, report_to=[], per_device_train_batch_size=len(rows), max_steps=1,
+                                use_cpu=True, logging_strategy="no", save_strategy="no", disable_tqdm=True, seed=0)
+            trainer = RewardTrainer(model=model, args=args, train_dataset=datasets.Dataset.from_list(rows),
+                                    processing_class=tokenizer)
+            batch = trainer.data_collator([dict(row) for row in rows])
+            with torch.no_grad():
+                trl_loss = float(trainer.compute_loss(trainer.model, dict(batch)))
+                scores = token_scores(model, batch["input_ids"], batch["attention_mask"])
+    finally:
+        if bars:
+            datasets.enable_progress_bars()
     half = len(rows)
     ours = pairwise_reward_loss(scores[:half], batch["attention_mask"][:half], scores[half:],
                                 batch["attention_mask"][half:], batch["margin"].to(scores.dtype))

@@ -224,7 +224,9 @@ def matrix_lines(record: Mapping) -> list[str]:
                      f"{setting['gamma']:>7g}{setting['lam']:>6g}{item['mean_kl']:>10.4f}{item['kl_share']:>10.3f}"
                      f"{item['advantage_abs_max']:>9.3f}  {item['decision']} {item['reasons'] or ''}")
     framework = record.get("framework") or {}
-    if framework:
+    if framework.get("not_measured"):
+        lines.append(f"verl check: not measured ({framework['not_measured']})")
+    elif framework:
         lines.append(f"verl {framework['verl']} on these rollouts: rewards {framework['rewards_max_abs_diff']:.1e}, "
                      f"whitened advantages {framework['whitened_max_abs_diff']:.1e}, returns "
                      f"{framework['returns_max_abs_diff']:.1e} (max |difference|)")

@@ -15,25 +15,20 @@ import torch
 
 
 @contextlib.contextmanager
-def quiet_libraries():
-    """transformers' load report and progress bars, and datasets' progress bars, stay out of the notebook."""
-    import datasets
+def quiet_transformers():
+    """transformers' load report (the new head's weights) and its loading bar stay out of the notebook."""
     from transformers.utils import logging as transformers_logging
 
     level = transformers_logging.get_verbosity()
-    bars = datasets.is_progress_bar_enabled()
     loading_bar = transformers_logging.is_progress_bar_enabled()
     transformers_logging.set_verbosity_error()
     transformers_logging.disable_progress_bar()
-    datasets.disable_progress_bars()
     try:
         yield
     finally:
         transformers_logging.set_verbosity(level)
         if loading_bar:
             transformers_logging.enable_progress_bar()
-        if bars:
-            datasets.enable_progress_bars()
 
 
 def load_reward_model(folder, seed: int = 0, device: str = "cpu"):
@@ -41,7 +36,7 @@ def load_reward_model(folder, seed: int = 0, device: str = "cpu"):
     (initialised from `seed`), float32, eval mode, the pad token set on the config."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    with quiet_libraries():
+    with quiet_transformers():
         tokenizer = AutoTokenizer.from_pretrained(folder)
         torch.manual_seed(seed)
         model = AutoModelForSequenceClassification.from_pretrained(folder, num_labels=1, dtype=torch.float32)

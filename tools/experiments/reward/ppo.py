@@ -98,9 +98,10 @@ def ppo_iteration(policy, reference, value_model, tokenizer, optimizers, tasks: 
 
 
 def train_ppo(policy, tokenizer, train_tasks: list[ArithmeticTask], eval_tasks: list[ArithmeticTask],
-              config: PpoConfig, seed: int, *, log=None) -> dict:
+              config: PpoConfig, seed: int, *, log=None, deadline: float | None = None) -> dict:
     """PPO on `policy` (trained in place) for `config.iterations`; held-out exact-match before and
-    after, one history entry per iteration."""
+    after, one history entry per iteration. With a `deadline` (time.monotonic), no iteration starts
+    that the last one's duration projects past it; the result says how many ran."""
     say = log or (lambda _: None)
     torch.manual_seed(seed)
     reference = frozen_copy(policy)
@@ -112,6 +113,9 @@ def train_ppo(policy, tokenizer, train_tasks: list[ArithmeticTask], eval_tasks: 
     rng = random.Random(seed)
     history = []
     for iteration in range(config.iterations):
+        if deadline is not None and history and time.monotonic() + history[-1]["seconds"] > deadline:
+            say(f"  seed {seed}: stopped after {len(history)} iterations, the next would pass the time limit")
+            break
         started = time.perf_counter()
         tasks = rng.sample(train_tasks, min(config.tasks_per_iteration, len(train_tasks)))
         step = ppo_iteration(policy, reference, value_model, tokenizer, optimizers, tasks, config,
@@ -123,5 +127,6 @@ def train_ppo(policy, tokenizer, train_tasks: list[ArithmeticTask], eval_tasks: 
     after = rollouts.exact_match(policy, tokenizer, eval_tasks, max_new_tokens=config.max_new_tokens)
     say(f"  seed {seed}: held-out exact-match after PPO {after['exact_match']:.3f}")
     return {"seed": seed, "exact_match_before": before["exact_match"], "exact_match_after": after["exact_match"],
-            "eval_tasks": len(eval_tasks), "history": history,
+            "eval_tasks": len(eval_tasks), "history": history, "iterations_run": len(history),
+            "stopped_by_time_limit": len(history) < config.iterations,
             "value_loss_first": history[0]["value_loss"], "value_loss_last": history[-1]["value_loss"]}

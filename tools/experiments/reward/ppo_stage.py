@@ -22,6 +22,9 @@ SCHEMA = "reward-ppo/v1"
 DEFAULT_SEEDS = (0,)
 TRAIN_TASK_SEED, TRAIN_PER_OPERATION = 1601, 12
 EVAL_TASK_SEED, EVAL_PER_OPERATION = 1602, 6
+TIME_SHARE = 0.7
+"""The share of the plan's time limit the training loops may use (loading, evaluation and the record
+need the rest); no iteration starts that would pass it."""
 
 
 def config_from(plan) -> PpoConfig:
@@ -82,14 +85,19 @@ def run(plan, sink, *, log=None) -> None:
 
     from tools.measure.training import run_with_oom_guard
 
+    import time
+
     results, identity, model_config = [], None, None
+    started = time.monotonic()
+    budget = None if plan.limits.time_s is None else TIME_SHARE * plan.limits.time_s
 
     def train_all() -> dict:
         nonlocal identity, model_config
-        for seed in seeds:
+        for index, seed in enumerate(seeds):
             model, tokenizer, identity = load_policy(plan)
             model_config = model.config
-            results.append(train_ppo(model, tokenizer, train, held_out, config, seed, log=say))
+            deadline = None if budget is None else started + budget * (index + 1) / len(seeds)
+            results.append(train_ppo(model, tokenizer, train, held_out, config, seed, log=say, deadline=deadline))
             del model
         return {"status": "ok"}
 
@@ -99,6 +107,7 @@ def run(plan, sink, *, log=None) -> None:
         "measurement": "PPO with a value model on arithmetic tasks scored by the strict verifier",
         "status": outcome["status"], "error": outcome.get("error"),
         "plan": plan.public(), "config": config.public(), "model": identity, "seeds": list(seeds),
+        "time_limit_s": plan.limits.time_s,
         "tasks": {"train_pool_sha256": pool_sha256(train), "train": len(train),
                   "held_out_pool_sha256": pool_sha256(held_out), "held_out": len(held_out)},
         "results": results,

@@ -107,9 +107,16 @@ def candidate_signal(name: str, setting: dict, batch, log_probs, ref_log_probs, 
 
 
 def verl_agreement(batch, log_probs, ref_log_probs, values) -> dict:
-    """verl's KL penalty and GAE on this stage's own tensors (float64), against `signals`."""
+    """verl's KL penalty and GAE on this stage's own tensors (float64), against `signals`; where verl or
+    its runtime dependencies are not installed (the GPU image has neither verl nor ray), the numbers
+    are None and the reason says so."""
     from tools.experiments.reward import verl_reference
 
+    try:
+        verl_reference.core_algos()
+    except ImportError as error:
+        return {"verl": None, "rewards_max_abs_diff": None, "whitened_max_abs_diff": None, "returns_max_abs_diff": None,
+                "not_measured": f"verl could not be imported here ({type(error).__name__}: {error})"}
     mask = batch.response_mask
     valid = mask.bool()
     scores = batch.scores.double()
