@@ -32,6 +32,7 @@ def reference():
     return {name: namespace[name] for name in EXERCISES}
 
 
+@pytest.mark.slow  # imports verl (several seconds)
 def test_losses_match_verl_and_a_sequence_mean_does_not(reference):
     result = chapter.compare_with_verl(chapter.example_batch(), reference)
     assert result["matches"] and result["max_abs_diff"] <= chapter.FRAMEWORK_TOLERANCE
@@ -48,6 +49,7 @@ def test_losses_match_verl_and_a_sequence_mean_does_not(reference):
     assert not wrong["matches"] and wrong["policy_abs_diff"]["loss"] > 1e-3
 
 
+@pytest.mark.slow  # imports verl (several seconds)
 def test_random_batches_match_verl(reference):
     generator = torch.Generator().manual_seed(3)
     for _ in range(3):
@@ -62,6 +64,7 @@ def test_random_batches_match_verl(reference):
         assert chapter.compare_with_verl(batch, reference, clip_ratio=0.15, clip_range=0.3)["matches"]
 
 
+@pytest.mark.slow  # builds Qwen2 models on the meta device three times
 def test_parameter_counts_match_transformers_and_peft(reference):
     counts = chapter.compare_parameter_counts(reference["ppo_resident_memory"])
     assert counts["matches"] and counts["libraries"]["causal_lm"] == 494032768

@@ -19,7 +19,6 @@ from tools.course.cells import read_notebook
 from tools.course.grader.build import reference_source
 from tools.experiments.reward import bradley_terry
 from tools.experiments.reward.masks import read_last
-from tools.models.loading import resolve_model
 
 EXERCISES = ("pairwise_reward_loss", "calibrate_temperature", "reward_model_gate")
 
@@ -36,10 +35,11 @@ def reference():
 
 
 @pytest.fixture(scope="module")
-def tiny_reward_model(one_cpu_thread):
-    return chapter.load_reward_model(resolve_model("tiny"))
+def tiny_reward_model(tiny_model_dir, one_cpu_thread):
+    return chapter.load_reward_model(tiny_model_dir)
 
 
+@pytest.mark.slow  # drives TRL's RewardTrainer
 def test_framework_checks_match_transformers_and_trl(tiny_reward_model, reference):
     model, tokenizer = tiny_reward_model
     head = chapter.compare_with_transformers(model, tokenizer, reference["pairwise_reward_loss"])
@@ -52,6 +52,7 @@ def test_framework_checks_match_transformers_and_trl(tiny_reward_model, referenc
     assert info["libraries"] == {"transformers": "5.9.0", "trl": "1.16.0"}
 
 
+@pytest.mark.slow  # drives TRL's RewardTrainer
 def test_framework_checks_catch_a_wrong_token_and_a_wrong_margin(tiny_reward_model, reference):
     model, tokenizer = tiny_reward_model
 

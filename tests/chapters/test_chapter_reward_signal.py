@@ -63,6 +63,7 @@ def test_stage_signals_agree_with_the_chapter_reference(reference, seed):
     assert signals.kl_share(ours["kl"], batch["response_mask"], 0.2, batch["scores"]) == pytest.approx(gated["kl_share"])
 
 
+@pytest.mark.slow  # imports verl (several seconds)
 def test_framework_check_matches_verl_and_catches_a_wrong_whitening(reference):
     result = chapter.compare_with_verl(chapter.example_batch(), reference)
     assert result["matches"] and result["max_abs_diff"] <= chapter.FRAMEWORK_TOLERANCE

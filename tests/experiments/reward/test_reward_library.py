@@ -12,14 +12,12 @@ from tools.experiments.reward import bradley_terry, ppo_losses, rollouts, signal
 from tools.experiments.reward.heads import load_reward_model, pad_rows, token_scores
 from tools.experiments.reward.masks import last_valid_positions, read_last
 from tools.experiments.reward.value_model import ValueModel, frozen_copy
-from tools.models.loading import load_causal_lm, resolve_model
 
 
-@pytest.fixture(scope="module")
-def tiny(one_cpu_thread):
-    model, tokenizer = load_causal_lm(resolve_model("tiny"))
-    model.config.pad_token_id = tokenizer.pad_token_id
-    return model.eval(), tokenizer
+@pytest.fixture
+def tiny(tiny_model, tiny_tokenizer, one_cpu_thread):
+    """The session's tiny model and tokenizer, read only (sampling restores the model's mode)."""
+    return tiny_model, tiny_tokenizer
 
 
 def test_last_valid_positions_for_every_padding_and_read_last_keeps_gradients():
@@ -53,8 +51,8 @@ def test_bradley_terry_is_stable_and_calibration_bins_are_equal_width():
     assert [item["bin"] for item in bins] == [0, 4] and bins[1]["count"] == 2
 
 
-def test_reward_head_reads_the_token_transformers_reads(one_cpu_thread):
-    model, tokenizer = load_reward_model(resolve_model("tiny"))
+def test_reward_head_reads_the_token_transformers_reads(tiny_model_dir, one_cpu_thread):
+    model, tokenizer = load_reward_model(tiny_model_dir)
     rows = [[5, 6, 7, 8], [9, 10]]
     for side in ("right", "left"):
         ids, mask = pad_rows(rows, tokenizer.pad_token_id, side)
@@ -97,6 +95,7 @@ def test_value_model_starts_at_zero_and_frozen_copy_never_trains(tiny):
     assert value_model.backbone is not model.base_model, "the critic has its own backbone"
 
 
+@pytest.mark.slow  # imports verl (several seconds)
 def test_stage_ppo_losses_match_verl():
     generator = torch.Generator().manual_seed(0)
     old = -torch.rand(3, 5, generator=generator, dtype=torch.float64)

@@ -29,13 +29,15 @@ def test_dry_run_describes_and_writes_nothing(name, tmp_path):
     assert not any(tmp_path.rglob("*.json"))
 
 
+@pytest.mark.slow  # loads the tiny model, samples and trains
 @pytest.mark.parametrize("name", sorted(CHAPTERS))
-def test_cpu_smoke_writes_one_record_and_refuses_the_label_again(name, tmp_path, monkeypatch, one_cpu_thread):
+def test_cpu_smoke_writes_one_record_and_refuses_the_label_again(name, tmp_path, monkeypatch, tiny_model_dir,
+                                                                 one_cpu_thread):
     monkeypatch.setattr(signal_stage, "PER_OPERATION", 1)
     monkeypatch.setattr(signal_stage, "SAMPLES_PER_TASK", 2)
     monkeypatch.setattr(reward_model_stage, "TRAIN_STEPS", 3)
     plan = Plan(experiment=name, chapter=CHAPTERS[name], run_mode="cpu_smoke", label="pytest_reward",
-                results_dir=tmp_path, options=SMALL[name])
+                results_dir=tmp_path, model_cache=tiny_model_dir.parent, options=SMALL[name])
     records = run(plan)
     stage = get_experiment(name).default_stage
     assert [ref.stage for ref in records] == [stage] and records[0].status == "ok"

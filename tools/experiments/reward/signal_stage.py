@@ -12,7 +12,6 @@ accepted and both control settings are rejected.
 
 from __future__ import annotations
 
-import random
 
 from tools.data.arithmetic import generate_tasks, pool_sha256
 from tools.experiments.reward import rollouts, signals
