@@ -233,6 +233,8 @@ _messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "conte
 _snapshot = copy.deepcopy(_messages)
 _example = build_sft_example(_messages, TOKENIZER, max_length=40)
 assert _messages == _snapshot
+_rendered = TOKENIZER(TOKENIZER.apply_chat_template(_messages, tokenize=False), add_special_tokens=False)["input_ids"]
+assert _example["input_ids"] == list(_rendered[:40]), "the ids of this conversation, cut to max_length"
 assert type(_example["input_ids"]) is list and type(_example["labels"]) is list
 assert all(type(value) is int for value in _example["input_ids"] + _example["labels"])
 assert type(_example["supervised_tokens"]) is int and type(_example["truncated_supervised_tokens"]) is int
