@@ -128,6 +128,7 @@ def template_cells(chapter_id: str, title_zh: str) -> list:
         _cell("code", '''
             def test_rank_groups():
                 assert rank_groups({"b": 0.5, "a": 0.5, "c": 1.0}) == ["c", "a", "b"]
+                assert rank_groups({"x": 0.0}) == ["x"]
             test_rank_groups()
             ''', "visible-tests", "raises-exception", exercise="rank_groups", points=1),
         _cell("code", '''
@@ -191,8 +192,11 @@ def template_cells(chapter_id: str, title_zh: str) -> list:
 
 HIDDEN_TESTS = '''
 # TEMPLATE: replace these hidden tests with the ones of your exercises (>= 12, each contract clause by name).
+# Every invalid-input test also checks a valid call, and every differential test names the clauses its
+# inputs must reach (notebooks/AUTHORING.md): a body that only raises must earn nothing.
 # %% hidden exercise=pass_share points=1 name=refuses_ints_for_outcomes
 # hint: an outcome is a bool; 0 and 1 are not outcomes.
+assert pass_share([False, True]) == 0.5
 for bad in ([1, 0], [True, 1], [], "TF", None):
     try:
         pass_share(bad)
@@ -208,7 +212,12 @@ assert type(pass_share([True, True])) is float and pass_share([True, True]) == 1
 # hint: any list, valid or not: the same share, or the same error.
 from hypothesis import strategies as st
 items = st.one_of(st.booleans(), st.integers(0, 1), st.none())
-reference.agrees("pass_share", st.tuples(st.lists(items, max_size=6)), cases=80)
+reference.agrees("pass_share", st.tuples(st.lists(items, max_size=6)), cases=80, clauses={
+    "only bools (valid)": lambda outcomes: bool(outcomes) and all(type(item) is bool for item in outcomes),
+    "an int outcome": lambda outcomes: any(type(item) is int for item in outcomes),
+    "a None outcome": lambda outcomes: None in outcomes,
+    "no outcome": lambda outcomes: outcomes == [],
+})
 
 # %% hidden exercise=pass_share points=1 name=counts_every_outcome
 # hint: the denominator is every outcome of the group.
@@ -220,6 +229,7 @@ assert rank_groups({"z": 0.5, "m": 0.5, "a": 0.5}) == ["a", "m", "z"]
 
 # %% hidden exercise=rank_groups points=1 name=refuses_bad_shares
 # hint: check every name and every share.
+assert rank_groups({"a": 0.25, "b": 1}) == ["b", "a"]
 for bad in ({"a": 1.5}, {"a": float("nan")}, {"": 0.5}, {"a": True}, [("a", 0.5)]):
     try:
         rank_groups(bad)
@@ -231,7 +241,12 @@ for bad in ({"a": 1.5}, {"a": float("nan")}, {"": 0.5}, {"a": True}, [("a", 0.5)
 # hint: any dict, valid or not: the same order, or the same error.
 from hypothesis import strategies as st
 shares = st.dictionaries(st.sampled_from(["a", "b", "c", ""]), st.one_of(st.floats(-1, 2), st.booleans()), max_size=4)
-reference.agrees("rank_groups", st.tuples(shares), cases=80)
+reference.agrees("rank_groups", st.tuples(shares), cases=80, clauses={
+    "an empty name": lambda shares: "" in shares,
+    "a share outside [0, 1]": lambda shares: any(not isinstance(v, bool) and not 0 <= v <= 1 for v in shares.values()),
+    "a bool share": lambda shares: any(isinstance(v, bool) for v in shares.values()),
+    "tied shares": lambda shares: len(set(shares.values())) < len(shares),
+})
 
 # %% hidden exercise=rank_groups points=1 name=empty_is_an_empty_ranking
 # hint: no group, no ranking.
@@ -243,6 +258,7 @@ assert gate({"a": 0.5}, 0.5)["admitted"] == ["a"]
 
 # %% hidden exercise=gate points=1 name=refuses_a_bad_minimum
 # hint: the minimum is a finite number in [0, 1].
+assert gate({"a": 0.5}, 0) == {"decision": "accept", "admitted": ["a"]}
 for bad in (-0.1, 1.1, float("nan"), True):
     try:
         gate({"a": 0.5}, bad)
@@ -258,7 +274,13 @@ assert gate({"b": 0.6, "a": 0.9, "c": 0.6}, 0.6)["admitted"] == ["a", "b", "c"]
 # hint: any shares and minimum: the same decision, or the same error.
 from hypothesis import strategies as st
 shares = st.dictionaries(st.sampled_from(["a", "b", "c"]), st.floats(0, 1), max_size=3)
-reference.agrees("gate", st.tuples(shares, st.one_of(st.floats(-0.5, 1.5), st.booleans())), cases=80)
+reference.agrees("gate", st.tuples(shares, st.one_of(st.floats(-0.5, 1.5), st.booleans())), cases=80, clauses={
+    "a minimum outside [0, 1]": lambda shares, minimum: not isinstance(minimum, bool) and not 0 <= minimum <= 1,
+    "a bool minimum": lambda shares, minimum: isinstance(minimum, bool),
+    "a share exactly at the minimum": lambda shares, minimum: minimum in shares.values(),
+    "nothing admitted": lambda shares, minimum: not isinstance(minimum, bool) and 0 <= minimum <= 1 and all(
+        v < minimum for v in shares.values()),
+})
 '''
 
 MUTANTS = {
