@@ -15,6 +15,7 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+from chapter_factory import REPO_ROOT
 from tools import model_runtime as mr
 from tools.models import architectures, builders, vocabulary
 from tools.errors import ConfigError, ModelCacheMissingError
@@ -96,7 +97,7 @@ def test_download_command_and_expected_path(tmp_path):
 def test_download_command_uses_a_cli_the_installed_huggingface_hub_provides():
     cli = Path(sys.executable).parent / "hf"
     assert cli.exists(), "huggingface_hub's `hf` command is not installed next to this python"
-    completed = subprocess.run([str(cli), "download", "--help"], capture_output=True, text=True, timeout=60,
+    completed = subprocess.run([str(cli), "download", "--help"], capture_output=True, text=True, timeout=600,
                                check=False, env={**os.environ, "HF_HUB_DISABLE_UPDATE_CHECK": "1"})
     assert completed.returncode == 0, completed.stderr
     assert "--cache-dir" in completed.stdout
