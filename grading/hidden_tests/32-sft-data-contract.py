@@ -68,7 +68,7 @@ schema = {"id": str, "output": str, "score": float}
 good = [{"id": "a", "output": "1", "score": 0.5}]
 valid = validate_records(good + [{"id": "a", "output": " ", "score": 1}], schema, non_empty=("output",))
 assert valid["valid"] == [0] and valid["invalid"] == [{"index": 1, "id": "a", "problems": [
-    "type:score", "empty:output", "duplicate_id"]}], valid  # the valid call every case below breaks in one place
+    "empty:output", "type:score", "duplicate_id"]}], valid  # the valid call every case below breaks in one place
 bad_calls = [
     lambda: validate_records({"a": good[0]}, schema),
     lambda: validate_records("records", schema),
