@@ -252,6 +252,7 @@ _cases = [
     ([{"sample_id": "a", "response": 1}], {"a": 1}, 0.9, 0.05),
     ([{"response": "1"}], {"a": 1}, 0.9, 0.05),
     (_ok + _ok, {"a": 1}, 0.9, 0.05),
+    (_ok, {"a": 1, "unused": True}, 0.9, 0.05),
 ]
 _valid = admit_by_verifier(_ok + [{"sample_id": "b", "response": "2"}], {"a": 1, "b": 3}, 0.5, 0.5)  # the call each case breaks
 assert _valid["decision"] == "accept" and _valid["wrong_rate"] == 0.5 and _valid["admitted"] == ["a"], _valid
@@ -484,6 +485,10 @@ _samples = st.one_of(st.lists(st.one_of(_sample, _sample, _sample, st.none(), st
                      st.tuples(_sample), st.none(), st.just("a"),
                      st.permutations([{"sample_id": "a", "response": "1"}, {"sample_id": "b", "response": None},
                                       {"sample_id": "a", "response": "2"}]))  # a repeated id among valid samples
+_unused_bad_label = st.tuples(st.just([{"sample_id": "a", "response": "1"}, {"sample_id": "b", "response": " 2"}]),
+                              st.sampled_from([{"a": 1, "b": 2, "unused": True}, {"a": 1, "z": "3", "b": 2},
+                                               {"a": 1, "b": 2, "z": 1.0}, {"a": 1, "b": 2, "z": None}]),
+                              st.just(0.5), st.just(0.5))  # the only defect: a label no sample uses
 _label = st.one_of(st.integers(-2, 2), st.integers(-2, 2), st.sampled_from([True, False, 1.0, "1", None, float("nan")]))
 _labels = st.one_of(st.dictionaries(st.sampled_from(["a", "b", "unused"]), _label, max_size=3), st.none(),
                     st.lists(st.tuples(st.just("a"), st.integers(0, 2)), max_size=2))
@@ -499,7 +504,8 @@ def _bad_rate(value):
     return is_bool(value) or not_a_number(value) or not_finite(value) or not 0 <= value <= 1
 
 
-reference.agrees("admit_by_verifier", st.tuples(_samples, _labels, _rate, _rate), cases=250, clauses={
+reference.agrees("admit_by_verifier", st.one_of(st.tuples(_samples, _labels, _rate, _rate), _unused_bad_label), cases=250,
+                 clauses={
     "a min_pass_rate outside [0, 1], not finite, a bool or not a number": lambda s, l, low, high: _bad_rate(low),
     "a max_wrong_rate outside [0, 1], not finite, a bool or not a number": lambda s, l, low, high: _bad_rate(high),
     "a threshold that is a bool": lambda s, l, low, high: is_bool(low) or is_bool(high),
@@ -508,8 +514,12 @@ reference.agrees("admit_by_verifier", st.tuples(_samples, _labels, _rate, _rate)
     "a label that is a bool": lambda s, l, *rates: any(is_bool(v) for v in values(l) if isinstance(l, dict)),
     "a label that is not an int": lambda s, l, *rates: isinstance(l, dict) and any(
         not isinstance(v, int) for v in l.values()),
-    "a bad label for an id no sample uses": lambda s, l, *rates: isinstance(l, dict) and any(
-        k == "unused" and (is_bool(v) or not isinstance(v, int)) for k, v in l.items()),
+    "a bad label for an id no sample uses, and no other defect": lambda s, l, *rates: isinstance(s, list) and all(
+        isinstance(x, dict) and isinstance(x.get("sample_id"), str) and x["sample_id"] and isinstance(
+            x.get("response"), (str, type(None))) for x in s) and not _repeated([x["sample_id"] for x in s])
+        and not any(_bad_rate(r) for r in rates) and isinstance(l, dict) and all(
+            type(l[x["sample_id"]]) is int for x in s if x["sample_id"] in l) and any(
+            k not in {x["sample_id"] for x in s} and (is_bool(v) or not isinstance(v, int)) for k, v in l.items()),
     "a sample that is not a dict": lambda s, l, *rates: isinstance(s, list) and any(not isinstance(x, dict) for x in s),
     "a missing sample_id": lambda s, l, *rates: any("sample_id" not in x for x in dicts(s)),
     "an empty or non-str sample_id": lambda s, l, *rates: any(
