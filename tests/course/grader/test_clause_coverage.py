@@ -58,9 +58,9 @@ def test_every_named_clause_is_counted_on_the_seeded_cases(tmp_path):
 def test_a_clause_no_case_reaches_fails_the_build_naming_chapter_exercise_and_clause(tmp_path, monkeypatch, capsys):
     root, calls = toy_coverage(tmp_path, toy_with("a is a bool", "type(a) is bool"))
     assert calls[0].clauses["a is a bool"] == 0
-    assert coverage_problems("TOY", calls) == [
+    assert coverage_problems("TOY", calls) == [(
         "TOY, exercise add_rates, hidden test agrees_on_generated_rates: no generated case reaches the clause "
-        "'a is a bool' (60 cases drawn)"]
+        "'a is a bool' (60 cases drawn)")]
     monkeypatch.setenv("COURSE_PROJECT_ROOT", str(root))
     assert main(["grading", "build"]) == 1
     out = capsys.readouterr().out
@@ -126,3 +126,39 @@ def test_every_differential_test_of_every_chapter_reaches_every_clause_it_names(
     assert calls, f"{chapter.id} has no differential hidden test"
     problems = coverage_problems(chapter.id, calls)
     assert problems == [], "\n".join(problems) + "\n" + format_coverage(coverage_rows(chapter.id, calls))
+
+
+def test_each_of_draws_every_listed_case_once_in_a_context_of_its_own():
+    from tools.course.grader.clauses import each_of
+
+    cases = [("valid", n) for n in range(5)] + [("bad", value) for value in (0, -1, True, None, "x", [1])]
+    built = []
+
+    def build(case, rng):
+        built.append((case, rng.random()))
+        return (case,)
+
+    namespace = {}
+    exec("def echo(case):\n    return case\n", namespace)
+    Reference("def echo(case):\n    return case\n", namespace).agrees(
+        "echo", each_of(cases, build, variants=2), cases=2 * len(cases), clauses={"any": lambda case: True})
+    drawn = [case for case, _ in built]
+    assert sorted(map(repr, drawn)) == sorted(map(repr, cases * 2))  # every case, each variant once
+    contexts = {}
+    for case, value in built:
+        contexts.setdefault(repr(case), set()).add(value)
+    assert all(len(values) == 2 for values in contexts.values())  # the two variants differ
+
+
+def test_the_clause_helpers_read_any_value_without_raising():
+    from tools.course.grader import clauses
+
+    for value in (None, True, 0, -1.5, float("nan"), float("inf"), "", " a ", [1], {"k": 2}, (3,)):
+        for helper in (clauses.is_bool, clauses.is_number, clauses.not_a_number, clauses.not_finite, clauses.is_blank,
+                       clauses.not_a_str, clauses.values, clauses.keys, clauses.dicts):
+            helper(value)
+        clauses.below(value, 0)
+        clauses.near_but_not_equal(value, 0.3)
+    assert clauses.near_but_not_equal(0.1 + 0.2, 0.3) and not clauses.near_but_not_equal(0.3, 0.3)
+    assert clauses.below(-1, 0) and not clauses.below(True, 2) and clauses.below(0, 0, or_equal=True)
+    assert clauses.is_blank(" \t") and not clauses.is_blank("a") and not clauses.is_blank(None)

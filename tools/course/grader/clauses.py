@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 def is_bool(value: Any) -> bool:
