@@ -63,3 +63,13 @@ def one_cpu_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def lab_models() -> dict[str, Path]:
+    """`{"lab": folder, "lab-teacher": folder}`: the lab models, built once (about 1-2 minutes each on one
+    core) and cached under build/lab_models by recipe hash, so a later session only checks them. Load one
+    with `tools.models.loading.load_causal_lm(folder)` (a fresh copy per test that trains it)."""
+    from tools.models.lab import build_lab_models
+
+    return build_lab_models()

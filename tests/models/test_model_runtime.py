@@ -15,6 +15,7 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+from chapter_factory import REPO_ROOT
 from tools import model_runtime as mr
 from tools.models import architectures, builders, vocabulary
 from tools.errors import ConfigError, ModelCacheMissingError

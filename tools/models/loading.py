@@ -12,9 +12,10 @@ from pathlib import Path
 from tools.core.records import sha256_file
 from tools.errors import ConfigError, ModelCacheMissingError
 
-from tools.models.architectures import IDENTITY_FILE, QWEN25_05B_INSTRUCT, TINY_MODEL_ID
+from tools.models.architectures import IDENTITY_FILE, LAB_MODEL_IDS, QWEN25_05B_INSTRUCT, TINY_MODEL_ID
 from tools.models.builders import build_random_init_model, build_tiny_model
 from tools.models.cache import _cache_root, _check_model_id, _check_source, _missing_model_message, _search_local
+from tools.models.lab import build_lab_model
 
 _SUPPORTED_DTYPES = ("float32", "bfloat16", "float16")
 
@@ -23,6 +24,8 @@ def resolve_model(model_id: str, source: str = "local", cache_dir: str | os.Path
     """A folder loadable by `from_pretrained` for `model_id`.
 
     - "tiny" (either source): the tiny offline model, built on first use;
+    - "lab", "lab-teacher" (either source): the lab models, pretrained in code on first use and
+      cached under build/lab_models (not in `cache_dir`);
     - source "local": the model from the local cache, else ModelCacheMissingError with the
       download command;
     - source "random_init": the model's architecture with seed-fixed random weights.
@@ -33,6 +36,8 @@ def resolve_model(model_id: str, source: str = "local", cache_dir: str | os.Path
     cache = _cache_root(cache_dir)
     if model_id == TINY_MODEL_ID:
         return build_tiny_model(cache)
+    if model_id in LAB_MODEL_IDS:
+        return build_lab_model(model_id)
     if source == "random_init":
         return build_random_init_model(model_id, cache)
     found, notes = _search_local(model_id, cache)
@@ -118,8 +123,13 @@ def model_identity(path: str | os.PathLike) -> dict:
             raise ConfigError(f"{config_path} does not match {identity_path}; the folder was altered, rebuild it.")
         fields = ("model_id", "weights", "source", "seed", "fingerprint", "recipe_sha256", "builder_version",
                   "architecture_overrides", "tokenizer")
-        return {**{key: built.get(key) for key in fields}, **summary, "revision": None,
-                "weights_sha256": built.get("files", {}).get("model.safetensors")}
+        identity = {**{key: built.get(key) for key in fields}, **summary, "revision": None,
+                    "weights_sha256": built.get("files", {}).get("model.safetensors")}
+        if "lab" in built:  # a lab model: what it was pretrained on and how well it does
+            identity["lab"] = {"task": built["lab"]["task"]["task"], "parameters": built["lab"]["parameters"],
+                               "pretraining_steps": built["lab"]["pretraining"]["steps"],
+                               "heldout_exact_match": built["lab"]["heldout_exact_match"]["accuracy"]}
+        return identity
     repo, revision = _hub_coordinates(folder)
     if repo is None:
         repo = QWEN25_05B_INSTRUCT if folder.name == QWEN25_05B_INSTRUCT.split("/")[-1] else folder.name
