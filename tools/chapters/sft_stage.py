@@ -17,7 +17,7 @@ from tools.core.records import lineage_entry
 from tools.errors import ConfigError
 from tools.experiments.sft_training.config import StageConfig
 from tools.experiments.sft_training.plans import REAL_MODEL, Plan, plan_for, stage_config_for
-from tools.experiments.sft_training.plans import run_plan as run_stage_plan
+from tools.experiments.sft_training.runner import run_plan as run_stage_plan
 
 
 def stage_config(run: ChapterContext, plan: Plan | None = None, model_source: str = "local") -> StageConfig:
