@@ -55,7 +55,9 @@ def plan_lines(chapter_id: str, run_mode: str = "cpu_smoke") -> list[str]:
     plan = plan_for(chapter_id)
     lines = []
     for mode in ("cpu_smoke", "real_gpu"):
-        model = "tiny offline model on the CPU" if mode == "cpu_smoke" else f"{REAL_MODEL} on CUDA"
+        model_id = plan.stage.get(mode, {}).get("model_id")
+        model = (f"{model_id or 'tiny'} offline model on the CPU" if mode == "cpu_smoke"
+                 else f"{model_id or REAL_MODEL} on CUDA")
         lines.append(f"{mode}: {model}; stage overrides {plan.stage.get(mode, {})}")
         for spec in plan.variants(mode):
             lines.append(f"  {spec.name}: {spec.method} r{spec.rank} alpha {spec.alpha:g} on {','.join(spec.target_modules)}, "
