@@ -86,3 +86,11 @@ def test_packing_keeps_the_losses_and_computes_fewer_positions_across_seeds(tmp_
 def _waste_report(runs):
     """A stand-in for the learner's waste_report (the decision only passes its result through)."""
     return {"rows": runs, "packing_gain": {}}
+
+
+def test_the_dry_run_plan_names_the_model_the_stage_trains():
+    from tools.chapters.sft_stage import plan_lines
+
+    lines = plan_lines("30")
+    assert lines[0].startswith("cpu_smoke: lab offline model on the CPU"), lines[0]
+    assert any(line.startswith("  padded_2048") for line in lines)
