@@ -1,0 +1,29 @@
+"""The SFT project chain in the experiment registry: 64 -> 63 (65) -> 62, each handing a sealed manifest
+down (see tools.core.handoff). In the GPU batch the chain runs in order (70-79): a real_gpu project
+reads only real_gpu manifests, so 64's CPU admission runs there too."""
+
+from __future__ import annotations
+
+from tools.experiments.registry import DeviceStep, Experiment
+
+
+def add_upstream_arguments(parser) -> None:
+    """The flags of a project that reads an upstream manifest."""
+    parser.add_argument("--upstream-label", dest="upstream_label", default=None,
+                        help="the label of the upstream project's run (default: this run's label)")
+    parser.add_argument("--upstream-sha256", dest="upstream_sha256", default=None,
+                        help="the sha256 promised for the upstream manifest (default: its seal alone is checked)")
+
+
+EXPERIMENTS = (
+    Experiment(
+        name="sft_data_admission",
+        title="64 SFT data admission: every blocker merged, leakage against the frozen evaluation split, "
+              "accept / tune / reject with repair under a new version",
+        chapters=("64",),
+        runner="tools.experiments.sft_chain.admission:run",
+        stages=("admission",),
+        default_stage="admission",
+        device_steps=(DeviceStep("chain_64_admission", "sft_data_admission", order=70, stage="admission", max_s=60),),
+    ),
+)
