@@ -52,7 +52,7 @@ SYNTHETIC_TEMPLATES = (
 )
 """The pipeline's paraphrases: (instruction, input); some put the problem in the input field."""
 
-TEACHER_MIX = (("correct", 0.84), ("verbose", 0.08), ("off_by_one", 0.08))
+TEACHER_MIX = (("correct", 0.9), ("verbose", 0.05), ("off_by_one", 0.05))
 """How the simulated teacher answers (a teaching assumption, not a measured model)."""
 
 LONG_PREAMBLE = ("Context: this question comes from a worksheet about two-digit numbers that a class of students "
@@ -157,6 +157,7 @@ class Delivery:
     parent: str | None
     splits: dict
     planted: dict
+    seed: int = DELIVERY_SEED
 
     @property
     def sha256(self) -> str:
@@ -164,20 +165,20 @@ class Delivery:
 
     def identity(self) -> dict:
         return {"line": self.line, "version": self.version, "parent": self.parent, "content_sha256": self.sha256,
-                "builder": RAW_DATA_VERSION, "records": {name: len(records) for name, records in self.splits.items()},
+                "builder": RAW_DATA_VERSION, "seed": self.seed, "records": {name: len(records) for name, records in self.splits.items()},
                 "split_sha256": {name: split_sha256(records) for name, records in self.splits.items()}}
 
 
-def _base_splits() -> tuple[list[dict], list[dict], list[tuple[int, int]]]:
+def _base_splits(seed: int) -> tuple[list[dict], list[dict], list[tuple[int, int]]]:
     """Generated and synthetic training records and validation records, on problems apart from evaluation."""
     evaluation = set(_evaluation_problems())
     pool = [problem for problem in _problems() if problem not in evaluation]
-    rng = random.Random(DELIVERY_SEED)
+    rng = random.Random(seed)
     drawn = rng.sample(pool, TRAIN_GENERATED + TRAIN_SYNTHETIC + VALIDATION_SIZE)
     generated, synthetic, held = (drawn[:TRAIN_GENERATED], drawn[TRAIN_GENERATED:TRAIN_GENERATED + TRAIN_SYNTHETIC],
                                   drawn[TRAIN_GENERATED + TRAIN_SYNTHETIC:])
     train = [_record(f"gen-{n:04d}", a, b) for n, (a, b) in enumerate(generated, start=1)]
-    teacher = random.Random(TEACHER_SEED)
+    teacher = random.Random(seed + TEACHER_SEED - DELIVERY_SEED)
     for n, (a, b) in enumerate(synthetic, start=1):
         instruction, input_text = SYNTHETIC_TEMPLATES[n % len(SYNTHETIC_TEMPLATES)]
         _, answer = _teacher_answer(a, b, teacher)
@@ -187,8 +188,8 @@ def _base_splits() -> tuple[list[dict], list[dict], list[tuple[int, int]]]:
     return train, validation, generated
 
 
-def build_delivery(line: str = "arith-sub") -> Delivery:
-    """Version 1 of a delivery line, with its planted defects.
+def build_delivery(line: str = "arith-sub", seed: int = DELIVERY_SEED) -> Delivery:
+    """Version 1 of a delivery line, with its planted defects (`seed` draws its problems and answers).
 
     `arith-sub` holds defects a deterministic repair removes (duplicates, contract breaks, over-long
     samples, wrong or wordy teacher answers, copies of evaluation problems); `arith-sub-conflicting`
@@ -196,7 +197,9 @@ def build_delivery(line: str = "arith-sub") -> Delivery:
     """
     if line not in ("arith-sub", "arith-sub-conflicting"):
         raise ConfigError(f"unknown delivery line {line!r}; choose arith-sub or arith-sub-conflicting")
-    train, validation, generated = _base_splits()
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ConfigError(f"seed must be an int, got {seed!r}")
+    train, validation, generated = _base_splits(seed)
     evaluation = frozen_evaluation()
     planted: dict[str, str] = {}
 
@@ -239,7 +242,7 @@ def build_delivery(line: str = "arith-sub") -> Delivery:
         for n, source in enumerate(train[40:42], start=1):
             plant(train, dict(source, id=f"conflict-{n}", source="synthetic", output=str(int(source["output"]) + 10)),
                   "contradicting answer")
-    return Delivery(line, "v1", None, {"train": train, "validation": validation}, planted)
+    return Delivery(line, "v1", None, {"train": train, "validation": validation}, planted, seed)
 
 
 def repaired(delivery: Delivery, drop: Mapping[str, Sequence[str]]) -> Delivery:
@@ -252,4 +255,4 @@ def repaired(delivery: Delivery, drop: Mapping[str, Sequence[str]]) -> Delivery:
     splits = {name: [dict(record) for record in records if record.get("id") not in set(drop.get(name, ()))]
               for name, records in delivery.splits.items()}
     number = int(delivery.version.lstrip("v")) + 1
-    return Delivery(delivery.line, f"v{number}", delivery.version, splits, {})
+    return Delivery(delivery.line, f"v{number}", delivery.version, splits, {}, delivery.seed)

@@ -175,14 +175,15 @@ def admit_line(delivery: sft_raw.Delivery, evaluation: list[dict], tokenizer, ga
         delivery = sft_raw.repaired(delivery, merged["repair"])
 
 
-def run_admission(gates=LIBRARY_GATES, tokenizer=None, lines=LINES) -> dict:
-    """Every line admitted with `gates`; the tokenizer defaults to the cpu_smoke one."""
+def run_admission(gates=LIBRARY_GATES, tokenizer=None, lines=LINES, seed: int = sft_raw.DELIVERY_SEED) -> dict:
+    """Every line (drawn from `seed`) admitted with `gates`; the tokenizer defaults to the cpu_smoke one."""
     if tokenizer is None:
         tokenizer, _ = admission_tokenizer("cpu_smoke", "tiny", "local")
     evaluation = sft_raw.frozen_evaluation()
     check_frozen_evaluation(evaluation)
-    return {"evaluation": evaluation, "lines": {line: admit_line(sft_raw.build_delivery(line), evaluation, tokenizer,
-                                                                 gates) for line in lines}}
+    return {"evaluation": evaluation, "seed": seed,
+            "lines": {line: admit_line(sft_raw.build_delivery(line, seed), evaluation, tokenizer, gates)
+                      for line in lines}}
 
 
 # ---- what the records say ------------------------------------------------------------------------
@@ -268,7 +269,7 @@ def run(plan, sink, *, log=None) -> None:
     if not plan.writes:
         say(f"sft_data_admission (dry_run): would admit the lines {', '.join(LINES)} against the frozen evaluation "
             f"split (sha256 {sft_raw.FROZEN_EVALUATION_SHA256[:12]}), then write {', '.join(RECORD_STAGES)} under "
-            f"{sink.slug}/; nothing is read, loaded or written")
+            "the project's results folder; nothing is read, loaded or written")
         return
     sink.require_new(RECORD_STAGES)
     tokenizer, identity = admission_tokenizer(plan.run_mode, plan.model, plan.model_source)
