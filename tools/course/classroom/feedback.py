@@ -24,6 +24,7 @@ from nbformat import NotebookNode
 
 from tools.course.cells import read_notebook
 from tools.course.grader.build import BEGIN_HIDDEN, END_HIDDEN
+from tools.course.layout import NbgraderCourse
 from tools.errors import FeedbackLeakError
 
 FEEDBACK_SCHEMA = "course-feedback/v1"
@@ -241,7 +242,8 @@ def generate_feedback_html(course_dir: Path, slug: str, student: str, notebook: 
     from nbgrader.coursedir import CourseDirectory
     from traitlets.config import Config
 
-    autograded = course_dir / "autograded" / student / slug / f"{slug}.ipynb"
+    folders = NbgraderCourse(course_dir)
+    autograded = folders.autograded(student, slug)
     if autograded.exists():
         autograded.unlink()
     autograded.write_text(nbformat.writes(notebook), encoding="utf-8")
@@ -252,7 +254,7 @@ def generate_feedback_html(course_dir: Path, slug: str, student: str, notebook: 
     converter = GenerateFeedback(coursedir=coursedir, config=config)
     converter.force = True
     converter.start()
-    return (course_dir / "feedback" / student / slug / f"{slug}.html").read_text(encoding="utf-8")
+    return (folders.feedback_dir(student, slug) / f"{slug}.html").read_text(encoding="utf-8")
 
 
 def write_feedback(target_dir: Path, slug: str, html_document: str, record: dict,
@@ -286,11 +288,12 @@ def write_student_feedback(course: Path, chapter, student: str, autograded_path:
         autograded = read_notebook(autograded_path)
         own_secrets = secrets_for(secrets, autograded)
         learner = sanitize_notebook(autograded, cells, results, own_secrets)
-        document = generate_feedback_html(work_dir, slug, student, learner, f"sqlite:///{course / 'gradebook.db'}",
+        document = generate_feedback_html(work_dir, slug, student, learner, NbgraderCourse(course).gradebook_url,
                                           course_id)
         record = feedback_record(chapter=chapter.id, slug=slug, student=student, exercises=exercises,
                                  results=results, autograded=autograded, enforced=enforced)
-        html_path, json_path = write_feedback(course / "feedback" / student / slug, slug, document, record, own_secrets)
+        html_path, json_path = write_feedback(NbgraderCourse(course).feedback_dir(student, slug), slug, document, record,
+                                              own_secrets)
     except FeedbackLeakError as error:
         return {"written": False, "error": str(error)}
     except Exception as error:  # recorded per student: the grade stands, the feedback is reported missing
