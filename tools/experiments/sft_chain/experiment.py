@@ -26,4 +26,15 @@ EXPERIMENTS = (
         default_stage="admission",
         device_steps=(DeviceStep("chain_64_admission", "sft_data_admission", order=70, stage="admission", max_s=60),),
     ),
+    Experiment(
+        name="lora_selection",
+        title="63 LoRA variant selection: ranks 4 / 8 / 16 x 3 shared seeds on 64's admitted data, comparability, "
+              "quality band and memory gates, the cheapest feasible rank",
+        chapters=("63",),
+        runner="tools.experiments.sft_chain.selection:run",
+        stages=("selection",),
+        default_stage="selection",
+        arguments="tools.experiments.sft_chain.experiment:add_upstream_arguments",
+        device_steps=(DeviceStep("chain_63_selection", "lora_selection", order=72, stage="selection", max_s=150),),
+    ),
 )

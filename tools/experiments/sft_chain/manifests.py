@@ -53,3 +53,17 @@ def read_output(upstream: Upstream, role: str, results_root: Path, *, schema_ver
     except UpstreamRecordError as error:
         raise UpstreamRecordError(f"project {upstream.chapter}'s {role} ({entry['path']}): {error}",
                                   stage=MANIFEST_STAGE) from None
+
+
+def admitted_data(upstream: Upstream, results_root: Path, *, schema_version: str) -> dict:
+    """Project 64's admitted data, read through its manifest: the file's sha256 and every split's
+    hash checked against what the manifest promised."""
+    from tools.data.sft_raw import split_sha256
+
+    data = read_output(upstream, "admitted_data", results_root, schema_version=schema_version)
+    promised = upstream.record.get("admitted", {}).get("version", {}).get("split_sha256", {})
+    actual = {name: split_sha256(records) for name, records in data["splits"].items()}
+    if actual != promised or split_sha256(data["evaluation"]) != upstream.record["admitted"].get("evaluation_sha256"):
+        raise UpstreamRecordError(f"the admitted data of project {upstream.chapter} does not hold the splits its manifest "
+                                  "names (split hashes differ); rerun project 64", stage=MANIFEST_STAGE)
+    return data
