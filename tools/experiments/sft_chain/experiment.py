@@ -37,4 +37,15 @@ EXPERIMENTS = (
         arguments="tools.experiments.sft_chain.experiment:add_upstream_arguments",
         device_steps=(DeviceStep("chain_63_selection", "lora_selection", order=72, stage="selection", max_s=150),),
     ),
+    Experiment(
+        name="sft_delivery",
+        title="62 SFT training delivery: 63's chosen configuration trained, saved, resumed and reloaded in fresh "
+              "processes; delivered / needs_rerun / blocked",
+        chapters=("62",),
+        runner="tools.experiments.sft_chain.delivery:run",
+        stages=("delivery",),
+        default_stage="delivery",
+        arguments="tools.experiments.sft_chain.experiment:add_upstream_arguments",
+        device_steps=(DeviceStep("chain_62_delivery", "sft_delivery", order=76, stage="delivery", max_s=150),),
+    ),
 )

@@ -16,7 +16,6 @@ gradients, AdamW moments) and the record says which one it read.
 from __future__ import annotations
 
 import copy
-import shutil
 from pathlib import Path
 from typing import Mapping
 
@@ -27,10 +26,10 @@ from tools.experiments.sft_chain.training import (
     TrainConfig,
     adapter_state,
     attach_adapter,
-    file_hashes,
     load_base,
     one_thread_on_cpu,
     render,
+    save_adapter,
     train_run,
 )
 
@@ -174,7 +173,7 @@ def run(plan, sink, *, log=None) -> None:
         run_record = next(r for r in trained["runs"] if r["name"] == name)
         chosen_config = dict(run_record["config"])
         chosen_config.pop("seed")
-        outputs += save_adapter(trained, name, run_record, adapter_folder, root)
+        outputs += chosen_adapter(trained, name, run_record, adapter_folder, root, model_id)
     body = {
         "comparability": sft_raw.COMPARABILITY_NOTE,
         "inputs": [upstream.entry(root), {"role": "admitted_data", **upstream.output("admitted_data")}],
@@ -197,7 +196,8 @@ def run(plan, sink, *, log=None) -> None:
         f"{[item['value'] for item in gating['comparability']['excluded']]}; manifest {ref.path.name}")
 
 
-def save_adapter(trained: Mapping, name: str, run_record: Mapping, folder: Path, root: Path) -> list[dict]:
+def chosen_adapter(trained: Mapping, name: str, run_record: Mapping, folder: Path, root: Path,
+                   model_id: str) -> list[dict]:
     """The chosen run's adapter in peft's format under the results root; one output entry per file."""
     from peft import set_peft_model_state_dict
 
@@ -205,9 +205,6 @@ def save_adapter(trained: Mapping, name: str, run_record: Mapping, folder: Path,
                             for key, value in run_record["config"].items() if key != "data_sha256"})
     model = attach_adapter(copy.deepcopy(trained["base"]), config)
     set_peft_model_state_dict(model, trained["states"][name])
-    temporary = folder.with_name(folder.name + ".partial")
-    shutil.rmtree(temporary, ignore_errors=True)
-    model.save_pretrained(temporary)
-    temporary.rename(folder)
+    hashes = save_adapter(model, folder, model_id)
     return [{"role": f"chosen_adapter/{path}", "path": (folder / path).relative_to(root).as_posix(), "sha256": digest}
-            for path, digest in file_hashes(folder).items()]
+            for path, digest in hashes.items()]

@@ -327,6 +327,24 @@ def load_checkpoint(model, optimizer, folder: Path, config: TrainConfig) -> int:
     return int(state["step"])
 
 
+def save_adapter(model, folder: Path, base_model: str) -> dict[str, str]:
+    """The adapter in peft's format under `folder` (which must not exist), written to a temporary folder
+    and renamed into place; its config names the base by model id, never by a machine path.
+    Returns the files' sha256."""
+    import shutil
+
+    folder = Path(folder)
+    if folder.exists():
+        raise ConfigError(f"{folder} already exists; an adapter folder is written once")
+    for config in model.peft_config.values():
+        config.base_model_name_or_path = base_model
+    temporary = folder.with_name(folder.name + ".partial")
+    shutil.rmtree(temporary, ignore_errors=True)
+    model.save_pretrained(temporary, save_embedding_layers=False)  # no lookup of the base model online
+    temporary.rename(folder)
+    return file_hashes(folder)
+
+
 def file_hashes(folder: Path) -> dict[str, str]:
     """sha256 of every file under `folder`, by path relative to it."""
     from tools.core.records import sha256_file
