@@ -48,4 +48,15 @@ EXPERIMENTS = (
         arguments="tools.experiments.sft_chain.experiment:add_upstream_arguments",
         device_steps=(DeviceStep("chain_62_delivery", "sft_delivery", order=76, stage="delivery", max_s=150),),
     ),
+    Experiment(
+        name="qlora_branch",
+        title="65 QLoRA low-resource branch: NF4 vs bf16 base at the same adapter, paired by seed, a capacity ladder "
+              "recorded apart, accept only for capacity the budget needs",
+        chapters=("65",),
+        runner="tools.experiments.sft_chain.qlora:run",
+        stages=("branch",),
+        default_stage="branch",
+        arguments="tools.experiments.sft_chain.experiment:add_upstream_arguments",
+        device_steps=(DeviceStep("chain_65_qlora", "qlora_branch", order=74, stage="branch", max_s=150),),
+    ),
 )
