@@ -225,18 +225,20 @@ def training_state_bytes(model, optimizer) -> int:
 
 
 def base_tensor_bytes(model) -> int:
-    """Bytes the frozen base holds in its parameters and buffers (4-bit codes and their constants
-    included): what a 4-bit base saves is visible here even on a CPU."""
+    """Bytes the base holds in its parameters and buffers, adapter tensors left out (4-bit codes and
+    their constants included): what a 4-bit base saves is visible here even on a CPU."""
     seen, total = set(), 0
-    for tensor in list(model.parameters()) + list(model.buffers()):
-        if tensor.requires_grad or tensor.data_ptr() in seen:
+    tensors = [t for name, t in model.named_parameters() if "lora_" not in name] + list(model.buffers())
+    for tensor in tensors:
+        if tensor.data_ptr() in seen:
             continue
         seen.add(tensor.data_ptr())
         total += tensor.numel() * tensor.element_size()
     for module in model.modules():  # bitsandbytes keeps the absmax constants in a quant state
         state = getattr(getattr(module, "weight", None), "quant_state", None)
         if state is not None:
-            for value in (state.absmax, getattr(state, "state2", None) and state.state2.absmax):
+            nested = getattr(state, "state2", None)
+            for value in (state.absmax, None if nested is None else nested.absmax):
                 if torch.is_tensor(value):
                     total += value.numel() * value.element_size()
     return int(total)
