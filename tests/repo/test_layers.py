@@ -38,9 +38,22 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def imports_of(path: Path) -> list[tuple[int, str]]:
+def _type_checking_only(tree: ast.AST) -> set[int]:
+    """ids of the import nodes under `if TYPE_CHECKING:`: they never run, so they tie no modules together."""
+    skipped = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and getattr(node.test, "id", getattr(node.test, "attr", None)) == "TYPE_CHECKING":
+            skipped.update(id(inner) for statement in node.body for inner in ast.walk(statement))
+    return skipped
+
+
+def imports_of(path: Path, *, runtime_only: bool = False) -> list[tuple[int, str]]:
     found = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    skipped = _type_checking_only(tree) if runtime_only else set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
             found += [(node.lineno, name) for name in names if name.startswith("tools.") or name == "tools"]
@@ -187,12 +200,13 @@ def test_a_sideways_import_between_course_subsystems_is_reported():
 
 def import_graph() -> dict[str, set[str]]:
     """`module -> the tools modules it imports`, at module level or inside a function alike (a lazy import
-    still ties two modules together). `from tools.a import b` names the module `tools.a.b` when there is one."""
+    still ties two modules together; an import only for type checkers does not). `from tools.a import b`
+    names the module `tools.a.b` when there is one."""
     modules = {module_name(path): path for path in TOOLS.rglob("*.py")}
     graph = {}
     for name, path in modules.items():
         targets = set()
-        for _, imported in imports_of(path):
+        for _, imported in imports_of(path, runtime_only=True):
             while imported not in modules and "." in imported:
                 imported = imported.rsplit(".", 1)[0]
             if imported in modules and imported != name and not name.startswith(imported + "."):
@@ -233,9 +247,6 @@ def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 KNOWN_CYCLES = {
-    ("tools.experiments.contract", "tools.experiments.registry"):
-        "contract.run imports registry.get_experiment inside the function; registry imports contract's Plan "
-        "and load_runner (came with the experiment contract; its owner breaks it, e.g. load_runner in registry)",
     ("tools.experiments.sft_training.plans", "tools.experiments.sft_training.runner"):
         "plans.run_plan imports runner.run_stage inside the function; runner imports plans' plan_for and "
         "stage_config_for inside another (came with the contract port of sft_training)",
@@ -259,3 +270,11 @@ def test_a_cycle_through_a_lazy_import_is_reported(tmp_path):
     probe = tmp_path / "probe.py"
     probe.write_text("def late():\n    from tools.course.runs import registry\n", encoding="utf-8")
     assert (2, "tools.course.runs.registry") in imports_of(probe)  # an import inside a function counts
+
+
+def test_an_import_only_for_type_checkers_ties_no_modules_together(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from tools.core.runs import RUN_MODES\n"
+                     "from tools.errors import ConfigError\n", encoding="utf-8")
+    assert [name for _, name in imports_of(probe, runtime_only=True)] == ["tools.errors", "tools.errors.ConfigError"]
+    assert "tools.core.runs" in [name for _, name in imports_of(probe)]
