@@ -34,8 +34,9 @@ def reference():
 
 
 @pytest.fixture(scope="module")
-def tokenizer():
-    return stage.admission_tokenizer("cpu_smoke", "tiny", "local")[0]
+def tokenizer(tiny_tokenizer):
+    """The cpu_smoke admission counts lengths with the tiny tokenizer (the lab models share it)."""
+    return tiny_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -102,6 +103,7 @@ def test_the_notebook_transition_is_the_stage_transition(reference, length, data
           data.draw(st.sampled_from([0, 1, 2, 3])))
 
 
+@pytest.mark.slow
 def test_every_planted_defect_is_found_and_no_clean_record_is_blocked(fixed):
     for line in fixed["lines"].values():
         first = line["rounds"][0]
@@ -121,6 +123,7 @@ def test_every_planted_defect_is_found_and_no_clean_record_is_blocked(fixed):
         assert blocked == set(delivery.planted) | teacher_errors | twins
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [sft_raw.DELIVERY_SEED, 2, 3])
 def test_effect_admission_repairs_once_then_accepts_and_rejects_the_conflicting_line(tokenizer, seed):
     """The effect of the project across delivery seeds: the delivered data is tune (every planted
@@ -150,6 +153,7 @@ def test_a_changed_evaluation_split_stops_the_admission():
         stage.check_frozen_evaluation(evaluation)
 
 
+@pytest.mark.slow
 def test_the_framework_check_agrees_with_transformers_and_datasets(fixed, tokenizer):
     check = project.framework_check(fixed, tokenizer)
     assert check["over_length"]["equal"] and check["over_length"]["reply_lost_in_every_cut"]
@@ -157,6 +161,7 @@ def test_the_framework_check_agrees_with_transformers_and_datasets(fixed, tokeni
     assert "transformers" in project.framework_lines(check)
 
 
+@pytest.mark.slow
 def test_the_stage_writes_a_sealed_manifest_63_can_read(tmp_path):
     plan = Plan(experiment="sft_data_admission", chapter="64", run_mode="cpu_smoke", label="t64_stage",
                 results_dir=tmp_path)
@@ -191,6 +196,7 @@ def test_dry_run_writes_nothing(tmp_path):
     assert "nothing is read, loaded or written" in lines[0] and not list(tmp_path.iterdir())
 
 
+@pytest.mark.slow
 def test_tables_and_figures_draw(fixed):
     import matplotlib
 

@@ -134,6 +134,7 @@ def test_the_course_chain_of_62_is_64_63_62():
         assert [c.id for c in project_chain("62", REPO_ROOT)] == ["64", "63", "62"]
 
 
+@pytest.mark.integration
 def test_a_batch_runs_projects_after_their_upstream_and_promises_each_manifest(chain_root, tmp_path):
     results = tmp_path / "results"
     shuffled = [c for c in load_catalog(chain_root) if c.implemented]  # catalog order: M, C, A, B
@@ -150,6 +151,7 @@ def test_a_batch_runs_projects_after_their_upstream_and_promises_each_manifest(c
     assert manifest_c["promised"] == {"B": handoffs["B"]["sha256"]}
 
 
+@pytest.mark.integration
 def test_a_failing_upstream_blocks_its_downstream_without_running_it(chain_root, tmp_path):
     nbformat.write(notebook("A", "a-data", None, fail="raise RuntimeError('data broke')"),
                    str(chain_root / "notebooks" / "a-data.ipynb"))
@@ -163,6 +165,7 @@ def test_a_failing_upstream_blocks_its_downstream_without_running_it(chain_root,
     assert not list(results.rglob("*.json"))
 
 
+@pytest.mark.integration
 def test_run_chain_from_the_command_line_runs_the_chain_only(chain_root, tmp_path):
     env = {**os.environ, "COURSE_PROJECT_ROOT": str(chain_root)}
     done = subprocess.run([sys.executable, "-m", "tools.course", "run", "--chain", "B", "--label", "chain_cli_1",

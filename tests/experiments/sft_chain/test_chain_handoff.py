@@ -12,6 +12,7 @@ from tools.errors import UpstreamRecordError
 from tools.experiments.contract import Plan, run
 
 LABEL = "chain_handoff"
+pytestmark = pytest.mark.slow  # the module runs project 64 once (tokenizer, admission): about 10 s
 
 
 @pytest.fixture(scope="module")
