@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Mapping
 
+from tools.chapters.sft_chain_pages import gates_table
 from tools.data import sft_raw
 from tools.experiments.sft_chain import admission as stage
 
@@ -66,17 +67,6 @@ def several_findings(result: Mapping, line: str = stage.MAIN_LINE) -> str:
     lines = [f"{split}/{sample}: {', '.join(checks)}" for split, samples in details.items()
              for sample, checks in sorted(samples.items()) if len(checks) > 1]
     return "\n".join(lines) or "none"
-
-
-def gates_table(gates: list[dict]) -> str:
-    """The manifest's gates: name, threshold, measured value, passed."""
-    def shown(value):
-        return f"{value[:12]}..." if isinstance(value, str) and len(value) == 64 else \
-            f"{value:.4f}" if isinstance(value, float) else str(value)
-    lines = [f"{'gate':<26}{'threshold':>18}{'measured':>18}  passed"]
-    lines += [f"{gate['name']:<26}{shown(gate['threshold']):>18}{shown(gate['measured']):>18}  {gate['passed']}"
-              for gate in gates]
-    return "\n".join(lines)
 
 
 def record_summary(record: Mapping) -> list[str]:
