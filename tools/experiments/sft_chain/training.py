@@ -103,11 +103,26 @@ def load_base(model_id: str, model_source: str, base: str, device: str):
             load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
             bnb_4bit_compute_dtype=torch.bfloat16)
         kwargs["device_map"] = {"": device if device == "cpu" else 0}
-    model = AutoModelForCausalLM.from_pretrained(folder, **kwargs)
+    with _no_progress_bars():
+        model = AutoModelForCausalLM.from_pretrained(folder, **kwargs)
     if base != "nf4":
         model = model.to(device)
     model.config.use_cache = False
     return model, tokenizer, model_identity(folder)
+
+
+@contextlib.contextmanager
+def _no_progress_bars():
+    """transformers' weight-loading bar off while a base loads (a notebook would show it as a widget)."""
+    from transformers.utils import logging as transformers_logging
+
+    was_on = transformers_logging.is_progress_bar_enabled()
+    transformers_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_on:
+            transformers_logging.enable_progress_bar()
 
 
 def render(tokenizer, prompt: str, reply: str) -> tuple[list[int], int]:
