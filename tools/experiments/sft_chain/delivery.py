@@ -135,7 +135,8 @@ def run(plan, sink, *, log=None) -> None:
         {"in_process": formal["eval_loss"], "reloaded": reloaded["eval_loss"]},
         loss_tolerance=LOSS_TOLERANCE, eval_tolerance=EVAL_TOLERANCE)
     state = delivery_gates.delivery_state(identity_check, integrity)
-    report = {"model": identity, "config": used, "checkpoint_step": checkpoint_step, "training_s": training_s,
+    report = {"model": identity, "selected": selected, "config": used, "checkpoint_step": checkpoint_step,
+              "training_s": training_s, "files": {"recorded": recorded, "found": found},
               "formal": {key: formal[key] for key in ("losses", "optimiser_steps", "eval_loss", "exact_match",
                                                       "step_time_s", "adapter_sha256", "training_state_bytes",
                                                       "peak_allocated_bytes", "peak_reserved_bytes", "sampled")},

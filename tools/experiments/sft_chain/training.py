@@ -212,7 +212,8 @@ def attach_adapter(model, config: TrainConfig):
 def adapter_state(model) -> dict[str, torch.Tensor]:
     from peft import get_peft_model_state_dict
 
-    return {name: tensor.detach().to("cpu").clone() for name, tensor in get_peft_model_state_dict(model).items()}
+    state = get_peft_model_state_dict(model, save_embedding_layers=False)  # False: no lookup of the base online
+    return {name: tensor.detach().to("cpu").clone() for name, tensor in state.items()}
 
 
 def state_sha256(state: Mapping[str, torch.Tensor]) -> str:
