@@ -69,21 +69,22 @@ def used_config(selected: Mapping) -> TrainConfig:
     return TrainConfig(**{**settings, "seed": DELIVERY_SEED})
 
 
-def fresh_process(action: str, *, model: str, model_source: str, device: str, admitted: Mapping, config: TrainConfig,
+def fresh_process(*, model: str, model_source: str, device: str, admitted: Mapping, config: TrainConfig,
                   folder: Path) -> dict:
-    """Run the worker in a new interpreter; its JSON result (StageFailedError with its stderr if it fails)."""
+    """Resume the checkpoint and reload the adapter in a new interpreter (the worker's `verify`); its
+    JSON result, or StageFailedError with the end of its stderr if it fails."""
     with tempfile.TemporaryDirectory() as scratch:
         out = Path(scratch) / "result.json"
-        argv = [sys.executable, "-m", "tools.experiments.sft_chain.worker", action, "--model", model,
+        argv = [sys.executable, "-m", "tools.experiments.sft_chain.worker", "verify", "--model", model,
                 "--model-source", model_source, "--device", device, "--admitted", str(admitted["path"]),
                 "--admitted-sha256", admitted["sha256"], "--config", json.dumps(config.public()), "--out", str(out),
-                "--checkpoint" if action == "resume" else "--adapter", str(folder)]
+                "--checkpoint", str(folder / "checkpoint"), "--adapter", str(folder / "adapter")]
         done = subprocess.run(argv, cwd=resolve_project_root(), capture_output=True, text=True,
                               timeout=WORKER_TIMEOUT_S)
         if done.returncode != 0 or not out.is_file():
-            raise StageFailedError(f"the {action} process failed (exit {done.returncode}): "
-                                   f"{done.stderr.strip().splitlines()[-1] if done.stderr.strip() else 'no output'}",
-                                   stage=action)
+            tail = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "no output"
+            raise StageFailedError(f"the resume / reload process failed (exit {done.returncode}): {tail}",
+                                   stage="verify")
         return json.loads(out.read_text(encoding="utf-8"))
 
 
@@ -123,9 +124,9 @@ def run(plan, sink, *, log=None) -> None:
     worker = {"model": model_id, "model_source": plan.model_source, "device": plan.device,
               "admitted": {"path": admitted_path, "sha256": admitted_entry["sha256"]}, "config": config}
     say(f"62 formal training: {config.steps} steps, checkpoint after step {checkpoint_step}; resuming and reloading in "
-        "fresh processes")
-    resumed = fresh_process("resume", folder=folder / "checkpoint", **worker)
-    reloaded = fresh_process("reload", folder=folder / "adapter", **worker)
+        "a fresh process")
+    verified = fresh_process(folder=folder, **worker)
+    resumed, reloaded = verified["resumed"], verified["reloaded"]
     found = file_hashes(folder)
     identity_check = delivery_gates.upstream_identity(selected, used)
     integrity = delivery_gates.artifact_checks(

@@ -2,10 +2,12 @@
 
 Project 62 proves its artefacts outside the process that wrote them: this command starts with nothing
 in memory but the files, so a resume that depends on a leftover object, or an adapter that cannot be
-loaded from its folder, fails here. It writes one JSON result to `--out` and prints nothing else.
+loaded from its folder, fails here. `verify` does both in one new process (each from freshly loaded
+files: the resume on its own base, the reload on another). It writes one JSON result to `--out`.
 
     python -m tools.experiments.sft_chain.worker resume --checkpoint DIR ... --out result.json
     python -m tools.experiments.sft_chain.worker reload --adapter DIR ... --out result.json
+    python -m tools.experiments.sft_chain.worker verify --checkpoint DIR --adapter DIR ... --out result.json
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from tools.data import sft_raw
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m tools.experiments.sft_chain.worker")
-    parser.add_argument("action", choices=("resume", "reload"))
+    parser.add_argument("action", choices=("resume", "reload", "verify"))
     parser.add_argument("--model", required=True)
     parser.add_argument("--model-source", default="local")
     parser.add_argument("--device", default="cpu")
@@ -42,21 +44,26 @@ def run_action(args) -> dict:
     config["target_modules"] = tuple(config["target_modules"])
     config = training.TrainConfig(**config)
     admitted = load_record(args.admitted, expected_sha256=args.admitted_sha256)
+    result = {}
     with training.one_thread_on_cpu(args.device):
-        model, tokenizer, _ = training.load_base(args.model, args.model_source, args.base, args.device)
-        evaluation = [training.render(tokenizer, sft_raw.chat_prompt(r), r["output"]) for r in admitted["evaluation"]]
-        if args.action == "reload":
+        if args.action in ("resume", "verify"):
+            model, tokenizer, _ = training.load_base(args.model, args.model_source, args.base, args.device)
+            train = [training.render(tokenizer, sft_raw.chat_prompt(r), r["output"]) for r in admitted["splits"]["train"]]
+            evaluation = [training.render(tokenizer, sft_raw.chat_prompt(r), r["output"]) for r in admitted["evaluation"]]
+            model = training.attach_adapter(model, config)
+            resumed = training.train_run(model, tokenizer, train, evaluation, config, device=args.device,
+                                         resume_from=Path(args.checkpoint))
+            result["resumed"] = {key: resumed[key] for key in ("first_step", "losses", "optimiser_steps", "eval_loss",
+                                                               "exact_match", "adapter_sha256")}
+        if args.action in ("reload", "verify"):
             from peft import PeftModel
 
+            model, tokenizer, _ = training.load_base(args.model, args.model_source, args.base, args.device)
+            evaluation = [training.render(tokenizer, sft_raw.chat_prompt(r), r["output"]) for r in admitted["evaluation"]]
             model = PeftModel.from_pretrained(model, args.adapter)
             pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-            return training.evaluate(model, evaluation, pad_id, args.device)
-        train = [training.render(tokenizer, sft_raw.chat_prompt(r), r["output"]) for r in admitted["splits"]["train"]]
-        model = training.attach_adapter(model, config)
-        result = training.train_run(model, tokenizer, train, evaluation, config, device=args.device,
-                                    resume_from=Path(args.checkpoint))
-        return {key: result[key] for key in ("first_step", "losses", "optimiser_steps", "eval_loss", "exact_match",
-                                             "adapter_sha256")}
+            result["reloaded"] = training.evaluate(model, evaluation, pad_id, args.device)
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
