@@ -177,3 +177,46 @@ def test_run_chain_from_the_command_line_runs_the_chain_only(chain_root, tmp_pat
     both = subprocess.run([sys.executable, "-m", "tools.course", "run", "--chain", "B", "--chapter", "A"],
                           cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert both.returncode == 2 and "not allowed with argument" in both.stderr
+
+
+def test_the_course_batch_puts_every_project_after_its_upstream():
+    """`make run` runs every implemented chapter in this order: the chain runs inside it."""
+    ordered = [chapter.id for chapter in order_by_prerequisites(
+        [chapter for chapter in load_catalog(REPO_ROOT) if chapter.implemented])]
+    for upstream, downstream in (("64", "63"), ("64", "65"), ("63", "62"), ("32", "64")):
+        if upstream in ordered and downstream in ordered:
+            assert ordered.index(upstream) < ordered.index(downstream), (upstream, downstream)
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_the_sft_chain_runs_end_to_end_and_a_one_byte_change_stops_the_next_project(tmp_path):
+    """`run --chain 62` in cpu_smoke: 64, 63, 62 pass, each reading the manifest the one before sealed and
+    the runner promised; then one changed byte in 63's manifest stops 62 in its setup cell, before any
+    work, with the clear error, and 62 writes nothing."""
+    from tools.course.runs.runner import run_chapter
+
+    chain = project_chain("62", REPO_ROOT)
+    results = tmp_path / "results"
+    label, outcomes = run_chapters(REPO_ROOT, chain, run_mode="cpu_smoke", label="pytest_chain",
+                                   results_dir=str(results), show_progress=False)
+    assert [(o.chapter, o.status) for o in outcomes] == [("64", "passed"), ("63", "passed"), ("62", "passed")], \
+        format_summary(outcomes)
+    summary = json.loads((REPO_ROOT / "build/runs/pytest_chain/summary.json").read_text(encoding="utf-8"))
+    assert sorted(summary["handoffs"]) == ["62", "63", "64"]
+    delivered = json.loads((results / summary["handoffs"]["62"]["path"]).read_text(encoding="utf-8"))
+    assert delivered["decision"]["decision"] == "delivered"
+    assert delivered["inputs"][0] == {"role": "upstream_manifest", **summary["handoffs"]["63"]}
+
+    selection = results / summary["handoffs"]["63"]["path"]
+    data = bytearray(selection.read_bytes())
+    data[data.index(b'"decision": "accept"') + len(b'"decision": "acce')] = ord("P")
+    selection.write_bytes(bytes(data))
+    before = sorted(path.name for path in (results / "62-sft-delivery").rglob("*"))
+    again = run_chapter(REPO_ROOT, chain[-1], run_mode="cpu_smoke", label="pytest_chain_2", results_dir=results,
+                        output_dir=tmp_path / "again",
+                        extra_parameters={"UPSTREAM_LABEL": "pytest_chain",
+                                          "UPSTREAM_SHA256": {"63": summary["handoffs"]["63"]["sha256"]}})
+    assert again.status == "failed" and again.failure["cell"] == 3
+    assert "UpstreamRecordError" in again.error and "was promised when project 63 finished" in again.error
+    assert sorted(path.name for path in (results / "62-sft-delivery").rglob("*")) == before
