@@ -51,7 +51,49 @@ def configurations(draw):
         used = draw(st.sampled_from([None, {1: "x"}, [("rank", 4)]]))
     return selected, used
 
-reference.agrees("upstream_identity", configurations(), cases=200)
+@st.composite
+def reordered(draw):
+    """The same targets in another order, everything else equal."""
+    selected = {"rank": draw(st.sampled_from([4, 8])), "targets": ["q", "v"], "data_sha256": "d1"}
+    return selected, dict(selected, targets=draw(st.sampled_from([["v", "q"], ["q", "v"]])))
+
+from tools.course.grader.clauses import is_bool
+
+
+def identity(*call):
+    """The reference's result (raises on an invalid call, so a valid-input clause never counts one)."""
+    return reference("upstream_identity")(*call)
+
+
+def typed_twins(selected, used):
+    """Keys whose values are equal to Python (4 == 4.0 == True... or a list and a tuple) but not of one type."""
+    return [key for key in selected if key in used and type(selected[key]) is not type(used[key]) and (
+        selected[key] == used[key] or (isinstance(selected[key], (list, tuple)) and isinstance(used[key], (list, tuple))
+                                       and list(selected[key]) == list(used[key])))]
+
+reference.agrees("upstream_identity", st.one_of(configurations(), configurations(), reordered()), cases=200, clauses={
+    "a value equal but of another type (4.0, True, a tuple)": lambda selected, used: identity(
+        selected, used) and typed_twins(selected, used),
+    "a nested dict equal to Python but with a bool inside": lambda selected, used: identity(selected, used) and any(
+        key in used and isinstance(selected[key], dict) and isinstance(used[key], dict) and selected[key] == used[key]
+        and any(type(selected[key][k]) is not type(used[key][k]) for k in selected[key]) for key in selected),
+    "a key missing from the used configuration": lambda selected, used: identity(selected, used) and any(
+        key not in used for key in selected),
+    "the data hash differs": lambda selected, used: any(
+        m["key"] == "data_sha256" and "data_sha256" in used for m in identity(selected, used)["mismatches"]),
+    "an extra key in the used configuration (ignored)": lambda selected, used: identity(selected, used) and any(
+        key not in selected for key in used),
+    "targets in another order": lambda selected, used: identity(selected, used) and any(
+        key in used and isinstance(selected[key], list) and isinstance(used[key], list) and selected[key] != used[key]
+        and sorted(selected[key]) == sorted(used[key]) for key in selected),
+    "everything matches": lambda *call: identity(*call)["matches"] and len(call[0]) > 1,
+    "selected without data_sha256": lambda selected, used: "data_sha256" not in selected
+        and isinstance(used, dict) and all(isinstance(key, str) for key in used),
+    "used None": lambda selected, used: used is None,
+    "used with a key that is not a str": lambda selected, used: isinstance(used, dict) and any(
+        not isinstance(key, str) for key in used),
+    "used a list": lambda selected, used: isinstance(used, list),
+})
 
 # %% hidden exercise=artifact_checks points=1 name=file_findings_in_path_order
 # hint: missing then changed per recorded path in path order (a None counts as missing), then unrecorded found paths in path order; a found None that was never recorded is nothing.
@@ -156,16 +198,82 @@ def deliveries(draw):
     tail = list(reference_losses[k:])
     resumed = draw(st.sampled_from([None, tail, tail[:-1], tail + [0.1], [v + 0.001 for v in tail]]))
     first = draw(st.sampled_from([None, k + 1, 1, k]))
-    reload = {"in_process": draw(st.sampled_from([None, 0.5])), "reloaded": draw(st.sampled_from([None, 0.5, 0.5001, 0.6]))}
+    reload = {"in_process": draw(st.sampled_from([0.5, None])), "reloaded": draw(st.sampled_from([0.6, 0.5001, 0.5, None]))}
     arguments = [{"recorded": recorded, "found": found},
                  {"reference_losses": reference_losses, "checkpoint_step": k, "resumed_losses": resumed,
                   "resumed_first_step": first}, reload, draw(st.sampled_from([1e-6, 0.01])),
                  draw(st.sampled_from([1e-4, 0.2]))]
-    if draw(st.integers(0, 9)) == 0:
-        arguments[draw(st.integers(0, 4))] = draw(st.sampled_from([None, -1, True, {"recorded": {}}]))
     return tuple(arguments)
 
-reference.agrees("artifact_checks", deliveries(), cases=200)
+@st.composite
+def broken(draw):
+    """A delivery with one argument replaced by a wrong value."""
+    arguments = list(draw(deliveries()))
+    arguments[draw(st.integers(0, 4))] = draw(st.sampled_from([None, -1, True, {"recorded": {}}]))
+    return tuple(arguments)
+
+@st.composite
+def clean_deliveries(draw):
+    """Every file intact, the resume at the checkpoint (or a step late) with losses equal or off by 0.001, the
+    reload equal or off by 1e-5 or 1e-4; tolerances that accept or refuse those differences."""
+    recorded = {path: draw(st.sampled_from(["1", "2"])) for path in draw(st.lists(st.sampled_from(["a", "b", "c/d"]),
+                                                                                 min_size=1, unique=True))}
+    losses = draw(st.lists(st.sampled_from([1.0, 0.5, 0.25, 2.0]), min_size=2, max_size=5))
+    k = draw(st.integers(1, len(losses) - 1))
+    resumed = draw(st.sampled_from([list(losses[k:]), [v + 0.001 for v in losses[k:]]]))
+    return ({"recorded": recorded, "found": dict(recorded)},
+            {"reference_losses": losses, "checkpoint_step": k, "resumed_losses": resumed,
+             "resumed_first_step": draw(st.sampled_from([k + 1, k + 2]))},
+            {"in_process": 0.5, "reloaded": draw(st.sampled_from([0.5001, 0.5, 0.50001]))},
+            draw(st.sampled_from([1e-6, 0.01])), 1e-4)
+
+from tools.course.grader.clauses import is_bool
+
+
+def checked(*call):
+    """The reference's result (raises on an invalid call, so a valid-input clause never counts one)."""
+    return reference("artifact_checks")(*call)
+
+
+def findings(*call):
+    return [finding for check in checked(*call)["checks"] for finding in check["findings"]]
+
+
+def finding_starts(prefix):
+    return lambda *call: any(finding.startswith(prefix) for finding in findings(*call))
+
+
+def replaced(position):
+    """The argument at `position` is one of the generator's broken values."""
+    return lambda *call: any(call[position] is bad or call[position] == bad and type(call[position]) is type(bad)
+                             for bad in (None, -1, True, {"recorded": {}}))
+
+reference.agrees("artifact_checks", st.one_of(deliveries(), clean_deliveries(), broken()), cases=250, clauses={
+    "a missing file": finding_starts("missing:"),
+    "a changed file": finding_starts("changed:"),
+    "an unrecorded file": finding_starts("unrecorded:"),
+    "an unrecorded path found as None (not a finding)": lambda files, *rest: checked(files, *rest) and any(
+        path not in files["recorded"] and digest is None for path, digest in files["found"].items()),
+    "a resume not run": lambda *call: checked(*call)["checks"][1]["passed"] is None,
+    "a resume restarted at step 1": finding_starts("restarted"),
+    "a resume at the wrong step": finding_starts("wrong_step"),
+    "resumed losses of another length": finding_starts("length"),
+    "resumed losses that diverge beyond the tolerance": finding_starts("diverged"),
+    "resumed losses off by less than the tolerance": lambda files, resume, reload, loss_tol, eval_tol: checked(
+        files, resume, reload, loss_tol, eval_tol)["checks"][1]["passed"] is True
+        and list(resume["resumed_losses"]) != list(resume["reference_losses"][resume["checkpoint_step"]:]),
+    "a reload not run": lambda *call: checked(*call)["checks"][2]["passed"] is None,
+    "a reload that differs": finding_starts("differs"),
+    "a reload difference at 1e-4 that rounding puts above it": lambda files, resume, reload, loss_tol, eval_tol: checked(
+        files, resume, reload, loss_tol, eval_tol) and eval_tol == 1e-4 and reload["reloaded"] == 0.5001
+        and reload["in_process"] == 0.5,
+    "every check passes": lambda *call: checked(*call)["passed"],
+    "files replaced by a wrong value": replaced(0),
+    "resume replaced by a wrong value": replaced(1),
+    "reload replaced by a wrong value (a wrong dict is a reload not run)": replaced(2),
+    "loss_tolerance replaced by a wrong value": replaced(3),
+    "eval_tolerance replaced by a wrong value": replaced(4),
+})
 
 # %% hidden exercise=delivery_state points=1 name=reasons_follow_the_fixed_order
 # hint: mismatches in their order, then files_intact, resume_continues, reload_reproduces in that order whatever order the checks come in; each finding of a failed check, or "<name>:failed" when it has none.
@@ -234,4 +342,27 @@ def states(draw):
         checks = checks[:-1]
     return identity, {"checks": checks, "passed": False}
 
-reference.agrees("delivery_state", states(), cases=200)
+def stated(*call):
+    """The reference's result (raises on an invalid call, so a valid-input clause never counts one)."""
+    return reference("delivery_state")(*call)
+
+reference.agrees("delivery_state", states(), cases=200, clauses={
+    "blocked by a mismatch": lambda *call: stated(*call)["state"] == "blocked",
+    "blocked, with failed checks listed too": lambda *call: stated(*call)["state"] == "blocked" and any(
+        not reason.startswith("mismatch:") for reason in stated(*call)["reasons"]),
+    "needs_rerun for a check not run": lambda *call: stated(*call)["state"] == "needs_rerun" and any(
+        reason.startswith("not_run:") for reason in stated(*call)["reasons"]),
+    "needs_rerun for a failed check without findings": lambda *call: stated(*call)["state"] == "needs_rerun" and any(
+        reason.endswith(":failed") for reason in stated(*call)["reasons"]),
+    "a failed check whose finding is not_run": lambda *call: any(
+        reason.endswith(":not_run") for reason in stated(*call)["reasons"]),
+    "delivered": lambda *call: stated(*call)["state"] == "delivered",
+    "checks not in the usual order": lambda identity, integrity: stated(identity, integrity) and [
+        check["name"] for check in integrity["checks"]] != ["files_intact", "resume_continues", "reload_reproduces"],
+    "identity matches yet lists mismatches": lambda identity, integrity: identity == {
+        "matches": True, "mismatches": [{"key": "a"}]},
+    "identity None": lambda identity, integrity: identity is None,
+    "matches not a bool": lambda identity, integrity: isinstance(identity, dict) and identity.get("matches") == "no",
+    "integrity missing a check": lambda identity, integrity: isinstance(identity, dict) and identity.get("matches") in (
+        True, False) and identity["matches"] != bool(identity["mismatches"]) and len(integrity["checks"]) == 2,
+})

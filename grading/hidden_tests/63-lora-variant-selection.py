@@ -85,7 +85,58 @@ def matrices(draw):
     variable = draw(st.sampled_from(["rank", "rank", "rank", "seed"]))
     return runs, variable, base, seeds
 
-reference.agrees("comparable_candidates", matrices(), cases=200)
+from tools.course.grader.clauses import is_bool
+
+
+def compared(*call):
+    """The reference's result (raises on an invalid call, so a valid-input clause never counts one)."""
+    return reference("comparable_candidates")(*call)
+
+
+def refusal(*call):
+    """The stage's error message ('' when it accepts): the first rule the call breaks (same order as the reference)."""
+    from tools.experiments.sft_chain.selection_gates import comparable_candidates as staged
+
+    try:
+        staged(*call)
+    except ValueError as error:
+        return str(error)
+    return ""
+
+
+def reasons(*call):
+    return [reason for row in compared(*call)["excluded"] for reason in row["reasons"]]
+
+
+def equal_but_typed(runs, baseline):
+    """A run's setting equal to the baseline's in value but not in type (10.0 for 10, 16 for 16.0, a tuple)."""
+    return any(key in run["config"] and type(run["config"][key]) is not type(value)
+               and (run["config"][key] == value or list(run["config"][key]) == value if isinstance(value, list)
+                    else run["config"][key] == value)
+               for run in runs for key, value in baseline.items())
+
+reference.agrees("comparable_candidates", matrices(), cases=200, clauses={
+    "a setting equal in value but not in type": lambda runs, variable, baseline, seeds: compared(
+        runs, variable, baseline, seeds) and equal_but_typed(runs, baseline),
+    "a setting with another value": lambda *call: any(
+        reason.startswith("differs:") for reason in reasons(*call)) and not equal_but_typed(call[0], call[2]),
+    "an extra setting": lambda *call: any(reason.startswith("extra:") for reason in reasons(*call)),
+    "a candidate without the shared seeds": lambda *call: "seeds" in reasons(*call),
+    "a candidate excluded for two reasons": lambda *call: any(
+        len(row["reasons"]) > 1 for row in compared(*call)["excluded"]),
+    "every candidate comparable": lambda *call: compared(*call)["comparable"] and not compared(*call)["excluded"],
+    "seeds given as a tuple": lambda *call: compared(*call) and isinstance(call[3], tuple),
+    "variable is 'seed'": lambda runs, variable, baseline, seeds: variable == "seed",
+    "seeds repeated": lambda *call: "seeds must be" in refusal(*call) and len(set(call[3])) < len(call[3]),
+    "seeds empty": lambda *call: "seeds must be" in refusal(*call) and len(call[3]) == 0,
+    "a seed that is a bool": lambda *call: "seeds must be" in refusal(*call) and any(is_bool(s) for s in call[3]),
+    "a run name used twice": lambda *call: "used twice" in refusal(*call),
+    "a run that is not a dict": lambda *call: "needs a str name" in refusal(*call) and None in call[0],
+    "a run without an int seed": lambda *call: "needs a str name" in refusal(*call) and any(
+        isinstance(run, dict) and "seed" not in run["config"] for run in call[0]),
+    "a run without the variable": lambda *call: "needs a str name" in refusal(*call) and any(
+        isinstance(run, dict) and "rank" not in run["config"] for run in call[0]),
+})
 
 # %% hidden exercise=gate_candidates points=1 name=the_band_uses_the_largest_sample_spread
 # hint: the sample standard deviation divides by n - 1 (0.0 for one run); the band is max(band_floor, spread_factor * the largest std of the complete candidates).
@@ -162,11 +213,71 @@ def result_sets(draw):
     budget = draw(st.sampled_from([0, 150, 300, 500, -5, 2.0]))
     floor = draw(st.sampled_from([0, 0.0, 0.02, 0.1, -0.1]))
     factor = draw(st.sampled_from([0, 0.5, 1, 2.0, float("nan")]))
-    if draw(st.integers(0, 9)) == 0:
+    if draw(st.integers(0, 4)) == 0:
         results[999] = draw(st.sampled_from([[], [None], [{"seed": 1, "status": "ok", "quality": 0.5, "memory_bytes": True}]]))
     return results, budget, floor, factor
 
-reference.agrees("gate_candidates", result_sets(), cases=200)
+@st.composite
+def band_edges(draw):
+    """A candidate whose mean sits exactly on the band's lower edge (the band from the floor or the spread)."""
+    best, band, edge = draw(st.sampled_from([(0.75, 0.25, 0.5), (1, 0.5, 0.5), (0.5, 0.25, 0.25)]))
+    results = {4: [{"seed": 0, "status": "ok", "quality": edge, "memory_bytes": 100}],
+               8: [{"seed": 0, "status": "ok", "quality": best, "memory_bytes": 200}]}
+    return results, draw(st.sampled_from([150, 300])), band, draw(st.sampled_from([0, 2.0]))
+
+from tools.course.grader.clauses import below, is_bool, not_finite
+
+
+def gated(*call):
+    """The reference's result (raises on an invalid call, so a valid-input clause never counts one)."""
+    return reference("gate_candidates")(*call)
+
+
+def refusal(*call):
+    """The stage's error message ('' when it accepts): the first rule the call breaks (same order as the reference)."""
+    from tools.experiments.sft_chain.selection_gates import gate_candidates as staged
+
+    try:
+        staged(*call)
+    except ValueError as error:
+        return str(error)
+    return ""
+
+
+def rows(*call):
+    return list(gated(*call)["candidates"].values())
+
+
+def has_reason(reason):
+    return lambda *call: any(reason in row["reasons"] for row in rows(*call))
+
+reference.agrees("gate_candidates", st.one_of(result_sets(), result_sets(), band_edges()), cases=200, clauses={
+    "a candidate with an oom run": has_reason("oom"),
+    "a candidate with a failed run": has_reason("run_failed"),
+    "a candidate whose quality is missing": has_reason("quality_missing"),
+    "a candidate below the quality band": has_reason("below_band"),
+    "a candidate whose memory was not measured": has_reason("memory_not_measured"),
+    "a candidate over the memory budget": has_reason("over_budget"),
+    "a candidate mean exactly at the band edge": lambda *call: any(
+        row["complete"] and row["mean_quality"] == gated(*call)["best_mean"] - gated(*call)["band"]
+        and gated(*call)["band"] > 0 for row in rows(*call)),
+    "a peak exactly at the budget": lambda *call: any(
+        row["peak_memory_bytes"] == call[1] for row in rows(*call)),
+    "the band set by the seed spread": lambda *call: gated(*call)["band"] is not None and gated(*call)["band"] > call[2],
+    "the band set by the floor": lambda *call: gated(*call)["band"] is not None and gated(*call)["band"] == call[2] > 0,
+    "a feasible candidate": lambda *call: any(row["feasible"] for row in rows(*call)),
+    "no complete candidate": lambda *call: gated(*call)["best_mean"] is None,
+    "a quality given as an int": lambda *call: gated(*call) and any(
+        type(run["quality"]) is int for runs in call[0].values() for run in runs),
+    "memory_budget below 0": lambda *call: below(call[1], 0),
+    "memory_budget a float": lambda *call: isinstance(call[1], float),
+    "band_floor below 0": lambda *call: "band_floor" in refusal(*call) and below(call[2], 0),
+    "spread_factor not finite": lambda *call: "spread_factor" in refusal(*call) and not_finite(call[3]),
+    "a candidate with no results": lambda *call: "non-empty list" in refusal(*call),
+    "a result that is not a dict": lambda *call: "malformed result None" in refusal(*call),
+    "a memory that is a bool": lambda *call: "malformed result" in refusal(*call) and any(
+        is_bool(run.get("memory_bytes")) for runs in call[0].values() for run in runs if isinstance(run, dict)),
+})
 
 # %% hidden exercise=choose_candidate points=1 name=ties_break_by_quality_then_value
 # hint: rank the feasible candidates by peak memory ascending, then mean quality descending, then value ascending; infeasible ones never rank.
@@ -221,4 +332,30 @@ def gated_sets(draw):
                                                       "mean_quality": 0.5}, {"feasible": "yes", "complete": True}]))
     return ({"candidates": candidates, "best_mean": None, "band": None},)
 
-reference.agrees("choose_candidate", gated_sets(), cases=200)
+def chosen(*call):
+    """The reference's result (raises on an invalid call, so a valid-input clause never counts one)."""
+    return reference("choose_candidate")(*call)
+
+
+def feasible_rows(gated):
+    return [row for row in gated["candidates"].values() if row["feasible"]]
+
+reference.agrees("choose_candidate", gated_sets(), cases=200, clauses={
+    "accept: the cheapest feasible": lambda gated: chosen(gated)["decision"] == "accept",
+    "a tie on memory broken by quality": lambda gated: chosen(gated) and any(
+        a["peak_memory_bytes"] == b["peak_memory_bytes"] and a["mean_quality"] != b["mean_quality"]
+        for a in feasible_rows(gated) for b in feasible_rows(gated)),
+    "a tie on memory and quality broken by the smaller value": lambda gated: chosen(gated) and any(
+        a is not b and a["peak_memory_bytes"] == b["peak_memory_bytes"] and a["mean_quality"] == b["mean_quality"]
+        for a in feasible_rows(gated) for b in feasible_rows(gated)),
+    "a cheaper candidate that is not feasible": lambda gated: chosen(gated)["chosen"] is not None and any(
+        not row["feasible"] and row["peak_memory_bytes"] is not None
+        and row["peak_memory_bytes"] < gated["candidates"][chosen(gated)["chosen"]]["peak_memory_bytes"]
+        for row in gated["candidates"].values()),
+    "tune: complete but none feasible": lambda gated: chosen(gated)["decision"] == "tune",
+    "reject: nothing complete": lambda gated: chosen(gated)["decision"] == "reject",
+    "a candidate row that is not a dict": lambda gated: gated["candidates"].get(99, {}) is None,
+    "a feasible row with a float peak": lambda gated: isinstance(
+        (gated["candidates"].get(99) or {}).get("peak_memory_bytes"), float),
+    "a feasible flag that is not a bool": lambda gated: (gated["candidates"].get(99) or {}).get("feasible") == "yes",
+})

@@ -84,49 +84,126 @@ for arguments in bad_calls:
 
 # %% hidden exercise=merge_blockers points=2 name=agrees_with_reference_on_generated_findings
 # hint: any findings, sizes, frozen splits and limits, valid or with one defect: the same verdict, blockers and repair plan, or the same ValueError.
-from hypothesis import strategies as st
+from tools.course.grader.clauses import below, each_of, is_bool, not_a_number, not_finite, values
 
 checks = ["contract", "verifier", "over_length", "duplicate", "leakage", "conflict"]
 splits = ["train", "validation", "eval"]
+bad_findings = ["unknown check", "unknown split", "sample_id None", "a tuple", "None"]
+defects = ([("valid", n) for n in range(60)] + [("lenient", n) for n in range(20)]
+           + [("size", bad) for bad in [-1, True, 1.0, None, "3"]]
+           + [("frozen", bad) for bad in [("test",), "train", None, {"train"}]]
+           + [("fraction", bad) for bad in [1, 1.0, -0.01, float("nan"), float("inf"), True, None, "0.1"]]
+           + [("minimum", bad) for bad in [-1, 1.5, True, None, "1"]]
+           + [("finding", bad) for bad in bad_findings]
+           + [("findings", bad) for bad in [None, "x", {"check": "duplicate"}, 3]]
+           + [("sizes", bad) for bad in [{}, None, [("train", 3)], {1: 2}]])
 
-@st.composite
-def valid_call(draw):
-    sizes = {name: draw(st.integers(0, 6)) for name in draw(st.lists(st.sampled_from(splits), min_size=1, max_size=3,
-                                                                     unique=True))}
-    findings = []
-    for name, size in sizes.items():
-        for _ in range(draw(st.integers(0, 2 * size))):
-            findings.append({"check": draw(st.sampled_from(checks)), "split": name,
-                             "sample_id": f"{name[0]}{draw(st.integers(0, max(size - 1, 0)))}"})
-    frozen = draw(st.lists(st.sampled_from(sorted(sizes)), max_size=1, unique=True))
-    fraction = draw(st.sampled_from([0, 0.0, 0.1, 0.2, 0.25, 1 / 3, 0.5, 0.9]))
-    return (findings, sizes, tuple(frozen) if draw(st.booleans()) else frozen, fraction, draw(st.integers(0, 4)))
+def valid_call(rng):
+    sizes = {name: rng.randint(0, 6) for name in rng.sample(splits, rng.randint(1, 3))}
+    findings = [{"check": rng.choice(checks), "split": name, "sample_id": f"{name[0]}{rng.randint(0, max(size - 1, 0))}"}
+                for name, size in sizes.items() for _ in range(rng.randint(0, 2 * size))]
+    frozen = rng.sample(sorted(sizes), rng.randint(0, 1))
+    fraction = rng.choice([0, 0.0, 0.1, 0.2, 0.25, 1 / 3, 0.5, 0.9])
+    return findings, sizes, tuple(frozen) if rng.random() < 0.5 else frozen, fraction, rng.randint(0, 4)
 
-@st.composite
-def invalid_call(draw):
-    findings, sizes, frozen, fraction, minimum = draw(valid_call())
-    kind = draw(st.sampled_from(["size", "frozen", "fraction", "minimum", "finding", "findings", "sizes"]))
+def one_defect(defect, rng):
+    """A valid call, a lenient one (wide drop limit, nothing frozen, no conflict: mostly tune), or one defect."""
+    kind, bad = defect
+    findings, sizes, frozen, fraction, minimum = valid_call(rng)
+    if kind == "lenient":
+        return [f for f in findings if f["check"] != "conflict"], sizes, (), 0.9, 0
     if kind == "size":
-        sizes[draw(st.sampled_from(sorted(sizes)))] = draw(st.sampled_from([-1, True, 1.0, None, "3"]))
+        sizes[rng.choice(sorted(sizes))] = bad
     elif kind == "frozen":
-        frozen = draw(st.sampled_from([("test",), "train", None, {"train"}]))
+        frozen = bad
     elif kind == "fraction":
-        fraction = draw(st.sampled_from([1, 1.0, -0.01, float("nan"), float("inf"), True, None, "0.1"]))
+        fraction = bad
     elif kind == "minimum":
-        minimum = draw(st.sampled_from([-1, 1.5, True, None, "1"]))
+        minimum = bad
     elif kind == "finding":
         name = sorted(sizes)[0]
-        findings = findings + [draw(st.sampled_from([{"check": "typo", "split": name, "sample_id": "x"},
-                                                     {"check": "duplicate", "split": "test", "sample_id": "x"},
-                                                     {"check": "duplicate", "split": name, "sample_id": None},
-                                                     ("duplicate", name, "x"), None]))]
+        findings = findings + [{"unknown check": {"check": "typo", "split": name, "sample_id": "x"},
+                                "unknown split": {"check": "duplicate", "split": "test", "sample_id": "x"},
+                                "sample_id None": {"check": "duplicate", "split": name, "sample_id": None},
+                                "a tuple": ("duplicate", name, "x"), "None": None}[bad]]
     elif kind == "findings":
-        findings = draw(st.sampled_from([None, "x", {"check": "duplicate"}, 3]))
-    else:
-        sizes = draw(st.sampled_from([{}, None, [("train", 3)], {1: 2}]))
+        findings = bad
+    elif kind == "sizes":
+        sizes = bad
     return findings, sizes, frozen, fraction, minimum
 
-reference.agrees("merge_blockers", st.one_of(valid_call(), valid_call(), invalid_call()), cases=200)
+
+
+def merged(*call):
+    """The reference's result (raises on an invalid call, so a valid-input clause never counts one)."""
+    return reference("merge_blockers")(*call)
+
+
+def blocker_checks(*call):
+    return [blocker["check"] for blocker in merged(*call)["blockers"]]
+
+
+def hits_per_sample(findings):
+    seen = {}
+    for finding in findings:
+        seen.setdefault((finding["split"], finding["sample_id"]), set()).add(finding["check"])
+    return seen
+
+
+def share_at_limit(findings, sizes, frozen, fraction, minimum):
+    merged(findings, sizes, frozen, fraction, minimum)
+    blocked = {}
+    for finding in findings:
+        if finding["check"] != "conflict":
+            blocked.setdefault(finding["split"], set()).add(finding["sample_id"])
+    return any(sizes[name] and name not in frozen and len(ids) / sizes[name] == fraction for name, ids in blocked.items())
+
+reference.agrees("merge_blockers", each_of(defects, one_defect, variants=2), cases=2 * len(defects), clauses={
+    "a finding in a frozen split (reject)": lambda *call: "frozen_split" in blocker_checks(*call),
+    "a conflict beside tune-level blockers": lambda *call: "conflict" in blocker_checks(*call) and any(
+        check in blocker_checks(*call) for check in ("contract", "verifier", "over_length", "duplicate", "leakage")),
+    "a blocked share above max_drop_fraction": lambda *call: "too_many_blocked" in blocker_checks(*call),
+    "a blocked share exactly at max_drop_fraction": share_at_limit,
+    "too few records left": lambda *call: "too_few_left" in blocker_checks(*call),
+    "a tune verdict with a repair plan": lambda *call: merged(*call)["verdict"] == "tune",
+    "an accept verdict": lambda *call: merged(*call)["verdict"] == "accept",
+    "a sample hit by two checks": lambda *call: merged(*call) and any(
+        len(found) > 1 for found in hits_per_sample(call[0]).values()),
+    "the same finding given twice": lambda *call: merged(*call) and len(
+        {tuple(sorted(f.items())) for f in call[0]}) < len(call[0]),
+    "an empty split": lambda *call: merged(*call) and 0 in call[1].values(),
+    "frozen given as a tuple": lambda *call: merged(*call) and isinstance(call[2], tuple) and len(call[2]) > 0,
+    "max_drop_fraction given as the int 0": lambda *call: merged(*call) and type(call[3]) is int,
+    "a split size below 0": lambda findings, sizes, *rest: any(below(v, 0) for v in values(sizes)),
+    "a split size that is a bool": lambda findings, sizes, *rest: any(is_bool(v) for v in values(sizes)),
+    "a split size that is a float": lambda findings, sizes, *rest: any(isinstance(v, float) for v in values(sizes)),
+    "a split size that is not a number": lambda findings, sizes, *rest: any(not_a_number(v) for v in values(sizes)),
+    "split_sizes empty": lambda findings, sizes, *rest: sizes == {},
+    "split_sizes not a dict": lambda findings, sizes, *rest: not isinstance(sizes, dict),
+    "a split name that is not a str": lambda findings, sizes, *rest: isinstance(sizes, dict) and any(
+        not isinstance(name, str) for name in sizes),
+    "frozen names a split not in split_sizes": lambda findings, sizes, frozen, *rest: isinstance(frozen, (list, tuple))
+        and any(name not in sizes for name in frozen),
+    "frozen not a list or tuple": lambda findings, sizes, frozen, *rest: not isinstance(frozen, (list, tuple)),
+    "max_drop_fraction 1 or more": lambda findings, sizes, frozen, fraction, minimum: not is_bool(fraction)
+        and isinstance(fraction, (int, float)) and fraction >= 1,
+    "max_drop_fraction below 0": lambda findings, sizes, frozen, fraction, minimum: below(fraction, 0),
+    "max_drop_fraction not finite": lambda findings, sizes, frozen, fraction, minimum: not_finite(fraction),
+    "max_drop_fraction a bool": lambda findings, sizes, frozen, fraction, minimum: is_bool(fraction),
+    "max_drop_fraction not a number": lambda findings, sizes, frozen, fraction, minimum: not_a_number(fraction),
+    "min_records below 0": lambda *call: below(call[4], 0),
+    "min_records a float": lambda *call: isinstance(call[4], float),
+    "min_records a bool": lambda *call: is_bool(call[4]),
+    "min_records not a number": lambda *call: not_a_number(call[4]),
+    "a finding with an unknown check": lambda findings, *rest: any(
+        isinstance(f, dict) and f.get("check") not in checks for f in values(findings)),
+    "a finding naming a split not in split_sizes": lambda findings, *rest: any(
+        isinstance(f, dict) and f.get("split") == "test" for f in values(findings)),
+    "a finding whose sample_id is not a str": lambda findings, *rest: any(
+        isinstance(f, dict) and not isinstance(f.get("sample_id"), str) for f in values(findings)),
+    "a finding that is not a dict": lambda findings, *rest: any(not isinstance(f, dict) for f in values(findings)),
+    "findings not a list or tuple": lambda findings, *rest: not isinstance(findings, (list, tuple)),
+})
 
 # %% hidden exercise=find_leaks points=1 name=casefold_nfkc_and_whitespace_all_apply
 # hint: the full normalisation: compatibility forms and ligatures (NFKC), full case folding (ß matches SS), and every run of spaces, tabs or newlines as one space.
@@ -221,7 +298,77 @@ def invalid_splits(draw):
         splits[list(splits)[0]] = draw(st.sampled_from(["records", None, {"id": "x"}]))
     return splits, priority
 
-reference.agrees("find_leaks", st.one_of(valid_splits(), valid_splits(), invalid_splits()), cases=200)
+import unicodedata
+
+from tools.course.grader.clauses import values
+
+
+def leaks(*call):
+    """The reference's result (raises on an invalid call, so a valid-input clause never counts one)."""
+    return reference("find_leaks")(*call)
+
+
+def keyed(splits, key):
+    return {name: [key(f"{r['instruction']} {r['input']}") for r in records] for name, records in splits.items()}
+
+
+def leak_only_with(splits, priority, weaker, full):
+    """A lower record that the full normalisation links to a higher one and the weaker one does not."""
+    leaks(splits, priority)
+    strong, weak = keyed(splits, full), keyed(splits, weaker)
+    for position, lower in enumerate(priority):
+        for index, key in enumerate(strong[lower]):
+            above = [(name, i) for name in priority[:position] for i, k in enumerate(strong[name]) if k == key]
+            if above and all(weak[name][i] != weak[lower][index] for name, i in above):
+                return True
+    return False
+
+
+def full(text):
+    return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
+
+reference.agrees("find_leaks", st.one_of(valid_splits(), invalid_splits()), cases=300, clauses={
+    "a leak only NFKC finds (full-width, ligature)": lambda splits, priority: leak_only_with(
+        splits, priority, lambda t: " ".join(t.casefold().split()), full),
+    "a leak only full case folding finds (ß, SS)": lambda splits, priority: leak_only_with(
+        splits, priority, lambda t: " ".join(unicodedata.normalize("NFKC", t).lower().split()), full),
+    "a leak only collapsing whitespace finds": lambda splits, priority: leak_only_with(
+        splits, priority, lambda t: unicodedata.normalize("NFKC", t).casefold(), full),
+    "a leak where instruction and input split the text differently": lambda splits, priority: leaks(splits, priority)
+        and any(full(a["instruction"]) != full(b["instruction"]) and full(f"{a['instruction']} {a['input']}")
+                == full(f"{b['instruction']} {b['input']}") for x in priority for y in priority if x != y
+                for a in splits[x] for b in splits[y]),
+    "a leak into the third split or lower": lambda splits, priority: any(
+        leaks(splits, priority)["leaked"][name] for name in list(priority)[2:]),
+    "a duplicate inside one split (not a leak)": lambda splits, priority: leaks(splits, priority) and any(
+        len(set(keys)) < len(keys) for keys in keyed(splits, full).values()),
+    "a split with no records": lambda splits, priority: leaks(splits, priority) and any(
+        len(records) == 0 for records in splits.values()),
+    "a single split": lambda splits, priority: leaks(splits, priority) and len(splits) == 1,
+    "split names that differ only in case": lambda splits, priority: leaks(splits, priority) and {"train", "Train"} <= set(splits),
+    "records given as a tuple": lambda splits, priority: leaks(splits, priority) and any(
+        isinstance(records, tuple) and records for records in splits.values()),
+    "priority given as a tuple": lambda splits, priority: leaks(splits, priority) and isinstance(priority, tuple),
+    "priority missing a split": lambda splits, priority: isinstance(priority, list) and set(priority) < set(splits),
+    "priority naming a split not in splits": lambda splits, priority: isinstance(priority, list) and "extra" in priority,
+    "priority naming a split twice": lambda splits, priority: isinstance(priority, list) and set(priority) == set(splits)
+        and len(priority) > len(set(priority)),
+    "priority a str": lambda splits, priority: isinstance(priority, str),
+    "priority None": lambda splits, priority: priority is None,
+    "a record that is not a dict": lambda splits, priority: any(
+        not isinstance(r, dict) for records in values(splits) if isinstance(records, (list, tuple)) for r in records),
+    "a record missing a field": lambda splits, priority: any(
+        isinstance(r, dict) and not {"id", "instruction", "input"} <= set(r) for records in values(splits)
+        if isinstance(records, (list, tuple)) for r in records),
+    "a record whose instruction is not a str": lambda splits, priority: any(
+        isinstance(r, dict) and "input" in r and not isinstance(r.get("instruction"), str) for records in values(splits)
+        if isinstance(records, (list, tuple)) for r in records),
+    "a record whose id is not a str": lambda splits, priority: any(
+        isinstance(r, dict) and not isinstance(r.get("id"), str) and "input" in r for records in values(splits)
+        if isinstance(records, (list, tuple)) for r in records),
+    "a split that is not a list of records": lambda splits, priority: any(
+        not isinstance(records, (list, tuple)) for records in values(splits)),
+})
 
 # %% hidden exercise=admission_transition points=1 name=accept_and_reject_are_final
 # hint: after an accepted or a rejected admission nothing may follow, whatever the next admission says.
@@ -321,4 +468,44 @@ def line_calls(draw):
     limit = draw(st.sampled_from([0, 1, 2, 3, 5, -1, True]))
     return (history if draw(st.booleans()) else tuple(history)), admission, limit
 
-reference.agrees("admission_transition", line_calls(), cases=200)
+from tools.course.grader.clauses import is_bool
+
+
+def moved(*call):
+    """The reference's result (raises on an invalid call, so a valid-input clause never counts one)."""
+    return reference("admission_transition")(*call)
+
+
+def refusal(*call):
+    """The stage's error message ('' when it accepts the call): the first rule the call breaks (the stage
+    checks in the reference's order and names each rule apart)."""
+    from tools.experiments.sft_chain.admission_gates import admission_transition as staged
+
+    try:
+        staged(*call)
+    except ValueError as error:
+        return str(error)
+    return ""
+
+reference.agrees("admission_transition", line_calls(), cases=200, clauses={
+    "a first admission": lambda *call: moved(*call)["round"] == 1,
+    "a tune within the repair limit": lambda *call: moved(*call)["state"] == "tune",
+    "a tune turned reject at the repair limit": lambda *call: moved(*call)["reason"] == "repair_limit",
+    "an accept after repairs": lambda *call: moved(*call)["state"] == "accept" and len(call[0]) > 0,
+    "a reject verdict": lambda *call: moved(*call)["state"] == "reject" and moved(*call)["reason"] == "verdict",
+    "history given as a tuple": lambda *call: moved(*call) and isinstance(call[0], tuple) and len(call[0]) > 0,
+    "max_repairs 0": lambda *call: moved(*call) and call[2] == 0 and not is_bool(call[2]),
+    "an admission after an accepted version": lambda *call: "was accepted" in refusal(*call),
+    "an admission after a rejected version": lambda *call: "was rejected" in refusal(*call),
+    "a parent that is not the last version": lambda *call: "as its parent" in refusal(*call),
+    "a first admission with a parent": lambda *call: "has no parent" in refusal(*call),
+    "a version admitted before": lambda *call: "was admitted before" in refusal(*call),
+    "content that did not change": lambda *call: "content did not change" in refusal(*call),
+    "an admission with an unknown verdict": lambda history, admission, limit: isinstance(admission, dict)
+        and "content_sha256" in admission and admission.get("verdict") not in ("accept", "tune", "reject"),
+    "an admission missing its fields": lambda history, admission, limit: isinstance(admission, dict)
+        and "content_sha256" not in admission,
+    "an admission that is not a dict": lambda history, admission, limit: not isinstance(admission, dict),
+    "max_repairs below 0": lambda *call: "max_repairs" in refusal(*call) and not is_bool(call[2]),
+    "max_repairs a bool": lambda *call: "max_repairs" in refusal(*call) and is_bool(call[2]),
+})

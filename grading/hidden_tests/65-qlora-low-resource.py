@@ -71,7 +71,54 @@ def sides(draw):
                                                                              {"status": "x"}]))
     return nf4, bf16
 
-reference.agrees("paired_deltas", sides(), cases=200)
+@st.composite
+def shared_sides(draw):
+    """Seeds 1-3 run and ok on both sides: means over several pairs, some deltas None."""
+    def side():
+        return {seed: {"status": "ok", "peak_memory_bytes": draw(values), "step_time_s": draw(values),
+                       "quality": draw(st.sampled_from([None, 0.0, 0.5, -0.25, 1]))} for seed in (1, 2, 3)}
+    return side(), side()
+
+from tools.course.grader.clauses import is_bool
+
+
+def paired(*call):
+    """The reference's result (raises on an invalid call, so a valid-input clause never counts one)."""
+    return reference("paired_deltas")(*call)
+
+
+def per_seed(*call):
+    return list(paired(*call)["per_seed"].values())
+
+
+def bad_entries(nf4, bf16):
+    return [(seed, run) for seed, run in nf4.items() if not (isinstance(seed, int) and not is_bool(seed))
+            or not isinstance(run, dict) or run.get("status") not in ("ok", "oom", "failed") or is_bool(run.get("quality"))]
+
+reference.agrees("paired_deltas", st.one_of(sides(), sides(), shared_sides()), cases=200, clauses={
+    "a seed on one side only": lambda nf4, bf16: paired(nf4, bf16) and set(nf4) != set(bf16),
+    "a seed on both sides that is not ok on one": lambda nf4, bf16: paired(nf4, bf16) and any(
+        "ok" in (nf4[s]["status"], bf16[s]["status"]) and nf4[s]["status"] != bf16[s]["status"] for s in set(nf4) & set(bf16)),
+    "no paired seed": lambda *call: paired(*call)["paired"] == [] and (call[0] or call[1]),
+    "a bf16 memory or step time of 0 (no change computed)": lambda nf4, bf16: any(
+        bf16[s].get(m) == 0 and nf4[s].get(m) is not None for s in paired(nf4, bf16)["paired"]
+        for m in ("peak_memory_bytes", "step_time_s")),
+    "a metric missing on one side": lambda nf4, bf16: any(
+        (nf4[s].get(m) is None) != (bf16[s].get(m) is None) for s in paired(nf4, bf16)["paired"]
+        for m in ("peak_memory_bytes", "step_time_s", "quality")),
+    "a negative quality": lambda nf4, bf16: any(
+        (nf4[s]["quality"] or 0) < 0 or (bf16[s]["quality"] or 0) < 0 for s in paired(nf4, bf16)["paired"]),
+    "a mean over some seeds only (a None delta beside a number)": lambda *call: any(
+        len({row[key] is None for row in per_seed(*call)}) == 2 for key in ("memory_change", "step_time_change", "quality_delta")),
+    "an nf4 seed that is a bool": lambda nf4, bf16: any(is_bool(seed) for seed in nf4),
+    "an nf4 seed that is a str": lambda nf4, bf16: "2" in nf4,
+    "an nf4 seed that is a float": lambda nf4, bf16: any(isinstance(seed, float) for seed in nf4),
+    "an nf4 run that is not a dict": lambda nf4, bf16: any(run is None for run in nf4.values()),
+    "an nf4 quality that is a bool": lambda nf4, bf16: any(
+        isinstance(run, dict) and is_bool(run.get("quality")) for run in nf4.values()),
+    "an nf4 status that is unknown": lambda nf4, bf16: any(
+        isinstance(run, dict) and run.get("status") == "x" for run in nf4.values()),
+})
 
 # %% hidden exercise=capacity_gain points=1 name=a_step_fits_only_ok_measured_and_within_budget
 # hint: a fitting step has status ok, a measured peak and a peak at most the budget (equal fits); an oom, a failed step or one over budget does not.
@@ -136,7 +183,46 @@ def ladder_sets(draw):
                                                                                 "peak_memory_bytes": 1}])))
     return ladders, budget
 
-reference.agrees("capacity_gain", ladder_sets(), cases=200)
+def gained(*call):
+    """The reference's result (raises on an invalid call, so a valid-input clause never counts one)."""
+    return reference("capacity_gain")(*call)
+
+
+def refusal(*call):
+    """The stage's error message ('' when it accepts): the first rule the call breaks (same order as the reference)."""
+    from tools.experiments.sft_chain.qlora_gates import capacity_gain as staged
+
+    try:
+        staged(*call)
+    except ValueError as error:
+        return str(error)
+    return ""
+
+
+def unmeasured(steps):
+    return all(step["status"] != "oom" and step["peak_memory_bytes"] is None for step in steps)
+
+reference.agrees("capacity_gain", ladder_sets(), cases=200, clauses={
+    "a ladder with nothing measured": lambda ladders, budget: gained(ladders, budget)["measured"] is False and any(
+        steps and unmeasured(steps) for steps in ladders.values()),
+    "an empty ladder": lambda ladders, budget: gained(ladders, budget) and [] in ladders.values(),
+    "an oom step counts as measured": lambda ladders, budget: gained(ladders, budget)["measured"] and any(
+        all(step["peak_memory_bytes"] is None for step in steps) for steps in ladders.values()),
+    "nf4 fits a larger batch": lambda *call: gained(*call)["capacity_gained"] is True and gained(*call)["gain"],
+    "nf4 fits where bf16 fits nothing": lambda *call: gained(*call)["capacity_gained"] is True
+        and gained(*call)["largest"]["bf16"] is None,
+    "equal largest batches (no gain)": lambda *call: gained(*call)["measured"] and gained(*call)["gain"] == 1,
+    "nf4 fits nothing": lambda *call: gained(*call)["measured"] and gained(*call)["largest"]["nf4"] is None,
+    "a peak exactly at the budget": lambda ladders, budget: gained(ladders, budget) and any(
+        step["status"] == "ok" and step["peak_memory_bytes"] == budget for steps in ladders.values() for step in steps),
+    "an ok step without a peak": lambda ladders, budget: gained(ladders, budget) and any(
+        step["status"] == "ok" and step["peak_memory_bytes"] is None for steps in ladders.values() for step in steps),
+    "memory_budget below 0": lambda ladders, budget: "memory_budget" in refusal(ladders, budget) and budget == -1,
+    "memory_budget a float": lambda ladders, budget: "memory_budget" in refusal(ladders, budget) and isinstance(budget, float),
+    "a step that is not a dict": lambda *call: "malformed step None" in refusal(*call),
+    "a batch size of 0": lambda *call: "malformed step" in refusal(*call) and "'batch_size': 0" in refusal(*call),
+    "a batch size tried twice": lambda *call: "twice" in refusal(*call),
+})
 
 # %% hidden exercise=branch_decision points=1 name=quality_rules_come_first_with_one_reason
 # hint: no pair, no quality or lost quality rejects at once with that one reason, whatever the capacity says.
@@ -199,8 +285,65 @@ def branches(draw):
     capacity = {"largest": {"bf16": draw(sizes), "nf4": draw(sizes)}, "measured": draw(st.booleans())}
     required = draw(st.sampled_from([1, 4, 8, 16, 0, 8.0]))
     tolerance = draw(st.sampled_from([0, 0.02, 0.05, -1, float("nan")]))
-    if draw(st.integers(0, 9)) == 0:
-        capacity = draw(st.sampled_from([None, {"largest": {}}, {"largest": {"bf16": "4"}, "measured": True}]))
     return deltas, capacity, required, tolerance
 
-reference.agrees("branch_decision", branches(), cases=200)
+@st.composite
+def decidable(draw):
+    """Paired seeds, a measured quality and capacity, a valid batch and tolerance: the capacity rules decide."""
+    deltas, capacity, _, _ = draw(branches())
+    deltas["paired"] = [1, 2]
+    deltas["mean"]["quality_delta"] = draw(st.sampled_from([0.0, 0.02, -0.02, -0.3]))
+    return deltas, dict(capacity, measured=True), draw(st.sampled_from([4, 8])), draw(st.sampled_from([0.02, 0.05]))
+
+@st.composite
+def broken_capacity(draw, capacity):
+    """Valid deltas, batch and tolerance beside a capacity that is not a capacity_gain result."""
+    deltas, _, _, _ = draw(branches())
+    return deltas, capacity, 4, 0.02
+
+def decided(*call):
+    """The reference's result (raises on an invalid call, so a valid-input clause never counts one)."""
+    return reference("branch_decision")(*call)
+
+
+def refusal(*call):
+    """The stage's error message ('' when it accepts): the first rule the call breaks (same order as the reference)."""
+    from tools.experiments.sft_chain.qlora_gates import branch_decision as staged
+
+    try:
+        staged(*call)
+    except ValueError as error:
+        return str(error)
+    return ""
+
+
+def with_reason(reason):
+    return lambda *call: reason in decided(*call)["reasons"]
+
+reference.agrees("branch_decision", st.one_of(
+    branches(), branches(), decidable(), decidable(), broken_capacity(None), broken_capacity({"largest": {}}),
+    broken_capacity({"largest": {"bf16": "4"}, "measured": True})), cases=300, clauses={
+    "no paired seed": with_reason("no_paired_seed"),
+    "quality not measured": with_reason("quality_not_measured"),
+    "quality lost beyond the tolerance": with_reason("quality_lost"),
+    "a quality delta exactly at -tolerance (kept)": lambda *call: decided(*call) and call[0]["paired"]
+        and call[0]["mean"]["quality_delta"] == -call[3] != 0,
+    "capacity not measured": with_reason("capacity_not_measured"),
+    "capacity not needed": with_reason("capacity_not_needed"),
+    "no capacity gain": with_reason("no_capacity_gain"),
+    "accept for capacity-bound training": lambda *call: decided(*call)["decision"] == "accept",
+    "accept despite slower steps": lambda *call: decided(*call)["decision"] == "accept"
+        and "slower_steps" in decided(*call)["reasons"],
+    "tune with slower steps": lambda *call: decided(*call)["decision"] == "tune"
+        and "slower_steps" in decided(*call)["reasons"],
+    "memory not measured": with_reason("memory_not_measured"),
+    "bf16 fits no batch": lambda *call: decided(*call) and call[1]["largest"]["bf16"] is None,
+    "required_batch 0": lambda *call: "required_batch" in refusal(*call) and call[2] == 0,
+    "required_batch a float": lambda *call: "required_batch" in refusal(*call) and isinstance(call[2], float),
+    "quality_tolerance below 0": lambda *call: "quality_tolerance" in refusal(*call) and call[3] == -1,
+    "quality_tolerance NaN": lambda *call: "quality_tolerance" in refusal(*call) and call[3] != call[3],
+    "capacity None": lambda *call: "capacity must be" in refusal(*call) and call[1] is None,
+    "capacity without measured": lambda *call: "capacity must be" in refusal(*call) and call[1] == {"largest": {}},
+    "a largest batch that is a str": lambda *call: "capacity must be" in refusal(*call)
+        and isinstance(call[1], dict) and call[1].get("largest", {}).get("bf16") == "4",
+})
