@@ -22,16 +22,17 @@ def _runs(pairs: Mapping) -> dict:
 
 
 def pairs_table(pairs: Mapping) -> str:
-    """Every (seed, base) run: status, exact match, step time, CUDA peak, bytes the base holds."""
-    lines = [f"{'seed':>4} {'base':<5}{'status':>7}{'exact match':>12}{'ms/step':>9}{'peak alloc':>12}{'base bytes':>12}"]
+    """Every (seed, base) run: status, the quality the gates read, step time, CUDA peak, bytes the base holds."""
+    key = pairs.get("quality_key", "exact_match")
+    lines = [f"{'seed':>4} {'base':<5}{'status':>7}{key:>15}{'ms/step':>9}{'peak alloc':>12}{'base bytes':>12}"]
     runs = _runs(pairs)
     for seed in pairs["seeds"]:
         for base in stage.BASES:
             run = runs[base][seed]
-            match = run.get("exact_match")
+            match = run.get(key)
             step = run.get("step_time_s")
             peak = run.get("peak_allocated_bytes")
-            lines.append(f"{seed:>4} {base:<5}{run['status']:>7}{'-' if match is None else format(match, '.3f'):>12}"
+            lines.append(f"{seed:>4} {base:<5}{run['status']:>7}{'-' if match is None else format(match, '.3f'):>15}"
                          f"{'-' if step is None else format(step * 1000, '.1f'):>9}{'-' if peak is None else peak:>12}"
                          f"{run.get('base_tensor_bytes', '-'):>12}")
     return "\n".join(lines)
@@ -54,7 +55,7 @@ def storage_ratio(pairs: Mapping) -> float | None:
     return nf4 / bf16 if nf4 and bf16 else None
 
 
-def framework_check(model_id: str = stage.CPU_MODEL) -> dict:
+def framework_check(model_id: str = "tiny") -> dict:
     """The NF4 base as bitsandbytes built it (through transformers' BitsAndBytesConfig) against chapter
     26's account and its own bf16 weights:
 
@@ -118,17 +119,18 @@ def record_summary(record: Mapping) -> list[str]:
 
 
 def draw_pairs(pairs: Mapping):
-    """Step 5: per seed, NF4 against bf16: exact match and step time side by side, and the bytes each
+    """Step 5: per seed, NF4 against bf16: the quality and step time side by side, and the bytes each
     base holds (counted from the tensors; a CUDA peak, when measured, is drawn beside it)."""
     import matplotlib.pyplot as plt
 
     runs = _runs(pairs)
     seeds = pairs["seeds"]
+    key = pairs.get("quality_key", "exact_match")
     fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
     colours = {"bf16": "#8fc1e3", "nf4": "#ffcc80"}
     for offset, base in ((-0.2, "bf16"), (0.2, "nf4")):
         positions = [index + offset for index in range(len(seeds))]
-        axes[0].bar(positions, [runs[base][s].get("exact_match") or 0 for s in seeds], width=0.4,
+        axes[0].bar(positions, [runs[base][s].get(key) or 0 for s in seeds], width=0.4,
                     color=colours[base], label=base)
         axes[1].bar(positions, [1000 * (runs[base][s].get("step_time_s") or 0) for s in seeds], width=0.4,
                     color=colours[base], label=base)
@@ -138,7 +140,7 @@ def draw_pairs(pairs: Mapping):
     if all(peak is not None for peak in peaks):
         axes[2].plot(stage.BASES, peaks, "k^", label="CUDA peak allocated")
         axes[2].legend(fontsize=8)
-    for axis, title, unit in ((axes[0], "quality per seed", "exact match"), (axes[1], "step time per seed", "ms"),
+    for axis, title, unit in ((axes[0], "quality per seed", key.replace("_", " ")), (axes[1], "step time per seed", "ms"),
                               (axes[2], "bytes the base holds (tensors)", "bytes")):
         axis.set_title(title)
         axis.set_ylabel(unit)

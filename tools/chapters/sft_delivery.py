@@ -107,11 +107,10 @@ def framework_check(model_id: str | None = None, steps: int = 4) -> dict:
     from safetensors.torch import load_file
 
     from tools.data import sft_raw
-    from tools.experiments.sft_chain import selection
     from tools.experiments.sft_chain.training import (TrainConfig, attach_adapter, load_base, one_thread_on_cpu,
                                                       render, save_adapter, state_sha256, train_run)
 
-    model_id = model_id or selection.CPU_MODEL
+    model_id = model_id or "tiny"  # the offline tiny model: a mechanism check, not the Step 5 model
     records = sft_raw.build_delivery().splits["train"][:64]
     config = TrainConfig(rank=4, steps=steps, batch_size=8)
     with one_thread_on_cpu("cpu"), tempfile.TemporaryDirectory() as scratch:

@@ -13,7 +13,7 @@ from tools.experiments.contract import Plan, run
 from tools.experiments.sft_chain import delivery_gates, qlora, selection, selection_gates
 from tools.experiments.sft_chain.training import state_sha256
 
-pytestmark = pytest.mark.slow  # four stages train the cpu_smoke model: about a minute and a half
+pytestmark = pytest.mark.slow  # four stages train the lab model (cpu_smoke): about two minutes
 LABEL = "chain_stages"
 
 
@@ -40,6 +40,26 @@ def test_63_matrix_holds_every_run_and_excludes_the_leftover(chain):
     assert json.loads(json.dumps(again)) == matrix["gating"] and manifest["decision"]["decision"] == again["choice"]["decision"]
     assert matrix["memory_metric"] == "training_state_bytes"
     assert all(run["peak_allocated_bytes"] is None for run in matrix["runs"])  # a CPU measures no device memory
+
+
+def test_63_trains_the_lab_model_and_its_quality_moves_with_training(chain):
+    """cpu_smoke trains the lab student, and the quality the gates read is well above the untrained
+    base on every comparable run (the gates compare learning, not noise around zero)."""
+    from tools.data import sft_raw
+    from tools.experiments.sft_chain.training import evaluate, load_base, render
+
+    _, refs = chain
+    matrix, admitted = refs["63"]["matrix"].load(), refs["64"]["admitted_data"].load()
+    assert matrix["model"]["model_id"] == selection.CPU_MODEL == "lab"
+    assert matrix["quality_key"] == "token_accuracy" and "token" in matrix["quality_metric"]
+    base, tokenizer, _ = load_base("lab", "local", "float32", "cpu")
+    rendered = [render(tokenizer, sft_raw.chat_prompt(r), r["output"]) for r in admitted["evaluation"]]
+    untrained = evaluate(base, rendered, tokenizer.pad_token_id, "cpu")
+    comparable = [run for run in matrix["runs"] if run["config"]["rank"] in selection.RANKS]
+    assert all(run["quality"] == run["token_accuracy"] for run in matrix["runs"])
+    assert all(run["quality"] > untrained["token_accuracy"] + 0.05 for run in comparable), (
+        untrained, [run["quality"] for run in comparable])
+    assert all(run["eval_loss"] < untrained["eval_loss"] - 1.0 for run in comparable)
 
 
 def test_63_chosen_adapter_files_are_the_chosen_run(chain):

@@ -21,6 +21,7 @@ from tools.data import sft_raw
 from tools.experiments.sft_chain import admission, manifests, qlora_gates
 from tools.experiments.sft_chain.selection import CPU_MODEL
 from tools.experiments.sft_chain.training import (
+    QUALITY_METRICS,
     TrainConfig,
     attach_adapter,
     base_tensor_bytes,
@@ -41,9 +42,9 @@ SEEDS = (1, 2, 3)
 BASES = ("bf16", "nf4")
 LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 SETTINGS = {
-    "cpu_smoke": {"steps": 30, "batch_size": 16, "learning_rate": 3e-3, "rank": 8, "alpha": 16.0,
+    "cpu_smoke": {"steps": 30, "batch_size": 16, "learning_rate": 1e-2, "rank": 8, "alpha": 16.0, "quality": "token_accuracy",
                   "ladder": (), "memory_budget": 12 * 2 ** 30, "required_batch": 32, "quality_tolerance": 0.05},
-    "real_gpu": {"steps": 20, "batch_size": 8, "learning_rate": 2e-4, "rank": 8, "alpha": 16.0,
+    "real_gpu": {"steps": 20, "batch_size": 8, "learning_rate": 2e-4, "rank": 8, "alpha": 16.0, "quality": "exact_match",
                  "ladder": (8, 16, 32, 64, 128), "memory_budget": 12 * 2 ** 30, "required_batch": 32,
                  "quality_tolerance": 0.05},
 }
@@ -154,7 +155,7 @@ def gate(runs: Mapping, ladders: Mapping, run_mode: str, gates=qlora_gates) -> d
     s = settings_for(run_mode)
     memory_key = "peak_allocated_bytes"
     sides = {base: {seed: {"status": run["status"], "peak_memory_bytes": run.get(memory_key),
-                           "step_time_s": run.get("step_time_s"), "quality": run.get("exact_match")}
+                           "step_time_s": run.get("step_time_s"), "quality": run.get(s["quality"])}
                     for seed, run in runs[base].items()} for base in BASES}
     deltas = gates.paired_deltas(sides["nf4"], sides["bf16"])
     capacity = gates.capacity_gain(ladders, s["memory_budget"])
@@ -183,6 +184,7 @@ def run(plan, sink, *, log=None) -> None:
                 result = one_run(model_id, plan.model_source, plan.device, admitted, config_for(plan.run_mode, base, seed))
                 runs[base][seed] = {"data_sha256": admitted["version"]["content_sha256"], **result}
                 say(f"  {base} seed {seed}: {result['status']}, exact match {result.get('exact_match')}, "
+                    f"token accuracy {result.get('token_accuracy')}, "
                     f"step {result.get('step_time_s')} s")
         ladders = {base: (ladder(model_id, plan.model_source, plan.device, admitted, base, plan.run_mode)
                           if plan.device == "cuda" and settings_for(plan.run_mode)["ladder"] else [])
@@ -190,7 +192,7 @@ def run(plan, sink, *, log=None) -> None:
     gating = gate(runs, ladders, plan.run_mode)
     s = settings_for(plan.run_mode)
     pairs_body = {"seeds": list(SEEDS), "adapter": config_for(plan.run_mode, "bf16", SEEDS[0]).public(),
-                  "quality_metric": "teacher-forced exact match of the whole reply on 64's frozen evaluation split",
+                  "quality_key": s["quality"], "quality_metric": QUALITY_METRICS[s["quality"]],
                   "memory_metric": "peak_allocated_bytes (torch.cuda.max_memory_allocated; None on a CPU)",
                   "runs": {base: {str(seed): run for seed, run in by_seed.items()} for base, by_seed in runs.items()},
                   "ladders": ladders, "ladder_note": None if ladders["bf16"] else
@@ -203,7 +205,8 @@ def run(plan, sink, *, log=None) -> None:
     body = {
         "comparability": sft_raw.COMPARABILITY_NOTE,
         "inputs": [upstream.entry(root), {"role": "admitted_data", **upstream.output("admitted_data")}],
-        "candidates": [{"base": base, "seed": seed, "status": run["status"], "exact_match": run.get("exact_match"),
+        "candidates": [{"base": base, "seed": seed, "status": run["status"], "quality": run.get(s["quality"]),
+                        "exact_match": run.get("exact_match"), "token_accuracy": run.get("token_accuracy"),
                         "step_time_s": run.get("step_time_s"), "peak_allocated_bytes": run.get("peak_allocated_bytes"),
                         "base_tensor_bytes": run.get("base_tensor_bytes"), "adapter_sha256": run.get("adapter_sha256")}
                        for seed in SEEDS for base, by_seed in runs.items() for run in [by_seed[seed]]],
@@ -226,6 +229,7 @@ def run(plan, sink, *, log=None) -> None:
         "qlora_adapter_sha256": first_nf4.get("adapter_sha256"),
         "bitsandbytes_path": first_nf4.get("bitsandbytes_path"),
         "nf4_error": first_nf4.get("error"),
+        "quality_metric": QUALITY_METRICS[s["quality"]],
     }
     ref = manifests.write_manifest(sink, body, schema_version=MANIFEST_SCHEMA)
     say(f"65 QLoRA branch: {decision['decision']} {decision['reasons']}; manifest {ref.path.name}")

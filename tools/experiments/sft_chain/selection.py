@@ -23,6 +23,7 @@ from tools.data import sft_raw
 from tools.errors import RecordExistsError
 from tools.experiments.sft_chain import admission, manifests, selection_gates
 from tools.experiments.sft_chain.training import (
+    QUALITY_METRICS,
     TrainConfig,
     adapter_state,
     attach_adapter,
@@ -43,12 +44,14 @@ RANKS = (4, 8, 16)
 SEEDS = (1, 2, 3)
 LEFTOVER = {"rank": 32, "steps_factor": 2, "seed": 1}
 """An earlier trial kept in the matrix: another rank, twice the steps and one seed; it is not comparable."""
-CPU_MODEL = "tiny"
+CPU_MODEL = "lab"
+"""The model of cpu_smoke and dry_run: the lab student (it knows the chat format and addition, not the
+chain's subtraction), so the candidates' quality moves with training rather than sitting at zero."""
 SETTINGS = {
-    "cpu_smoke": {"steps": 40, "batch_size": 16, "learning_rate": 3e-3, "alpha": 16.0,
+    "cpu_smoke": {"steps": 60, "batch_size": 16, "learning_rate": 1e-2, "alpha": 16.0, "quality": "token_accuracy",
                   "target_modules": ("q_proj", "v_proj"), "memory": "training_state_bytes",
                   "memory_budget": 96 * 1024, "band_floor": 0.02, "spread_factor": 2.0},
-    "real_gpu": {"steps": 30, "batch_size": 8, "learning_rate": 2e-4, "alpha": 16.0,
+    "real_gpu": {"steps": 30, "batch_size": 8, "learning_rate": 2e-4, "alpha": 16.0, "quality": "exact_match",
                  "target_modules": ("q_proj", "v_proj"), "memory": "peak_allocated_bytes",
                  "memory_budget": 12 * 2 ** 30, "band_floor": 0.02, "spread_factor": 2.0},
 }
@@ -96,14 +99,15 @@ def train_candidates(model_id: str, model_source: str, device: str, admitted: Ma
     train = [render(tokenizer, sft_raw.chat_prompt(r), r["output"]) for r in admitted["splits"]["train"]]
     evaluation = [render(tokenizer, sft_raw.chat_prompt(r), r["output"]) for r in admitted["evaluation"]]
     runs, states = [], {}
+    quality = settings_for(run_mode)["quality"]
     for name, config in candidate_configs(run_mode):
         model = attach_adapter(copy.deepcopy(base), config)
         result = train_run(model, tokenizer, train, evaluation, config, device=device)
         runs.append({"name": name, "config": {"data_sha256": admitted["version"]["content_sha256"], **config.public()},
-                     **{key: value for key, value in result.items() if key != "config"}})
+                     **{key: value for key, value in result.items() if key != "config"}, "quality": result[quality]})
         states[name] = adapter_state(model)
         if log is not None:
-            log(f"  {name}: exact match {result['exact_match']:.3f}, eval loss {result['eval_loss']:.3f}, "
+            log(f"  {name}: exact match {result['exact_match']:.3f}, token acc {result['token_accuracy']:.3f}, eval loss {result['eval_loss']:.3f}, "
                 f"{result['step_time_s'] * 1000:.1f} ms/step")
     return {"runs": runs, "states": states, "model": identity, "tokenizer": tokenizer, "base": base}
 
@@ -113,7 +117,7 @@ def gate(runs: list[dict], run_mode: str, data_sha256: str, gates=selection_gate
     settings = settings_for(run_mode)
     comparability = gates.comparable_candidates([{"name": r["name"], "config": r["config"]} for r in runs], VARIABLE,
                                                 baseline_of(run_mode, data_sha256), list(SEEDS))
-    results = {value: [{"seed": r["config"]["seed"], "status": r["status"], "quality": r.get("exact_match"),
+    results = {value: [{"seed": r["config"]["seed"], "status": r["status"], "quality": r.get("quality"),
                         "memory_bytes": r.get(settings["memory"])}
                        for r in runs if r["config"][VARIABLE] == value]
                for value in comparability["comparable"]}
@@ -162,7 +166,7 @@ def run(plan, sink, *, log=None) -> None:
     settings = settings_for(plan.run_mode)
     matrix_body = {"model": trained["model"], "variable": VARIABLE, "seeds": list(SEEDS),
                    "memory_metric": settings["memory"], "memory_source": MEMORY_SOURCES[settings["memory"]],
-                   "quality_metric": "teacher-forced exact match of the whole reply on 64's frozen evaluation split",
+                   "quality_key": settings["quality"], "quality_metric": QUALITY_METRICS[settings["quality"]],
                    "comparability_note": sft_raw.COMPARABILITY_NOTE, "runs": trained["runs"], "gating": gating}
     matrix_path, _ = sink.save_record("matrix", matrix_body, schema_version=MATRIX_SCHEMA)
     outputs = [{"role": "candidate_matrix", **sink.lineage(matrix_path)}]
@@ -178,7 +182,8 @@ def run(plan, sink, *, log=None) -> None:
         "comparability": sft_raw.COMPARABILITY_NOTE,
         "inputs": [upstream.entry(root), {"role": "admitted_data", **upstream.output("admitted_data")}],
         "candidates": [{"name": r["name"], "config": r["config"], "status": r["status"],
-                        "exact_match": r["exact_match"], "eval_loss": r["eval_loss"], "step_time_s": r["step_time_s"],
+                        "quality": r["quality"], "exact_match": r["exact_match"], "token_accuracy": r["token_accuracy"],
+                        "eval_loss": r["eval_loss"], "step_time_s": r["step_time_s"],
                         "memory_bytes": r.get(settings["memory"]), "adapter_sha256": r["adapter_sha256"]}
                        for r in trained["runs"]],
         "gates": manifest_gates(gating, plan.run_mode),
@@ -190,6 +195,7 @@ def run(plan, sink, *, log=None) -> None:
         "chosen_adapter": None if chosen is None else {"run": f"r{chosen}_s{SEEDS[0]}",
                                                        "adapter_sha256": run_record["adapter_sha256"]},
         "memory_metric": settings["memory"], "memory_budget": settings["memory_budget"],
+        "quality_metric": QUALITY_METRICS[settings["quality"]],
     }
     ref = manifests.write_manifest(sink, body, schema_version=MANIFEST_SCHEMA)
     say(f"63 selection: {gating['choice']['decision']} rank {chosen}; excluded "
