@@ -92,6 +92,7 @@ def test_65_pairs_say_which_path_ran_and_claim_no_memory_on_a_cpu(chain):
     assert manifest["decision"]["decision"] in ("tune", "reject")
     if manifest["decision"]["decision"] == "tune":
         assert manifest["decision"]["reasons"][0] == "capacity_not_measured"
+        assert "not measured" in manifest["next_action"] and "real_gpu" in manifest["next_action"]
 
 
 def test_62_delivers_the_selection_and_its_checks_can_fail(chain, tmp_path):

@@ -52,6 +52,15 @@ LADDER_STEPS = 2
 NEXT_STEP = {"accept": "train on the NF4 base where the budget needs the capacity it buys (see the scope)",
              "tune": "keep the bf16 base for now: the 4-bit base did not buy capacity this budget needs",
              "reject": "do not train on the NF4 base: it lost quality, or no pair could be measured"}
+UNMEASURED_NEXT_STEP = ("keep the bf16 base for now: capacity was not measured here (device memory is measured on "
+                        "CUDA only); run the capacity ladder on a GPU (real_gpu) before deciding the branch")
+
+
+def next_step(decision: Mapping) -> str:
+    """What to do after the branch decision; a tune whose capacity was not measured says so."""
+    if decision["decision"] == "tune" and "capacity_not_measured" in decision["reasons"]:
+        return UNMEASURED_NEXT_STEP
+    return NEXT_STEP[decision["decision"]]
 
 
 def settings_for(run_mode: str) -> dict:
@@ -224,7 +233,7 @@ def run(plan, sink, *, log=None) -> None:
              "passed": deltas["mean"]["step_time_change"] is not None and deltas["mean"]["step_time_change"] <= 0},
         ],
         "decision": {"decision": decision["decision"], "reasons": decision["reasons"], "scope": decision["scope"]},
-        "next_action": NEXT_STEP[decision["decision"]],
+        "next_action": next_step(decision),
         "outputs": [{"role": "pairs", **sink.lineage(pairs_path)}],
         "qlora_adapter_sha256": first_nf4.get("adapter_sha256"),
         "bitsandbytes_path": first_nf4.get("bitsandbytes_path"),
