@@ -16,7 +16,7 @@ from tools.data import lab_tasks
 from tools.experiments.reward import resident
 from tools.experiments.reward.rollouts import pool_sha256
 from tools.experiments.reward.ppo import PpoConfig, train_ppo
-from tools.experiments.reward.stage import load_policy, memory_watch
+from tools.experiments.reward.stage import cpu_threads, load_policy, memory_watch
 
 STAGE = "ppo"
 SCHEMA = "reward-ppo/v1"
@@ -100,7 +100,7 @@ def run(plan, sink, *, log=None) -> None:
             del model
         return {"status": "ok"}
 
-    with memory_watch(plan) as memory:
+    with memory_watch(plan) as memory, cpu_threads(plan):
         outcome = run_with_oom_guard(train_all, torch_module=torch)
     body = {
         "measurement": "PPO with a value model on lab problems scored by the strict verifier",

@@ -20,7 +20,7 @@ from tools.experiments.reward import bradley_terry, rollouts
 from tools.experiments.reward.heads import conversation_ids, load_reward_model, pad_rows, token_scores
 from tools.experiments.reward.masks import read_last
 from tools.experiments.reward.rollouts import pool_sha256
-from tools.experiments.reward.stage import load_policy, memory_watch
+from tools.experiments.reward.stage import cpu_threads, load_policy, memory_watch
 from tools.models.loading import resolve_model
 
 STAGE = "train_and_gate"
@@ -164,7 +164,7 @@ def run(plan, sink, *, log=None) -> None:
             del model
         return {"status": "ok"}
 
-    with memory_watch(plan) as memory:
+    with memory_watch(plan) as memory, cpu_threads(plan):
         outcome = run_with_oom_guard(measure, torch_module=torch)
     ok = outcome["status"] == "ok"
     body = {"measurement": "Bradley-Terry reward models on the plan's model's own answers: correct labels vs a 50% "

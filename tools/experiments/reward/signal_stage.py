@@ -15,7 +15,7 @@ from __future__ import annotations
 from tools.data import lab_tasks
 from tools.experiments.reward import rollouts, signals
 from tools.experiments.reward.rollouts import pool_sha256
-from tools.experiments.reward.stage import load_policy, memory_watch
+from tools.experiments.reward.stage import cpu_threads, load_policy, memory_watch
 
 STAGE = "signal_matrix"
 SCHEMA = "reward-signal-matrix/v1"
@@ -185,7 +185,7 @@ def run(plan, sink, *, log=None) -> None:
         found["framework"] = verl_agreement(batch, log_probs, ref_log_probs, values)
         return {"status": "ok"}
 
-    with memory_watch(plan) as memory:
+    with memory_watch(plan) as memory, cpu_threads(plan):
         outcome = run_with_oom_guard(measure, torch_module=torch)
     candidates = found.get("candidates", [])
     body = {"measurement": "six reward-signal settings on rollouts of the plan's model (verifier scores)",
