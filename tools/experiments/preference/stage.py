@@ -49,6 +49,21 @@ def task_splits(train_seed: int, train_per_operation: int, eval_seed: int, eval_
     return {"train": train, "held_out": held}
 
 
+def lab_task_splits(train_seed: int, train_problems: int, eval_seed: int, eval_problems: int,
+                    task: str = "add") -> dict:
+    """Training problems from the lab task's train split and held-out problems from its heldout split
+    (disjoint by content hash), as arithmetic tasks with the same prompt and label."""
+    from tools.data.arithmetic import make_task
+    from tools.data.lab_tasks import sample_problems
+
+    def as_tasks(problems):
+        return [make_task(f"{problem.task}-{problem.a}-{problem.b}", problem.operation, problem.a, problem.b)
+                for problem in problems]
+
+    return {"train": as_tasks(sample_problems(task, "train", train_problems, train_seed)),
+            "held_out": as_tasks(sample_problems(task, "heldout", eval_problems, eval_seed))}
+
+
 def manifest(tasks: list[ArithmeticTask]) -> list[dict]:
     return [{"task_id": task.task_id, "prompt": task.prompt, "label": task.label} for task in tasks]
 
