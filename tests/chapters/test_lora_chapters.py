@@ -95,11 +95,25 @@ def test_the_merge_judgement_bands():
     assert judge_merge(logits, logits + 1e-3, "float32")["decision"] == "reject"
     assert judge_merge(logits, logits + 4 * 2 ** -7, "bfloat16")["decision"] == "accept"
     assert judge_merge(logits, logits + 0.1, "bfloat16")["decision"] == "tune"
-    assert judge_merge(logits, logits + 1.0, "bfloat16")["decision"] == "reject"
+    assert judge_merge(logits, logits + 2.0, "bfloat16")["decision"] == "reject"
     broken = judge_merge(logits, torch.full_like(logits, float("nan")), "bfloat16")
     assert broken["decision"] == "reject" and recordable(broken)["max_abs_diff"] is None
     with pytest.raises(ConfigError, match="dtype"):
         judge_merge(logits, logits, "float16")
+
+
+def test_the_bf16_tolerance_is_counted_in_bf16_spacings_at_the_logit_scale():
+    """Issue 22: the accept threshold is two bfloat16 spacings at the logits' magnitude (each path rounds
+    its own logits), not one relative step: a drift of 1.5 spacings at scale 10.5 was a flip of noise."""
+    from tools.experiments.sft_training.merging import bf16_spacing
+
+    assert [bf16_spacing(scale) for scale in (1.0, 1.99, 2.0, 10.5, 40.0)] == [2 ** -7, 2 ** -7, 2 ** -6, 2 ** -4, 2 ** -2]
+    logits = torch.tensor([10.5, -3.0], dtype=torch.float64)
+    near = judge_merge(logits, logits + torch.tensor([1.5 * 2 ** -4, 0.0], dtype=torch.float64), "bfloat16")
+    assert near["decision"] == "accept" and near["drift_in_spacings"] == 1.5 and near["bf16_spacing"] == 2 ** -4, near
+    assert judge_merge(logits, logits + 2 * 2 ** -4, "bfloat16")["decision"] == "accept"  # inclusive
+    assert judge_merge(logits, logits + 16 * 2 ** -4, "bfloat16")["decision"] == "tune"
+    assert judge_merge(logits, logits + 17 * 2 ** -4, "bfloat16")["decision"] == "reject"
 
 
 def test_merge_equivalence_judges_a_copy_and_leaves_the_trained_model_alone(tiny):
