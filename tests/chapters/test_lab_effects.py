@@ -36,3 +36,24 @@ def test_14_all_linear_learns_the_new_task_faster_than_attention_qv(lab_models):
                                                             "up_proj", "down_proj"]),
                                          "equals_qwen2_linear": True, "lm_head_targeted": False}
 
+
+def test_15_only_the_real_update_moves_the_held_out_curves(lab_models):
+    """Three seeds: the real update raises held-out exact-match by >= 0.2 and lowers the held-out loss by
+    >= 0.3; both look-alikes change their adapter tensors yet move neither by more than 0.01; the
+    update accumulated over 4 micro-batches gives the one-batch curve (loss within 1e-3 at every point)."""
+    from tools.experiments.sft_training.plans.ch_15 import effect
+
+    variants = effect(SEEDS)["variants"]
+    real = variants["effective"]["curves"]
+    assert summary(real)["change_min"] >= 0.2, summary(real)
+    assert summary(real, "heldout_loss")["change_max"] <= -0.3, summary(real, "heldout_loss")
+    for name in ("vanishing_scale", "grads_zeroed"):
+        curves = variants[name]["curves"]
+        assert all(curve["trainable_changed"] for curve in curves), name
+        for key in ("heldout_exact_match", "heldout_loss"):
+            moved = summary(curves, key)
+            assert max(abs(moved["change_min"]), abs(moved["change_max"])) <= 0.01, (name, moved)
+    for one, accumulated in zip(real, variants["effective_accumulated"]["curves"]):
+        gaps = [abs(a - b) for a, b in zip(one["heldout_loss"], accumulated["heldout_loss"])]
+        assert max(gaps) <= 1e-3, gaps
+
