@@ -57,3 +57,23 @@ def test_15_only_the_real_update_moves_the_held_out_curves(lab_models):
         gaps = [abs(a - b) for a, b in zip(one["heldout_loss"], accumulated["heldout_loss"])]
         assert max(gaps) <= 1e-3, gaps
 
+
+def test_26_an_nf4_base_learns_like_the_bf16_base_in_half_the_bytes(lab_models):
+    """Three seeds, the same adapter on both bases: both learn the new task (held-out exact-match up by
+    >= 0.3), the final held-out losses stay within 0.1 of each other in every seed, the NF4 base's
+    measured bytes equal the account's prediction and are below 0.6x the bf16 base's, and the
+    reconstruction error is real but bounded (0 < relative Frobenius error < 0.2)."""
+    from tools.experiments.sft_training.plans.ch_26 import effect
+
+    result = effect(SEEDS)
+    variants = result["variants"]
+    assert [variants[name]["status"] for name in ("bf16_base", "nf4_base")] == ["ok", "ok"], variants
+    for name in ("bf16_base", "nf4_base"):
+        assert summary(variants[name]["curves"])["change_min"] >= 0.3, (name, summary(variants[name]["curves"]))
+    bf16 = summary(variants["bf16_base"]["curves"], "heldout_loss")["final"]
+    nf4 = summary(variants["nf4_base"]["curves"], "heldout_loss")["final"]
+    assert all(abs(a - b) <= 0.1 for a, b in zip(bf16, nf4)), (bf16, nf4)
+    measured = {name: variants[name]["base_bytes"]["measured"]["total_bytes"] for name in variants}
+    assert variants["nf4_base"]["base_bytes"]["predicted"]["total_bytes"] == measured["nf4_base"]
+    assert measured["nf4_base"] < 0.6 * measured["bf16_base"], measured
+    assert 0 < result["reconstruction_error"]["relative_frobenius"] < 0.2, result["reconstruction_error"]
