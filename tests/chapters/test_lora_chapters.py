@@ -329,3 +329,13 @@ def test_step_5_figure_draws_every_variant_with_the_budget_and_unmeasured_values
     assert [line.get_ydata()[0] for line in counts.lines] == [3500]  # the budget
     assert [bar.get_height() for bar in losses.patches] == [6.1, 0, 5.9, 0]  # unmeasured drawn as empty
     assert [bar.get_height() for bar in drift.patches] == [3.0, 1e-3]  # 0.09375 at scale 4: 3 bf16 spacings of 2**-5
+
+
+def test_chapter_14_says_bfloat16_has_8_significant_bits_not_digits():
+    """Issue 22: bfloat16 keeps 8 significant bits (about 2-3 decimal digits), not 8 digits."""
+    from chapter_factory import REPO_ROOT
+
+    notebook = json.loads((REPO_ROOT / "notebooks" / "14-lora-targets.ipynb").read_text(encoding="utf-8"))
+    text = "".join("".join(cell["source"]) for cell in notebook["cells"] if cell["cell_type"] == "markdown")
+    assert "8 位有效数字" not in text
+    assert text.count("8 个二进制位") >= 2 and "2–3 位十进制有效数字" in text
