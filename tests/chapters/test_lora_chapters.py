@@ -173,8 +173,9 @@ def test_the_plans_compare_what_the_chapters_say():
     assert {spec.rank for spec in ch_14.variants("real_gpu")} == {8}
     for run_mode in ("cpu_smoke", "real_gpu"):
         names = [(spec.name, spec.method, spec.rank) for spec in ch_31.variants(run_mode)]
-        assert names == [("lora_r8", "lora", 8), ("rslora_r8", "rslora", 8), ("dora_r8", "dora", 8),
-                         ("dora_r7_budget", "dora", 7)]
+        assert names == [(f"{method}_r{rank}", method, rank) for rank in (1, 4, 16, 64)
+                         for method in ("lora", "rslora", "dora")] + [("dora_r7_budget", "dora", 7)]
+        assert {spec.alpha for spec in ch_31.variants(run_mode)} == {16.0}  # one alpha: matched scaling at rank 1
     assert plan_for("14").measure is ch_14.measure and plan_for("31").measure is ch_31.measure
 
 

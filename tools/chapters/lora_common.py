@@ -183,7 +183,8 @@ def evidence_header(records: list[dict], written: bool, chapter_id: str) -> str:
                 f"{chapter_id} --run-mode cpu_smoke`")
     first = records[0]
     level = first.get("evidence_level") or first.get("run_mode")
-    note = ("cpu_smoke: the tiny offline model on a CPU; proves the code path, not a GPU measurement"
+    note = (f"cpu_smoke: the {(first.get('config') or {}).get('model_id', 'tiny')} model on a CPU; proves the code path, "
+            "not a GPU measurement"
             if level == "cpu_smoke" else f"{level}, weights {(first.get('model') or {}).get('weights')}")
     which = "your run" if written else "your latest cpu_smoke run (this dry_run wrote nothing)"
     return f"{which}: label {first.get('run_label')!r}, {note}"
