@@ -17,6 +17,11 @@ TEST_WORKERS ?= 2
 # Debian packages of the browser test: the browser, and fonts so screenshots show Chinese and emoji.
 BROWSER_APT := chromium fonts-noto-cjk fonts-noto-color-emoji
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+# One CPU arithmetic on every x86-64 machine (tools/core/numerics.py): exported to every target, so the
+# notebook kernels papermill and JupyterLab start compute like the tests that calibrated the effects.
+export ATEN_CPU_CAPABILITY ?= avx2
+export MKL_CBWR ?= AVX2
+export ONEDNN_MAX_CPU_ISA ?= AVX2
 
 .PHONY: setup run test test-fast lint lab check clean browser-deps verify-full bench
 

@@ -1,7 +1,7 @@
 """The shared code of the post-training systems course, in layers.
 
     errors                         every error class the tools raise on purpose
-    core                           run modes and labels, paths, catalog, write-once records, preflight
+    core                           run modes and labels, paths, catalog, write-once records, preflight, CPU numerics
     data                           fixed inputs built in code (the arithmetic tasks)
     models | measure               the course's models (the lab models learn the data's tasks); resource sampling and timing
     experiments.<name>             one subpackage per GPU experiment (verl closure, memory strategies, ...)
@@ -18,6 +18,12 @@ ARCHITECTURE.md explains the layers and how data flows from a notebook parameter
 """
 
 import logging as _logging
+
+from tools.core.numerics import pin_cpu_numerics as _pin_cpu_numerics
+
+# Before any tensor operation of the process: the same CPU arithmetic on every x86-64 machine
+# (tools/core/numerics.py says why the lab models and the chapters' effects need it).
+_pin_cpu_numerics()
 
 # bitsandbytes (pulled in by peft) warns on CPUs with AVX512-BF16 that an optional Hub kernel package
 # is missing. In a notebook that warning is stderr output, and nbgrader scores a grade cell with any

@@ -15,7 +15,7 @@ Pretraining (`pretrain`): AdamW, warm-up, a constant learning rate until the val
 then the decay; loss on the reply and its end-of-turn token only, one CPU thread, a fixed seed, the
 problems of the `train` split only (held-out and validation problems differ by content hash).
 
-Built once into `build/lab_models/<name>-<recipe hash>/` (temporary folder, atomic rename) with the
+Built once into `build/lab_models/<name>-<hash of recipe and CPU numerics profile>/` (temporary folder, atomic rename) with the
 `course_model.json` identity file of the tiny model (recipe, seed, file hashes, fingerprint) plus
 the pretraining history and the held-out exact-match measured at build time.
 """
@@ -30,6 +30,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from tools.core.numerics import cpu_numerics
 from tools.core.paths import resolve_project_root
 from tools.data import lab_tasks
 from tools.errors import ConfigError
@@ -99,10 +100,18 @@ def recipe_for(name: str) -> LabRecipe:
     return LAB_RECIPES[name]
 
 
+def numerics_profile() -> dict:
+    """What decides the lab weights besides the recipe: the processor architecture and the CPU kernel path
+    (tools.core.numerics); a model built under another profile gets its own folder."""
+    numerics = cpu_numerics()
+    return {"machine": numerics["machine"], "torch_cpu_capability": numerics["torch_cpu_capability"],
+            "mkl_cbwr": numerics["mkl_cbwr"]}
+
+
 def recipe_sha256(recipe: LabRecipe) -> str:
     return _canonical_sha256({"lab_builder_version": LAB_BUILDER_VERSION, "recipe": asdict(recipe),
                               "task": lab_tasks.manifest(recipe.task),
-                              "tokenizer": _tiny_recipe()["tokenizer"]})
+                              "tokenizer": _tiny_recipe()["tokenizer"], "cpu_numerics": numerics_profile()})
 
 
 def default_lab_dir() -> Path:
@@ -178,8 +187,9 @@ def pretrain(model, tokenizer, recipe: LabRecipe) -> dict:
     every `check_every` steps) reaches `target_validation`; then `decay_steps` steps of linear decay
     (none: stop at once). When a model learns is a matter of luck within a seed (the step where it
     "gets" the carry varies by hundreds of steps between seeds), so a target, not a step count, decides
-    how far it gets. Deterministic for a fixed recipe on one machine: one thread, seeded model init
-    (done by the caller), seeded data order, no dropout. `max_steps` caps the constant phase."""
+    how far it gets. Deterministic for a fixed recipe and CPU numerics profile (the same on every x86-64
+    machine, tools.core.numerics): one thread, seeded model init (done by the caller), seeded data order,
+    no dropout. `max_steps` caps the constant phase."""
     import torch
 
     train = [chat_ids(tokenizer, p.messages(), p.target) for p in pretraining_problems(recipe)]
@@ -269,7 +279,8 @@ def _write_lab(folder: Path, recipe: LabRecipe) -> None:
                 "pretraining": history,
                 "heldout_exact_match": {key: heldout[key] for key in ("task", "split", "total", "correct", "accuracy")},
                 "build_seconds": {"wall": round(time.perf_counter() - wall_started, 1),
-                                  "cpu": round(time.process_time() - cpu_started, 1), "threads": 1}},
+                                  "cpu": round(time.process_time() - cpu_started, 1), "threads": 1},
+                "cpu_numerics": cpu_numerics()},
     })
 
 
