@@ -58,14 +58,18 @@ FIRST_UPDATE_RATIO_TOLERANCE = 0.05
 """rsLoRA / LoRA first-update ratio at rank r: sqrt(r) within 5 %."""
 LORA_SHRINK = 1 / 3
 """LoRA's rank-64 first update is at most a third of its rank-1 one (predicted 1/8)."""
-LATE_LOSS_MARGIN = 0.1
-"""At rank 64, rsLoRA's late training loss is lower than LoRA's by at least 0.1 nats."""
+LATE_LOSS_MARGIN = 0.2
+"""At rank 64, rsLoRA's late training loss is lower than LoRA's by at least 0.2 nats. Measured with the
+plan's cpu_smoke settings (32 steps at 1e-3) and CPU numerics pinned to AVX2, LoRA r64 minus rsLoRA
+r64: seeds 0, 1, 2 give +0.444, +0.730, +0.669; seeds 0-11 range from +0.350 to +0.979 (mean 0.61).
+At the stage's default 2e-3 the direction flips on some seeds (rsLoRA's 8 times larger step
+overshoots; see plans/ch_31.py), which is why the plan sets its own learning rate."""
 
 
 @pytest.mark.slow
 def test_rank_sweep_first_update_and_learning_speed_across_seeds(tmp_path, lab_models):
     """The chapter's effect on the lab model, three seeds (adapter init and training data) in one process,
-    16 steps each: at rank 64 the first AdamW update of rsLoRA is sqrt(64) = 8 times LoRA's, LoRA's
+    the plan's cpu_smoke settings (32 steps at 1e-3): at rank 64 the first AdamW update of rsLoRA is sqrt(64) = 8 times LoRA's, LoRA's
     first update shrinks from rank 1 to 64 while rsLoRA's does not, and rsLoRA learns faster (late
     training loss lower by LATE_LOSS_MARGIN); DoRA (LoRA's scaling) stays beside LoRA."""
     plan = plan_for("31")
