@@ -28,5 +28,5 @@ def reported_block(chapter_id: str, root: Path | None = None) -> str:
         lines.append(f"  {figure.quantity}: {figure.shown()}  ({where}label {figure.label}{flag}; {figure.source_row})")
         if figure.note:
             lines.append(f"      {figure.note}")
-    lines.append("Produce your own: set RUN_MODE = \"cpu_smoke\" (code path on the tiny model) or run real_gpu on a GPU.")
+    lines.append("Produce your own: set RUN_MODE = \"cpu_smoke\" (on CPU: the tiny model for mechanics, a lab model where the chapter trains) or run real_gpu on a GPU.")
     return "\n".join(lines)
