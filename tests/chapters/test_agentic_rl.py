@@ -125,7 +125,11 @@ def test_package_trajectory_functions_agree_with_the_notebook(reference, segment
 def test_the_lab_model_learns_to_call_the_calculator_on_every_seed(lab_models, one_cpu_thread):
     """Step 5.2's effect: cpu_smoke's settings, seeds 0-2 from the same lab weights; on the held-out tasks
     the greedy policy's share of episodes calling the calculator rises by at least 0.2 on every seed, and
-    so does the share answered correctly (by at least 0.05)."""
+    so does the share answered correctly (by at least 0.2).
+
+    Measured under the pinned CPU numerics (AVX2), sampling temperature 4: calculator share 0.062 ->
+    0.594, 1.000, 1.000 and success 0 -> 0.562, 1.000, 0.953 on seeds 0-2. At temperature 1 seed 0
+    stayed at 0.062 / 0 (no sampled episode in 10 steps earned a reward, so no gradient)."""
     from tools.experiments.online_rl.tool_stage import run_seed
 
     rises = []
@@ -135,7 +139,7 @@ def test_the_lab_model_learns_to_call_the_calculator_on_every_seed(lab_models, o
         before, after = record["before"], record["after"]
         assert before["calculator_share"] < 0.2, "the lab model starts by answering the sum it knows"
         assert after["calculator_share"] - before["calculator_share"] >= 0.2, (seed, before, after)
-        assert after["success"] - before["success"] >= 0.05, (seed, before, after)
+        assert after["success"] - before["success"] >= 0.2, (seed, before, after)
         assert len(record["steps"]) == record["settings"]["steps"]
         rises.append(after["calculator_share"] - before["calculator_share"])
     assert sum(rises) / len(rises) >= 0.3, rises

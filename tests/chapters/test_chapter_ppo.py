@@ -108,11 +108,16 @@ EXACT_MATCH_GAIN = 0.05
 VALUE_LOSS_DROP = 0.01
 
 
-@pytest.mark.slow  # three PPO runs on the lab model (about 15 s each on one core)
+@pytest.mark.slow  # three PPO runs on the lab model (about 15-20 s each on one core)
 def test_ppo_raises_held_out_exact_match_and_lowers_the_value_loss_for_every_seed(lab_models, one_cpu_thread):
     """The stage's own PPO loop (cpu_smoke settings) on the lab student: for each of three seeds, greedy
     exact-match on held-out problems rises by at least 5 points and the critic's value loss on a fixed
-    probe batch falls by at least 0.01 (from the untrained critic to the mean of the last three iterations)."""
+    probe batch falls by at least 0.01 (from the untrained critic to the mean of the last three iterations).
+
+    Measured under the pinned CPU numerics (AVX2), 16 tasks x 4 samples per iteration: exact-match 0.5975 ->
+    0.6975, 0.7675, 0.6975 (gains 0.100, 0.170, 0.100), probe value-loss drops 0.049, 0.061, 0.040. With 8
+    tasks per iteration the gains were 0.0825, 0.030, 0.115 (and 0.1125, 0.0525, -0.005 after 12 iterations):
+    32 samples per iteration were too noisy for every seed to move the same way."""
     from tools.experiments.reward import ppo_stage
     from tools.experiments.reward.ppo import PpoConfig, train_ppo
     from tools.models.loading import load_causal_lm

@@ -118,8 +118,12 @@ def test_package_divergences_agree_with_the_notebook(reference, seed, batch, tim
 def test_distillation_closes_part_of_the_students_gap_to_the_teacher_on_every_seed(lab_models, one_cpu_thread):
     """Step 5.2's effect: cpu_smoke's plan, seeds 0-2, each kind from the same student weights; on every
     seed both on-policy and fixed trajectories close at least 0.3 of the gap between the lab student's
-    and the lab teacher's held-out exact match (each closes about three quarters on average)."""
-    from tools.experiments.distillation.stage import run_kind
+    and the lab teacher's held-out exact match, and at least 0.5 on average over the seeds.
+
+    Measured under the pinned CPU numerics (AVX2), 24 steps: teacher 1.000, student 0.599 before; gap
+    closed on_policy 0.606, 0.652, 0.572 (mean 0.610), fixed 0.612, 0.628, 0.560 (mean 0.600). With 16
+    steps on_policy closed 0.489, 0.443, 0.551 (mean 0.494); 32 steps gave no more (0.606, 0.643, 0.554)."""
+    from tools.experiments.distillation.stage import PLAN, run_kind
 
     closed = {"on_policy": [], "fixed": []}
     teacher = None
@@ -129,7 +133,7 @@ def test_distillation_closes_part_of_the_students_gap_to_the_teacher_on_every_se
             assert record["status"] == "ok", record.get("error")
             teacher = record["teacher_exact_match"]
             assert teacher >= 0.9 and record["before"]["accuracy"] <= 0.8
-            assert len(record["steps"]) == 16 and record["steps"][-1]["loss"] < record["steps"][0]["loss"]
+            assert len(record["steps"]) == PLAN["steps"] and record["steps"][-1]["loss"] < record["steps"][0]["loss"]
             closed[kind].append(record["gap_closed"])
     for kind, shares in closed.items():
         assert min(shares) >= 0.3, (kind, shares)

@@ -189,3 +189,65 @@ def framework_summary(record: Mapping) -> list[str]:
     """Lines that show a `framework_check` record (this run's or an earlier cpu_smoke one)."""
     lines = [f"evidence level {record.get('evidence_level')}: an equality check against TRL, not a GPU measurement"]
     return lines + framework_lines({**record["results"], "framework": record["framework"]})[1:]
+
+
+# ---------------------------------------------------------------------------
+# Step 5.2: gradient variance of the baselines on the lab model (experiment rloo_baseline_variance)
+# ---------------------------------------------------------------------------
+
+VARIANCE_EXPERIMENT = "rloo_baseline_variance"
+VARIANCE_STAGE = "baseline_variance"
+VARIANCE_NAMES = {"no_baseline": "none", "leave_one_out": "leave-one-out", "group_mean": "group mean",
+                  "batch_mean": "batch mean", "wrong_only": "wrong answers only"}
+VARIANCE_RATIOS = {"loo_over_none": "LOO / none", "loo_over_batch_mean": "LOO / batch mean",
+                   "matched_scale_ratio": "((n-1)/n)^2 LOO / group mean", "wrong_over_right": "wrong only / none"}
+
+
+def _ratio(value) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+def variance_lines(record: Mapping) -> list[str]:
+    """Lines that show a baseline_variance record: settings, and per seed the total variances and ratios."""
+    if record.get("status") != "ok":
+        return [f"status {record.get('status')}: {record.get('error')}"]
+    settings = record["settings"]
+    lines = [f"{settings['model']} model, {settings['prompts']} prompts x {settings['group_size']} answers per draw, "
+             f"{settings['draws']} draws per seed, temperature {settings['temperature']:g}, "
+             f"at most {settings['max_new_tokens']} new tokens, verifier {settings['verifier']}"]
+    for entry in record["per_seed"]:
+        variances = ", ".join(f"{VARIANCE_NAMES[name]} {entry['baselines'][name]['total_variance']:.4g}"
+                              for name in VARIANCE_NAMES)
+        ratios = ", ".join(f"{label} {_ratio(entry[key])}" for key, label in VARIANCE_RATIOS.items())
+        compared = entry["group_mean_vs_loo"]
+        lines += [f"seed {entry['seed']}: mean reward {entry['mean_reward']:.3f}, mixed groups "
+                  f"{entry['mixed_group_share']:.3f}; total variance: {variances}",
+                  f"  ratios: {ratios}; |mean grad group mean| / |mean grad LOO| {_ratio(compared['norm_ratio'])} "
+                  f"(expected {entry['expected_norm_ratio']:.3f}), cosine {_ratio(compared['cosine'])}"]
+    return lines
+
+
+def draw_baseline_variance(record: Mapping):
+    """Figure: per seed the total variance of the gradient estimate under each weighting (log scale), and
+    the variance ratios per seed against the line 1."""
+    import matplotlib.pyplot as plt
+
+    entries = record["per_seed"]
+    fig, (variance_ax, ratio_ax) = plt.subplots(1, 2, figsize=(12, 4))
+    width = 0.8 / len(entries)
+    for index, entry in enumerate(entries):
+        offsets = [position + (index - (len(entries) - 1) / 2) * width for position in range(len(VARIANCE_NAMES))]
+        variance_ax.bar(offsets, [entry["baselines"][name]["total_variance"] for name in VARIANCE_NAMES],
+                        width=width, label=f"seed {entry['seed']}")
+        ratio_ax.bar([position + (index - (len(entries) - 1) / 2) * width for position in range(len(VARIANCE_RATIOS))],
+                     [entry[key] or float("nan") for key in VARIANCE_RATIOS], width=width, label=f"seed {entry['seed']}")
+    variance_ax.set_xticks(range(len(VARIANCE_NAMES)), list(VARIANCE_NAMES.values()), rotation=15)
+    variance_ax.set(yscale="log", ylabel="total variance of the estimate", title="Same answers, five weightings")
+    ratio_ax.axhline(1.0, color="black", linewidth=1)
+    ratio_ax.set_xticks(range(len(VARIANCE_RATIOS)), list(VARIANCE_RATIOS.values()), rotation=15)
+    ratio_ax.set(yscale="log", ylabel="variance ratio", title="Ratios per seed (1: equal)")
+    for ax in (variance_ax, ratio_ax):
+        ax.grid(alpha=0.3, axis="y")
+    variance_ax.legend()
+    fig.tight_layout()
+    return fig

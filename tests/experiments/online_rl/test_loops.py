@@ -79,3 +79,16 @@ def test_leave_one_out_removes_the_prompt_effect_the_batch_mean_keeps(tiny):
     assert result["baselines"]["leave_one_out"]["total_variance"] == 0.0, "uniform groups: every LOO advantage is 0"
     assert result["baselines"]["batch_mean"]["total_variance"] > 0.0
     assert result["variance_ratio"] == 0.0 and result["mixed_group_share"] == 0.0
+
+
+def test_no_baseline_wrong_only_and_group_mean_advantages():
+    """Raw rewards; r - 1; r minus the mean of the valid rewards of its own group (r included). None stays None."""
+    from tools.experiments.online_rl.variance import (group_mean_advantages, no_baseline_advantages,
+                                                      wrong_only_advantages)
+
+    groups = [[1.0, 0.0, None, 1.0], [0.0, 0.0]]
+    assert no_baseline_advantages(groups) == [[1.0, 0.0, None, 1.0], [0.0, 0.0]]
+    assert wrong_only_advantages(groups) == [[0.0, -1.0, None, 0.0], [-1.0, -1.0]]
+    (first, second, missing, fourth), uniform = group_mean_advantages(groups)
+    assert missing is None and uniform == [0.0, 0.0]
+    assert [first, second, fourth] == pytest.approx([1 / 3, -2 / 3, 1 / 3])

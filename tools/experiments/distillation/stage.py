@@ -16,7 +16,7 @@ from tools.models.architectures import LAB_MODEL_IDS
 
 SCHEMA = "distill-opd-kind/v1"
 STUDENT, TEACHER = LAB_MODEL_IDS
-PLAN = {"steps": 16, "prompts_per_step": 32, "learning_rate": 3e-4, "max_new_tokens": 6, "train_problems": 256,
+PLAN = {"steps": 24, "prompts_per_step": 32, "learning_rate": 3e-4, "max_new_tokens": 6, "train_problems": 256,
         "train_seed": 101}
 """cpu_smoke's plan (the only run mode that trains: both models are the course's lab models)."""
 

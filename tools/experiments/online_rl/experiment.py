@@ -21,4 +21,11 @@ EXPERIMENTS = (
         runner="tools.experiments.online_rl.tool_stage:run",
         run_modes=("dry_run", "cpu_smoke"),
     ),
+    Experiment(
+        name="rloo_baseline_variance",
+        title="Gradient variance of the leave-one-out baseline vs no baseline and the self-inclusive group mean",
+        chapters=("PT-RLOO",),
+        runner="tools.experiments.online_rl.variance_stage:run",
+        run_modes=("dry_run", "cpu_smoke"),
+    ),
 )

@@ -8,6 +8,12 @@ environment's observations). Before a calculator result the candidates are `CALC
 `ANSWER <a + b>` (the sum the model knows, wrong for the tasks used); after a result `RESULT v` they
 are `ANSWER v` and another `CALC a op b`. The environment is `tool_env.env_step`.
 
+The sampling policy divides the candidate log-probabilities by a temperature before the softmax. The
+lab model gives `CALC` about 1e-3 of the mass on most tasks, so at temperature 1 a batch almost never
+reaches a reward and REINFORCE has nothing to learn from; at a higher temperature the same preferences
+are flatter and some sampled episodes succeed. Training differentiates the same tempered softmax (the
+gradient is on-policy for the policy that sampled), and greedy evaluation does not depend on it.
+
 Training is REINFORCE over whole episodes: the terminal reward is credited to the model's turns with
 a per-turn discount (`trajectories.attribute_reward`), minus the batch's mean reward as a baseline,
 and each turn's loss is -advantage * log softmax(candidate log-probs)[chosen]. Evaluation takes the
@@ -33,6 +39,7 @@ class ToolSettings:
     steps: int = 10
     episodes_per_step: int = 16
     learning_rate: float = 3e-3
+    temperature: float = 4.0
     gamma: float = 0.9
     max_turns: int = 3
     train_tasks: int = 64
@@ -90,7 +97,8 @@ def candidate_logprobs(model, tokenizer, turns: Sequence[tuple[list[dict], list[
     return out
 
 
-def play(model, tokenizer, task: tuple[int, str, int], *, max_turns: int, greedy: bool, rng: random.Random) -> dict:
+def play(model, tokenizer, task: tuple[int, str, int], *, max_turns: int, greedy: bool, rng: random.Random,
+         temperature: float = 1.0) -> dict:
     """One episode; per turn the chat before it, the candidates and the chosen index; the terminal reward."""
     import torch
 
@@ -101,7 +109,7 @@ def play(model, tokenizer, task: tuple[int, str, int], *, max_turns: int, greedy
     while not state["done"]:
         options = candidates(state, observation)
         with torch.no_grad():
-            probabilities = torch.softmax(candidate_logprobs(model, tokenizer, [(messages, options)])[0], dim=0)
+            probabilities = torch.softmax(candidate_logprobs(model, tokenizer, [(messages, options)])[0] / temperature, dim=0)
         chosen = int(probabilities.argmax()) if greedy else rng.choices(range(len(options)), weights=probabilities.tolist())[0]
         turns.append({"messages": [dict(m) for m in messages], "candidates": options, "chosen": chosen})
         result = env_step(state, options[chosen])
@@ -133,8 +141,8 @@ def run_tool_rl(model, tokenizer, settings: ToolSettings, *, log: Callable | Non
     before = evaluate(model, tokenizer, held_out, settings.max_turns)
     steps = []
     for step in range(settings.steps):
-        batch = [play(model, tokenizer, rng.choice(train), max_turns=settings.max_turns, greedy=False, rng=rng)
-                 for _ in range(settings.episodes_per_step)]
+        batch = [play(model, tokenizer, rng.choice(train), max_turns=settings.max_turns, greedy=False, rng=rng,
+                      temperature=settings.temperature) for _ in range(settings.episodes_per_step)]
         baseline = sum(e["reward"] for e in batch) / len(batch)
         turns, advantages = [], []
         for episode in batch:
@@ -144,7 +152,7 @@ def run_tool_rl(model, tokenizer, settings: ToolSettings, *, log: Callable | Non
                 advantages.append(advantage)
         model.train()
         logprobs = candidate_logprobs(model, tokenizer, [(turn["messages"], turn["candidates"]) for turn in turns])
-        chosen = torch.stack([torch.log_softmax(values, dim=0)[turn["chosen"]] for values, turn in zip(logprobs, turns)])
+        chosen = torch.stack([torch.log_softmax(values / settings.temperature, dim=0)[turn["chosen"]] for values, turn in zip(logprobs, turns)])
         loss = -(torch.tensor(advantages, dtype=chosen.dtype) * chosen).sum() / len(batch)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()

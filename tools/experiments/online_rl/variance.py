@@ -5,7 +5,10 @@ estimate g = (1/N) sum_i A_i grad log pi(y_i | x_i) once per baseline, from the 
 same per-answer gradients: `leave_one_out` (A_i = r_i minus the mean of the other valid rewards of its
 group) and `batch_mean` (A_i = r_i minus the mean of every valid reward of the draw). Over the draws,
 the total variance of each estimate (the trace of its covariance) is measured; answers without a
-reward (None) get no advantage under either baseline.
+reward (None) get no advantage under either baseline. Other baselines can be passed by name
+(`baselines`): `no_baseline_advantages` (REINFORCE on the raw rewards), `wrong_only_advantages` (a
+constant baseline of 1) and `group_mean_advantages` (r minus the mean of its own group, r included) are here; `mean_gradients` compares the mean
+gradients of two baselines (cosine, norm ratio, projection).
 """
 
 from __future__ import annotations
@@ -21,6 +24,39 @@ def batch_mean_advantages(group_rewards: list[list[float | None]]) -> list[list[
     valid = [reward for group in group_rewards for reward in group if reward is not None]
     mean = sum(valid) / len(valid) if valid else 0.0
     return [[None if reward is None else float(reward - mean) for reward in group] for group in group_rewards]
+
+
+def no_baseline_advantages(group_rewards: list[list[float | None]]) -> list[list[float | None]]:
+    """The raw rewards as advantages (plain REINFORCE, no baseline); None stays None."""
+    return [[None if reward is None else float(reward) for reward in group] for group in group_rewards]
+
+
+def wrong_only_advantages(group_rewards: list[list[float | None]]) -> list[list[float | None]]:
+    """r - 1: a constant baseline of 1, so that with 0/1 rewards only the unrewarded answers carry
+    weight (-1 each); the counterpart of `no_baseline_advantages`, where only the rewarded ones do."""
+    return [[None if reward is None else float(reward - 1.0) for reward in group] for group in group_rewards]
+
+
+def group_mean_advantages(group_rewards: list[list[float | None]]) -> list[list[float | None]]:
+    """r minus the mean of the valid rewards of its own group, r itself included; None stays None."""
+    result = []
+    for group in group_rewards:
+        valid = [reward for reward in group if reward is not None]
+        mean = sum(valid) / len(valid) if valid else 0.0
+        result.append([None if reward is None else float(reward - mean) for reward in group])
+    return result
+
+
+def mean_gradients(first, second) -> dict:
+    """How the mean gradient `second` relates to `first`: cosine, |second| / |first| and the
+    projection <second, first> / |first|^2 (the scale of `second` along `first`)."""
+    import torch
+
+    first_norm, second_norm = float(first.norm()), float(second.norm())
+    if first_norm == 0.0 or second_norm == 0.0:
+        return {"cosine": None, "norm_ratio": None, "projection": None}
+    return {"cosine": float(torch.dot(first, second) / (first_norm * second_norm)),
+            "norm_ratio": second_norm / first_norm, "projection": float(torch.dot(first, second)) / first_norm ** 2}
 
 
 def estimate_gradients(model, batch: dict, weights: dict[str, Sequence[float]], parameters: list) -> dict:
@@ -42,12 +78,17 @@ def estimate_gradients(model, batch: dict, weights: dict[str, Sequence[float]], 
 
 
 def gradient_variance(model, tokenizer, tasks: Sequence, *, group_size: int, draws: int, max_new_tokens: int,
-                      verify: Callable, leave_one_out: Callable, temperature: float = 1.0, seed: int = 0) -> dict:
-    """Total variance of the gradient estimate under the leave-one-out and the batch-mean baseline."""
+                      verify: Callable, leave_one_out: Callable, temperature: float = 1.0, seed: int = 0,
+                      baselines: dict[str, Callable] | None = None, keep_means: bool = False) -> dict:
+    """Total variance of the gradient estimate under the leave-one-out and the batch-mean baseline,
+    and any further `baselines` (name -> advantages of the draw's group rewards). With `keep_means`,
+    each baseline's mean gradient vector is returned under `mean_vectors` (not JSON)."""
     import torch
 
     parameters = [p for p in model.parameters() if p.requires_grad]
-    estimates = {"leave_one_out": [], "batch_mean": []}
+    advantage_functions = {"leave_one_out": lambda rewards: leave_one_out(rewards)["advantages"],
+                           "batch_mean": batch_mean_advantages, **(baselines or {})}
+    estimates = {name: [] for name in advantage_functions}
     rewards_seen, mixed_groups = [], 0
     for draw in range(draws):
         groups = sample_replies(model, tokenizer, [prompt_of(task) for task in tasks], group_size,
@@ -56,7 +97,7 @@ def gradient_variance(model, tokenizer, tasks: Sequence, *, group_size: int, dra
                    for task, group in zip(tasks, groups)]
         rewards_seen += [reward for group in rewards for reward in group]
         mixed_groups += sum(len(set(group)) > 1 for group in rewards)
-        weights = {"leave_one_out": leave_one_out(rewards)["advantages"], "batch_mean": batch_mean_advantages(rewards)}
+        weights = {name: function(rewards) for name, function in advantage_functions.items()}
         flat = {name: [0.0 if value is None else value for group in values for value in group]
                 for name, values in weights.items()}
         replies = [reply for group in groups for reply in group]
@@ -64,12 +105,14 @@ def gradient_variance(model, tokenizer, tasks: Sequence, *, group_size: int, dra
                      tokenizer.pad_token_id)
         for name, vector in estimate_gradients(model, batch, flat, parameters).items():
             estimates[name].append(vector)
-    result = {}
+    result, means = {}, {}
     for name, vectors in estimates.items():
         stacked = torch.stack(vectors)
+        means[name] = stacked.mean(dim=0)
         result[name] = {"total_variance": float(stacked.var(dim=0, unbiased=True).sum()),
-                        "mean_norm": float(stacked.mean(dim=0).norm())}
-    return {"baselines": result, "draws": draws, "answers_per_draw": group_size * len(tasks),
+                        "mean_norm": float(means[name].norm())}
+    extra = {"mean_vectors": means} if keep_means else {}
+    return {**extra, "baselines": result, "draws": draws, "answers_per_draw": group_size * len(tasks),
             "mean_reward": sum(rewards_seen) / len(rewards_seen), "mixed_group_share": mixed_groups / (draws * len(tasks)),
             "variance_ratio": result["leave_one_out"]["total_variance"] / result["batch_mean"]["total_variance"]
             if result["batch_mean"]["total_variance"] > 0 else None}

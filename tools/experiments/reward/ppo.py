@@ -30,7 +30,7 @@ from tools.models import lab_sampling
 @dataclass(frozen=True)
 class PpoConfig:
     iterations: int = 8
-    tasks_per_iteration: int = 8
+    tasks_per_iteration: int = 16
     samples_per_task: int = 4
     max_new_tokens: int = 6
     temperature: float = 1.0
