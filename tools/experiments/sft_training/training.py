@@ -1,5 +1,7 @@
 """Train one variant for a fixed number of steps and measure what the record needs.
 
+`learning_rates` in the measurements are the optimiser's own `param_groups[0]["lr"]` as `step()`
+read it, not the schedule's plan: a check of planned against applied rates can then fail.
 The loss of a step is normalised by the supervised tokens of the whole step (every micro-batch of
 the accumulation), so accumulating equals one large batch. Evaluation runs in eval mode without
 gradients. Peak memory comes from `torch.cuda.max_memory_*` and the 0.25 s resource sampler on
@@ -105,12 +107,13 @@ def train_variant(model, spec: AdapterSpec, split: Split, config: StageConfig, p
                 tokens_seen += int(batch["attention_mask"].sum())
                 slots_seen += int(batch["input_ids"].numel())
             norm = torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], float("inf"))
+            applied = optimizer.param_groups[0]["lr"]  # what step() reads, whatever set it
             optimizer.step()
             if cuda:
                 torch.cuda.synchronize(device)
             losses.append(step_loss)
             grad_norms.append(float(norm))
-            rates.append(learning_rate(config, step))
+            rates.append(float(applied))
             step_ms.append((time.perf_counter() - step_start) * 1000.0)
         elapsed = time.perf_counter() - started
     samples = sampler.snapshot()
