@@ -1,10 +1,9 @@
-"""Chapter 51's Step 5 effect on the lab model, on every seed (one process): round 1 (two careful updates
-on two-digit sums, judged by the verifier) really is better on the fixed evaluation set, is adopted and
-kept. Round 2 (three updates, a judge that inverts three-digit answers) does what its numbers say: adopted
-and kept, adopted and rolled back, or not adopted, depending on the seed (measured under pinned CPU
-numerics, seeds 0-2: kept with the guard 0.627 -> 0.607, rolled back with the guard 0.613 -> 0.540, not
-adopted with a lower bound of 0.47), and whatever happens the version log stays a chain served by the
-last good version."""
+"""Chapter 51's Step 5 effect on the lab model, on every seed (one process, pinned CPU numerics): round 1
+(two careful updates on two-digit sums, judged by the verifier) really is better on the fixed evaluation
+set, is adopted and kept; round 2 (five updates, a judge that inverts three-digit answers) passes the gate
+on the two-digit evaluation set, then drops on the three-digit guard well beyond `max_drop` and is rolled
+back to round 1's version by hash, with the version log a consistent chain. (Seed 3, not tested: the gate
+already refuses round 2, 34 wins to 54 losses.)"""
 
 from __future__ import annotations
 
@@ -18,6 +17,7 @@ SEEDS = (0, 1, 2)
 ROUND_ONE_LOWER_BOUND = 0.65  # measured 0.71-0.77 (seeds 0-4)
 ROUND_ONE_WIN_FACTOR = 8  # wins >= 8 x max(losses, 1); measured 20:1, 19:2, 20:1 (seeds 0-2), 17:1, 20:2 (3-4)
 ROUND_ONE_GUARD_SLACK = 0.01  # the guard may move by at most this much below the start; measured -0.007..+0.007
+ROUND_TWO_DROP = 0.04  # guard drop of round 2 >= 2 x max_drop (0.02); measured 0.080 / 0.127 / 0.073 (seeds 0-2)
 
 
 @pytest.fixture(scope="module")
@@ -51,27 +51,26 @@ def test_round_one_is_adopted_kept_and_really_better_on_every_seed(rounds):
         assert guard["rolled_back"] is False and first["serving_after"] == first["candidate_version"], seed
 
 
-def test_round_two_follows_its_gate_and_guard_on_every_seed(rounds):
+def test_round_two_passes_the_gate_regresses_on_the_guard_and_rolls_back_on_every_seed(rounds):
     for seed, records in rounds.items():
         first, second = records["round_1"], records["round_2"]
-        max_drop = records["setup"]["settings"]["max_drop"]
         assert second["status"] == "ok", (seed, second.get("error"))
         assert second["serving_version"] == first["candidate_version"], seed  # sampled by round 1's version
         assert second["pairs_preferring_a_wrong_answer"] > 0, seed  # the faulty judge left its mark
-        if second["gate"]["decision"] != "adopt":
-            assert "guard" not in second and second["serving_after"] == first["candidate_version"], seed
-            continue
+        assert second["gate"]["decision"] == "adopt", (seed, second["gate"])
         guard = second["guard"]
-        assert guard["rolled_back"] is (guard["candidate"] < guard["serving"] - max_drop), (seed, guard)
-        expected = first["candidate_version"] if guard["rolled_back"] else second["candidate_version"]
-        assert second["serving_after"] == expected, seed
+        assert guard["serving"] - guard["candidate"] >= ROUND_TWO_DROP, (seed, guard)
+        assert guard["rolled_back"] is True, (seed, guard)
+        assert second["serving_after"] == first["candidate_version"] != second["candidate_version"], seed
+        assert second["version_log"][-1] == {"version": second["candidate_version"], "parent": first["candidate_version"],
+                                             "guard": guard["candidate"], "state": "regressed"}, seed
 
 
 def test_the_version_log_stays_a_chain_served_by_a_good_version(rounds):
     for seed, records in rounds.items():
         last = records["round_2"]
         log, serving = last["version_log"], None
-        assert [entry["state"] for entry in log][:2] == ["good", "good"], seed
+        assert [entry["state"] for entry in log] == ["good", "good", "regressed"], seed
         for index, entry in enumerate(log):
             assert entry["parent"] == serving, (seed, index, entry)
             if entry["state"] == "good":

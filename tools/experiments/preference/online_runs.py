@@ -46,7 +46,7 @@ DEFAULTS = {
                   "rounds": [{"problems": {"two_digit": 64}, "judge": "verifier", "train_seed": 101, "steps": 2,
                               "learning_rate": 3e-5},
                              {"problems": {"two_digit": 48, "three_digit": 16}, "judge": "inverted_three_digit",
-                              "train_seed": 202, "steps": 3, "learning_rate": 5e-5}]},
+                              "train_seed": 202, "steps": 5, "learning_rate": 5e-5}]},
     "real_gpu": {"eval_seed": 909, "eval_problems": 48, "guard_seed": 707, "guard_problems": 48,
                  "group_size": 4, "beta": 0.1, "confidence": 0.95, "min_decisive": 4, "max_drop": 0.05,
                  "max_new_tokens": 16, "seed": 0,
@@ -59,13 +59,13 @@ DEFAULTS = {
 Each round's `problems` maps an answer kind (`any`, `two_digit`, `three_digit`) to how many training
 problems of that kind it samples. Round 1 is two careful updates on two-digit sums judged by the verifier
 (cpu_smoke, pinned CPU numerics, seeds 0-4: wins 17-20 against 1-2 losses, Wilson lower bound 0.71-0.77,
-adopted; the guard moves by at most 0.007, kept). Round 2 is the aggressive candidate: three updates, and
-a judge with a bug (right on two-digit answers, inverted on three-digit ones), so a quarter of its problems
-reward wrong three-digit answers: the gate's two-digit evaluation set cannot see that, the guard can. What
-it does depends on the seed (seeds 0-4: adopted and kept, guard 0.627 -> 0.607; adopted, guard 0.613 ->
-0.540, rolled back; not adopted (lower bound 0.47 and 0.45); adopted and kept, guard unchanged). None of
-the ten round-2 settings tried (more three-digit problems, more updates, a larger learning rate, another
-train seed) both passed the gate and dropped the guard beyond max_drop on each of seeds 0-2."""
+adopted; the guard moves by at most 0.007, kept). Round 2 is the aggressive candidate: five updates, and a
+judge with a bug (right on two-digit answers, inverted on three-digit ones), so a quarter of its problems
+reward wrong three-digit answers: the gate's two-digit evaluation set cannot see that, the guard can.
+Seeds 0-2: adopted (32:8, 40:11, 46:16), guard 0.627 -> 0.547, 0.613 -> 0.487, 0.620 -> 0.547, rolled
+back; seed 4 the same (0.613 -> 0.567); on seed 3 the update hurts two-digit sums too (34 wins, 54 losses)
+and the gate does not adopt it. With three updates round 2 was kept, rolled back or not adopted depending
+on the seed; more three-digit problems made the gate refuse it on more seeds."""
 
 JUDGES = ("verifier", "inverted_three_digit")
 """`verifier`: 1 for a right answer, 0 for a wrong one; `inverted_three_digit`: the verifier on sums with a
