@@ -311,6 +311,11 @@ def round_records(records: Mapping[str, Mapping]) -> list[Mapping]:
                                                key=lambda s: int(s.split("_")[1]))]
 
 
+GROUP_KEYS = ("prompt_id", "prompt", "policy_version", "responses", "scores")
+"""What `build_online_pairs` reads of a recorded group; the record also keeps the verifier's own scores
+beside the judge's (`verifier_scores`), which the chapter's function does not take."""
+
+
 def rederived(records: Mapping[str, Mapping], build_online_pairs: Callable, adoption_gate: Callable,
               guard_rollback: Callable) -> list[dict]:
     """Every round's decisions again, from its recorded groups, outcomes and guard numbers, through the
@@ -323,7 +328,8 @@ def rederived(records: Mapping[str, Mapping], build_online_pairs: Callable, adop
         if record["status"] != "ok":
             found.append({"round": record["round"], "status": record["status"]})
             continue
-        pairs = build_online_pairs(record["groups"], record["serving_version"])
+        groups = [{key: group[key] for key in GROUP_KEYS} for group in record["groups"]]
+        pairs = build_online_pairs(groups, record["serving_version"])
         entry = {"round": record["round"], "status": "ok", "pairs": len(pairs["pairs"]), "ties": len(pairs["ties"]),
                  "recorded_pairs": record["pair_count"], "recorded_gate": record["gate"]["decision"]}
         if record["candidate_version"] is not None:

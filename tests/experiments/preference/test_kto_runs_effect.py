@@ -40,7 +40,7 @@ def test_desirable_examples_end_above_undesirable_ones_on_every_seed(runs):
             record = records[f"kto_{variant}"]
             assert record["status"] == "ok", (seed, variant, record.get("error"))
             rewards = record["class_rewards"]
-            assert rewards["gap"] > 0.02, (seed, variant, rewards)  # both classes start at 0; measured 0.04-0.08
+            assert rewards["gap"] > 0.02, (seed, variant, rewards)  # both classes start at 0; measured 0.035-0.083 (seeds 0-3, pinned CPU numerics)
 
 
 def test_class_weights_move_the_few_desirable_examples_more_than_equal_weights(runs):
@@ -48,4 +48,4 @@ def test_class_weights_move_the_few_desirable_examples_more_than_equal_weights(r
         weighted, unweighted = records["kto_imbalanced_weighted"], records["kto_imbalanced_unweighted"]
         assert weighted["weighted_ratio"] == pytest.approx(1.0) and unweighted["weighted_ratio"] < 0.5
         gain = weighted["class_rewards"]["desirable"] - unweighted["class_rewards"]["desirable"]
-        assert gain > 0.004, (seed, weighted["class_rewards"], unweighted["class_rewards"])  # measured 0.008-0.039
+        assert gain > 0.004, (seed, weighted["class_rewards"], unweighted["class_rewards"])  # measured 0.016-0.034 (seeds 0-3, pinned)

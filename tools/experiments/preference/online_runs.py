@@ -3,16 +3,17 @@
 Stage `setup`: the fixed evaluation set the gate judges (held-out lab-task sums with a two-digit answer),
 the guard set (other sums, with a three-digit answer), the starting model's version (sha256 of its
 tensors), its guard metric (exact match on the guard set) and the version log's base entry. Each round
-names the training problems it samples (lab-task train split: every sum, or only the two-digit ones).
+names its training problems (lab-task train split, a count per answer kind) and its judge.
 
-Stage `round_<k>`: the serving version samples a group of replies per training prompt of the round's
-operations; the verifier scores them (1 right, 0 wrong); each group gives its first best against its
-first worst reply, ties and groups of another version are skipped; a trainable copy of the serving
-version takes the round's DPO updates (the serving version is the frozen reference); the candidate and
-the serving version answer the evaluation set greedily and the verifier judges each prompt in both
-orders (win, loss or tie); the gate adopts on enough decisive verdicts and a Wilson lower bound above
-one half; an adopted candidate's guard metric is measured, and a drop beyond `max_drop` below the serving
-version's rolls it back: the serving version stays the last good one, identified by its hash.
+Stage `round_<k>`: the serving version samples a group of replies per training prompt of the round;
+the round's judge scores them (1 preferred, 0 not; the verifier's own scores are kept beside them); each
+group gives its first best against its first worst reply, ties and groups of another version are
+skipped; a trainable copy of the serving version takes the round's DPO updates (the serving version is
+the frozen reference); the candidate and the serving version answer the evaluation set greedily and the
+verifier judges each prompt in both orders (win, loss or tie); the gate adopts on enough decisive
+verdicts and a Wilson lower bound above one half; an adopted candidate's guard metric is measured, and a
+drop beyond `max_drop` below the serving version's rolls it back: the serving version stays the last
+good one, identified by its hash.
 The chapter's notebook re-derives every decision from these records with its own three functions.
 """
 
@@ -23,6 +24,7 @@ import statistics
 from collections.abc import Callable
 
 from tools.data.arithmetic import score_response
+from tools.errors import ConfigError
 from tools.experiments.preference import sampling, training
 from tools.experiments.preference.judge import PairwiseJudge
 from tools.experiments.preference.stage import (
@@ -38,23 +40,65 @@ from tools.experiments.preference.trl_runs import state_sha256
 
 SCHEMA = "preference-online-dpo/v1"
 DEFAULTS = {
-    "cpu_smoke": {"eval_seed": 909, "eval_problems": 150, "guard_seed": 707, "guard_problems": 150,
+    "cpu_smoke": {"eval_seed": 909, "eval_problems": 300, "guard_seed": 707, "guard_problems": 150,
                   "group_size": 4, "beta": 0.1, "confidence": 0.95, "min_decisive": 8, "max_drop": 0.02,
                   "max_new_tokens": 6, "seed": 0,
-                  "rounds": [{"answers": "any", "train_seed": 101, "train_problems": 48, "steps": 3,
-                              "learning_rate": 5e-5},
-                             {"answers": "two_digit", "train_seed": 202, "train_problems": 48, "steps": 5,
-                              "learning_rate": 5e-5}]},
+                  "rounds": [{"problems": {"two_digit": 64}, "judge": "verifier", "train_seed": 101, "steps": 2,
+                              "learning_rate": 3e-5},
+                             {"problems": {"two_digit": 48, "three_digit": 16}, "judge": "inverted_three_digit",
+                              "train_seed": 202, "steps": 5, "learning_rate": 5e-5}]},
     "real_gpu": {"eval_seed": 909, "eval_problems": 48, "guard_seed": 707, "guard_problems": 48,
                  "group_size": 4, "beta": 0.1, "confidence": 0.95, "min_decisive": 4, "max_drop": 0.05,
                  "max_new_tokens": 16, "seed": 0,
-                 "rounds": [{"answers": "any", "train_seed": 101, "train_problems": 16, "steps": 4,
+                 "rounds": [{"problems": {"any": 16}, "judge": "verifier", "train_seed": 101, "steps": 4,
                              "learning_rate": 5e-6},
-                            {"answers": "two_digit", "train_seed": 202, "train_problems": 16, "steps": 12,
-                             "learning_rate": 5e-5}]},
+                            {"problems": {"two_digit": 16, "three_digit": 6}, "judge": "inverted_three_digit",
+                             "train_seed": 202, "steps": 12, "learning_rate": 5e-5}]},
 }
-"""The gate judges sums with a two-digit answer; the guard watches the sums with a three-digit answer,
-which round 2 (trained on two-digit answers only) does not see."""
+"""The gate judges sums with a two-digit answer; the guard watches the sums with a three-digit answer.
+Each round's `problems` maps an answer kind (`any`, `two_digit`, `three_digit`) to how many training
+problems of that kind it samples. Round 1 is two careful updates on two-digit sums judged by the verifier
+(cpu_smoke, pinned CPU numerics, seeds 0-4: wins 17-20 against 1-2 losses, Wilson lower bound 0.71-0.77,
+adopted; the guard moves by at most 0.007, kept). Round 2 is the aggressive candidate: five updates, and a
+judge with a bug (right on two-digit answers, inverted on three-digit ones), so a quarter of its problems
+reward wrong three-digit answers: the gate's two-digit evaluation set cannot see that, the guard can.
+Seeds 0-2: adopted (32:8, 40:11, 46:16), guard 0.627 -> 0.547, 0.613 -> 0.487, 0.620 -> 0.547, rolled
+back; seed 4 the same (0.613 -> 0.567); on seed 3 the update hurts two-digit sums too (34 wins, 54 losses)
+and the gate does not adopt it. With three updates round 2 was kept, rolled back or not adopted depending
+on the seed; more three-digit problems made the gate refuse it on more seeds."""
+
+JUDGES = ("verifier", "inverted_three_digit")
+"""`verifier`: 1 for a right answer, 0 for a wrong one; `inverted_three_digit`: the verifier on sums with a
+two-digit answer, its opposite on sums with a three-digit answer (a judge with a bug)."""
+
+
+def judge_score(task, reply: str, judge: str) -> int:
+    """The round's judge score of one reply (see JUDGES)."""
+    correct = int(score_response(task, reply)["correct"])
+    return 1 - correct if judge == "inverted_three_digit" and task.label >= 100 else correct
+
+
+ANSWER_KINDS = ("any", "two_digit", "three_digit")
+
+
+def check_rounds(settings: dict) -> None:
+    """Every round names a known judge and a non-empty `problems` mapping; refused before any work."""
+    for number, round_settings in enumerate(settings["rounds"], start=1):
+        if round_settings.get("judge") not in JUDGES:
+            raise ConfigError(f"round {number}: judge must be one of {', '.join(JUDGES)}, "
+                              f"got {round_settings.get('judge')!r}")
+        problems = round_settings.get("problems")
+        if not isinstance(problems, dict) or not problems or any(
+                kind not in ANSWER_KINDS or isinstance(count, bool) or not isinstance(count, int) or count < 1
+                for kind, count in problems.items()):
+            raise ConfigError(f"round {number}: problems must map answer kinds ({', '.join(ANSWER_KINDS)}) to "
+                              f"positive counts, got {problems!r}")
+
+
+def round_tasks(round_settings: dict) -> list:
+    """The round's training problems: per answer kind, its count drawn with train_seed + the kind's index."""
+    return [task for index, (answers, count) in enumerate(round_settings["problems"].items())
+            for task in lab_task_slice("train", count, round_settings["train_seed"] + index, answers=answers)]
 
 
 def stages_of(settings: dict) -> list[str]:
@@ -103,10 +147,12 @@ def run(plan, sink, *, log: Callable[[str], None] | None = None) -> None:
     import torch
 
     settings = settings_for(plan, DEFAULTS)
+    check_rounds(settings)
     if not plan.writes:
         if log:
             log(f"online DPO on {plan.model} ({plan.model_source}, {plan.device}): {len(settings['rounds'])} rounds of "
-                f"{settings['group_size']} replies per prompt, verifier scores, best-vs-worst pairs, DPO; gate on "
+                f"{settings['group_size']} replies per prompt, judges "
+                f"{' then '.join(r['judge'] for r in settings['rounds'])}, best-vs-worst pairs, DPO; gate on "
                 f"{settings['eval_problems']} held-out two-digit sums (Wilson lower bound > 0.5, >= "
                 f"{settings['min_decisive']} decisive), guard on {settings['guard_problems']} three-digit sums "
                 f"(max drop {settings['max_drop']}); records "
@@ -131,8 +177,7 @@ def run(plan, sink, *, log: Callable[[str], None] | None = None) -> None:
             "version_log": log_entries}, schema_version=SCHEMA)
         lineage = [sink.lineage(path)]
         for number, round_settings in enumerate(settings["rounds"], start=1):
-            tasks = lab_task_slice("train", round_settings["train_problems"], round_settings["train_seed"],
-                                   answers=round_settings["answers"])
+            tasks = round_tasks(round_settings)
 
             def work(tasks=tasks, round_settings=round_settings, number=number) -> dict:
                 nonlocal serving
@@ -142,12 +187,16 @@ def run(plan, sink, *, log: Callable[[str], None] | None = None) -> None:
                                                   samples=settings["group_size"], max_new_tokens=settings["max_new_tokens"],
                                                   seed=settings["seed"] + number)
                 groups = [{"prompt_id": task.task_id, "prompt": task.prompt, "policy_version": serving_version,
-                           "responses": group, "scores": [int(score_response(task, reply)["correct"]) for reply in group]}
+                           "responses": group, "scores": [judge_score(task, reply, round_settings["judge"]) for reply in group],
+                           "verifier_scores": [int(score_response(task, reply)["correct"]) for reply in group]}
                           for task, group in zip(tasks, replies)]
                 pairs = [{"prompt": group["prompt"], "chosen": group["responses"][group["scores"].index(max(group["scores"]))],
                           "rejected": group["responses"][group["scores"].index(min(group["scores"]))]}
                          for group in groups if max(group["scores"]) != min(group["scores"])]
-                result = {"serving_version": serving_version, "groups": groups, "pair_count": len(pairs)}
+                wrong_chosen = sum(group["verifier_scores"][group["scores"].index(max(group["scores"]))] == 0
+                                   for group in groups if max(group["scores"]) != min(group["scores"]))
+                result = {"serving_version": serving_version, "groups": groups, "pair_count": len(pairs),
+                          "pairs_preferring_a_wrong_answer": wrong_chosen}
                 if not pairs:
                     return {**result, "candidate_version": None, "outcomes": {}, "gate": {"decision": "keep",
                                                                                       "reason": "no_pairs"}}
