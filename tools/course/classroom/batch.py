@@ -45,6 +45,7 @@ from tools.course.classroom.feedback import (
     write_student_feedback,
 )
 from tools.course.grader.build import GRADING_DIR, render_source_notebook
+from tools.course.classroom.cgroups import BatchCgroups, probe_cgroups
 from tools.course.classroom.slot import GradingSlot
 from tools.course.nbgrader_cli import run_nbgrader
 from tools.course.classroom.sandbox import (
@@ -96,6 +97,7 @@ class BatchReport:
     course_dir: str
     limits: dict
     host: dict
+    cgroups: dict = field(default_factory=dict)  # {"version": "v2" | "v1" | None, "reason"}
     outcomes: list[Outcome] = field(default_factory=list)
     wall_seconds: float | None = None
     assignment: str | None = None
@@ -318,7 +320,7 @@ def grade_in_worker(submission: Submission, index: int, slot: GradingSlot, conte
                "env": slot.sandbox.grader_env(kernel), "zygote_env": slot.sandbox.zygote_env()}
     prepared = time.monotonic()
     try:
-        result = slot.grade(request)
+        result = slot.grade(request, kernel)
         kernel_report = kernel.report()
     finally:
         remove_tree(kernel.home)
@@ -514,13 +516,17 @@ def autograde_chapter(root: Path, chapter: Chapter, *, course: Path | None = Non
         raise RecordExistsError(f"{record} already exists; records are write-once, choose another --output-dir")
     log_dir = output_dir / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
-    report = BatchReport(chapter.id, chapter.slug, jobs, str(course), limits_record(limits), asdict(host))
+    cgroup_host = probe_cgroups()
+    report = BatchReport(chapter.id, chapter.slug, jobs, str(course), limits_record(limits), asdict(host),
+                         {"version": cgroup_host.version, "reason": cgroup_host.reason})
     started = time.monotonic()
     masks = plan_masks(root, course)
     batch_dir = _batch_root(masks, host)
     uid_pool = None
+    cgroups = None
     slots: list[GradingSlot] = []
     try:
+        cgroups = BatchCgroups(cgroup_host, jobs) if cgroup_host.version else None
         uid_pool = UidPool(jobs) if host.separate_uid else None
         kernel_name = read_notebook(course_paths(course, chapter.slug)["source"]).metadata.get(
             "kernelspec", {}).get("name", "python3")
@@ -529,7 +535,8 @@ def autograde_chapter(root: Path, chapter: Chapter, *, course: Path | None = Non
         stop_idle_tqdm_monitor()
         fork = threading.active_count() == 1
         for number, uid in enumerate(uid_pool.uids if uid_pool else [None] * jobs):
-            slots.append(GradingSlot(batch_dir / f"slot-{number}", uid, limits, host, masks, kernel_name, root))
+            slots.append(GradingSlot(batch_dir / f"slot-{number}", uid, limits, host, masks, kernel_name, root,
+                                     cgroups))
             slots[-1].start(fork=fork)
         report.timings["workers_started_s"] = round(time.monotonic() - started, 3)
         report.assignment = ensure_assignment(course, chapter.slug, log_dir)
@@ -585,6 +592,8 @@ def autograde_chapter(root: Path, chapter: Chapter, *, course: Path | None = Non
             slot.close()
         if uid_pool:
             uid_pool.release()
+        if cgroups is not None:
+            cgroups.close()
         remove_tree(batch_dir)
     report.outcomes.sort(key=lambda outcome: outcome.student)
     report.wall_seconds = round(time.monotonic() - started, 2)
@@ -648,8 +657,9 @@ def format_summary(report: BatchReport) -> str:
         lines.append("distribution: " + " | ".join(f"{band} {count}" for band, count in summary["distribution"].items()))
     limits = report.limits
     lines.append(f"limits: cell {limits['cell_timeout_s']} s, notebook {limits['notebook_timeout_s']:g} s, "
-                 f"memory {limits['memory_mb']} MiB, cpu {limits['cpu_seconds']} s, processes {limits['max_processes']}; "
-                 f"isolation: {report.host['reason']}")
+                 f"memory {limits['memory_mb']} MiB, cpu {limits['cpu_seconds']} s, processes {limits['max_processes']}, "
+                 f"cpus {limits['cpus']}, output {limits['output_mb']} MiB; isolation: {report.host['reason']}; "
+                 f"per-submission limits: {report.cgroups.get('reason')}")
     for outcome in report.failures:
         reason = outcome.reason or (outcome.feedback or {}).get("error", "feedback not written")
         lines.append(f"FAILED {outcome.student}: {reason.splitlines()[0] if reason else ''}")
