@@ -151,11 +151,10 @@ def _mutable_kind(value: Any) -> str | None:
 
 def mirror(target: Any, state: tuple) -> None:
     """Apply the learner side's post-call `state` to the trusted `target` in place, as far as it can be."""
-    import torch
-
     kind = state[0]
     if kind in ("V", "?") or _mutable_kind(target) != kind:
         return
+    torch = sys.modules.get("torch")  # imported wherever a tensor, module or optimiser exists
     if kind == "T":
         _, data, grad, requires_grad = state
         with torch.no_grad():
@@ -302,14 +301,60 @@ class Channel(Protocol):
     def exchange(self, payload: bytes) -> bytes: ...
 
 
-class InProcessChannel:
-    """The learner's side in this process (the grading oracle): same encoding, no second process."""
+def process_state() -> dict:
+    """The process-wide state that two processes would each have of their own: the random generators
+    (random, torch's CPU generator, numpy's when imported), torch's grad mode and default dtype."""
+    import random
 
-    def __init__(self, namespace: dict, limit: int = MAX_REPLY_BYTES):
+    state = {"random": random.getstate()}
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        state.update(torch=torch.random.get_rng_state(), grad=torch.is_grad_enabled(), dtype=torch.get_default_dtype())
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        state["numpy"] = numpy.random.get_state()
+    return state
+
+
+def restore_process_state(state: dict) -> None:
+    import random
+
+    random.setstate(state["random"])
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        if "torch" in state:
+            torch.random.set_rng_state(state["torch"])
+            torch.set_grad_enabled(state["grad"])
+            torch.set_default_dtype(state["dtype"])
+    numpy = sys.modules.get("numpy")
+    if numpy is not None and "numpy" in state:
+        numpy.random.set_state(state["numpy"])
+
+
+class InProcessChannel:
+    """The learner's side in this process (the grading oracle): same encoding, no second process. The
+    learner's side keeps process state of its own (`process_state`), swapped in while its code runs,
+    as if it ran in a process of its own."""
+
+    def __init__(self, namespace: dict, limit: int = MAX_REPLY_BYTES, learner_state: dict | None = None):
         self.namespace, self.limit = namespace, limit
+        self.learner_state = learner_state
+
+    @contextlib.contextmanager
+    def learner_side(self):
+        """Run the learner's code (a call, or a solution cell) with the learner's process state."""
+        trusted = process_state()
+        if self.learner_state is not None:
+            restore_process_state(self.learner_state)
+        try:
+            yield
+        finally:
+            self.learner_state = process_state()
+            restore_process_state(trusted)
 
     def exchange(self, payload: bytes) -> bytes:
-        return serve_request(payload, self.namespace, self.limit)
+        with self.learner_side():
+            return serve_request(payload, self.namespace, self.limit)
 
 
 class LearnerFunction:
