@@ -10,6 +10,10 @@ from chapter_factory import REPO_ROOT
 
 TOOLS = REPO_ROOT / "tools"
 LAYERS = {"errors": 0, "core": 1, "models": 2, "data": 2, "measure": 2, "experiments": 3, "chapters": 4, "course": 4}
+EXPERIMENT_BASE = {"experiments.contract", "experiments.registry", "experiments.cli", "experiments.device_batch",
+                   "experiments.__main__"}
+"""The experiments' shared base (the contract, the registry, the one command line, the GPU batch): every
+experiment may import it; it imports no experiment."""
 FACADES = {"project_runtime", "model_runtime", "training_memory_runtime", "verl_mechanism_closure",
            "memory_strategy_runtime"}
 
@@ -62,6 +66,13 @@ def violations() -> list[str]:
             if not target or target == own or target.split(".")[0] not in LAYERS:
                 continue  # `import tools`, its own subpackage, or a module-level name of tools/
             target_layer = layer_of(target)
+            if own.startswith("experiments.") and target in EXPERIMENT_BASE and own not in EXPERIMENT_BASE:
+                continue  # an experiment uses the contract, the registry or the command line
+            if own in EXPERIMENT_BASE and target.startswith("experiments.") and target not in EXPERIMENT_BASE:
+                problems.append(f"{name}:{line} imports the experiment {imported}; the base imports no experiment")
+                continue
+            if own in EXPERIMENT_BASE and target in EXPERIMENT_BASE:
+                continue
             if target_layer > own_layer or (target_layer == own_layer and target.split(".")[0] != own.split(".")[0]) \
                     or (target_layer == own_layer and own.startswith("experiments.") and target != own):
                 problems.append(f"{name}:{line} imports {imported} (layer {target_layer} from layer {own_layer})")
@@ -143,6 +154,17 @@ def course_sublayer_violations() -> list[str]:
                 problems.append(f"{name}:{line} imports {imported} (sub-layer {COURSE_SUBLAYERS[target]} from "
                                 f"{COURSE_SUBLAYERS[own]})")
     return problems
+
+
+def test_the_experiment_base_imports_no_experiment(monkeypatch):
+    probe = TOOLS / "experiments" / "_base_probe.py"
+    probe.write_text("from tools.experiments.verl_closure.config import TINY\n", encoding="utf-8")
+    try:
+        assert any("tools.experiments._base_probe:1 imports tools.experiments.verl_closure" in p for p in violations())
+        monkeypatch.setitem(globals(), "EXPERIMENT_BASE", EXPERIMENT_BASE | {"experiments._base_probe"})
+        assert any("the base imports no experiment" in p for p in violations())
+    finally:
+        probe.unlink()
 
 
 def test_course_subsystems_import_only_downwards():

@@ -1,5 +1,13 @@
-"""Layer 3: one subpackage per GPU experiment. Each imports only the layers below it (core, models,
-data, measure) and its own modules; experiments never import each other.
+"""Layer 3: the GPU experiments, over one shared base.
+
+The base (every experiment may import it; it imports no experiment):
+
+    contract          Plan, Limits, RecordSink, RecordRef, run(plan, sink) -> records
+    registry          Experiment, DeviceStep; finds each package's `experiment.py` (EXPERIMENTS)
+    cli               the common flags declared once; `python -m tools.experiments list|steps|run`
+
+One subpackage per experiment; each imports only the layers below it (core, models, data,
+measure), the base and its own modules; experiments never import each other.
 
     verl_closure      the shared single-GPU verl experiment of PT-ROLLOUT-LIFECYCLE and PT-RL-SYSTEM
     memory_strategy   activation checkpoint / offload strategies (the 73 baseline, the 76 stages)

@@ -16,6 +16,7 @@ from tools.core.environment import read_pins
 from tools.core.records import sha256_file
 from tools.core.reported import ReportedFigure, load_reported, measured_over_reported
 from tools.course.runs.profiles import Profile, load_profiles
+from tools.experiments.registry import all_experiments, device_steps
 from tools.errors import UpstreamRecordError
 
 RESULTS_DIR = Path("benchmarks/results")
@@ -162,6 +163,40 @@ def _chapter_name(chapter: Chapter, root: Path) -> str:
     return name
 
 
+def _shared_records(records: list[RecordRef]) -> list[str]:
+    """One section per registered experiment whose record several chapters read (its `shared_by`)."""
+    lines = []
+    for experiment in all_experiments().values():
+        if not experiment.shared_by:
+            continue
+        lines += ["", f"## Shared record · {experiment.name}", "", experiment.shared_by, ""]
+        shared = [r for r in records if r.is_gpu and set(experiment.chapters) <= set(r.chapters)]
+        if shared:
+            lines += _table(["label", "evidence", "result", "record"],
+                            [[f"`{r.run_label}`", r.evidence_level, r.headline, r.link()] for r in shared])
+        else:
+            lines.append(f"No real_gpu record of `{experiment.name}` yet; cpu_smoke runs "
+                         f"(`python -m tools.experiments run {experiment.name} --run-mode cpu_smoke ...`) prove the "
+                         "code path only.")
+    return lines
+
+
+def _experiments_section() -> list[str]:
+    """Every registered experiment (tools/experiments/<name>/experiment.py) and its GPU-batch steps."""
+    experiments = all_experiments()
+    lines = ["", "## Experiments and the GPU batch", "",
+             "Read from the experiment registry (`python -m tools.experiments list`); the GPU batch "
+             "(`benchmarks/gpu/run_device_batch.sh`) runs the steps in this order.", ""]
+    lines += _table(["experiment", "chapters", "stages", "run modes"],
+                    [[f"`{e.name}`", ", ".join(e.chapters), ", ".join(e.stages), ", ".join(e.run_modes)]
+                     for e in experiments.values()])
+    lines += [""]
+    lines += _table(["GPU batch step", "experiment", "stage", "chapter", "at most (s)"],
+                    [[f"`{s.name}`", s.experiment, s.stage or "—", s.chapter or "—", f"{s.max_s:g}"]
+                     for s in device_steps(experiments)])
+    return lines
+
+
 def render_registry(root: Path) -> str:
     """The full registry text."""
     chapters = load_catalog(root)
@@ -201,17 +236,8 @@ def render_registry(root: Path) -> str:
          "measured here (real_gpu records)", "reported by the original course (not re-measured here)"],
         [[c.branch, _chapter_name(c, root), f"{', '.join(c.profiles)}; {c.fixed_inputs}", c.compared_variable,
           c.status, _result_cell(c, records), _reported_cell(c, reported, records)] for c in mechanism])
-    lines += ["", "## Shared verl system record · verl 共享系统记录", "",
-              "PT-ROLLOUT-LIFECYCLE and PT-RL-SYSTEM read one shared record of the controlled update "
-              "(release vs retain of the rollout engine). The lifecycle page runs it; the system page only reads it.", ""]
-    shared = [r for r in records if "PT-RL-SYSTEM" in r.chapters and "PT-ROLLOUT-LIFECYCLE" in r.chapters]
-    shared_gpu = [r for r in shared if r.is_gpu]
-    if shared_gpu:
-        lines += _table(["label", "evidence", "result", "record"],
-                        [[f"`{r.run_label}`", r.evidence_level, r.headline, r.link()] for r in shared_gpu])
-    else:
-        lines.append("No real_gpu record of the shared experiment yet. cpu_smoke runs of "
-                     "`python -m tools.verl_mechanism_closure` prove the code path only.")
+    lines += _shared_records(records)
+    lines += _experiments_section()
     lines += ["", "## Projects", ""]
     projects = [c for c in chapters if c.kind in ("project", "neighbour")]
     lines += _table(

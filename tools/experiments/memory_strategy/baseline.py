@@ -31,6 +31,7 @@ from tools.core.records import sha256_file
 from tools.core.runs import validate_run_label, validate_run_mode
 from tools.errors import EXIT_CONFIG, EXIT_MODEL_CACHE  # noqa: F401 - this command's exit codes, with EXIT_OK
 from tools.errors import ConfigError, CourseError, RecordExistsError, UpstreamRecordError, exit_code_for
+from tools.experiments.cli import add_common_arguments
 from tools.experiments.memory_strategy.runner import TrainingWorkload, course_model, run_memory_strategy
 from tools.measure.training import run_with_oom_guard
 
@@ -189,15 +190,11 @@ def load_input_manifest(path: str | Path, expected: Mapping[str, Any], results_r
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m tools.experiments.memory_strategy.baseline",
                                      description="Measure the chapter-73 training baseline and write 76's input manifest.")
-    parser.add_argument("--run-mode", required=True, choices=RUN_MODES)
-    parser.add_argument("--label", required=True, help="unique run label (names the records)")
-    parser.add_argument("--results-dir", default=None,
-                        help="results root (default: build/results for cpu_smoke, benchmarks/results for real_gpu)")
-    parser.add_argument("--model", default=None, choices=MODEL_CHOICES,
-                        help="model to train (default: tiny in cpu_smoke, Qwen/Qwen2.5-0.5B-Instruct in real_gpu)")
-    parser.add_argument("--model-source", "--weights", dest="model_source", default="local", choices=MODEL_SOURCES,
-                        help="local cache weights, or the architecture with random weights (recorded as such)")
-    return parser
+    return add_common_arguments(
+        parser, ("run_mode", "label", "results_dir", "model", "model_source"), run_mode={"choices": RUN_MODES},
+        model={"choices": MODEL_CHOICES, "help": "model to train (default: tiny in cpu_smoke, "
+                                                 "Qwen/Qwen2.5-0.5B-Instruct in real_gpu)"},
+        model_source={"flags": ("--model-source", "--weights")})
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -218,3 +215,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def run(plan, sink, *, log=None) -> dict | None:
+    """The experiment contract's runner: the baseline and (when it ran) 76's input manifest, kept by the sink."""
+    if not plan.writes:
+        if log is not None:
+            log(f"training_baseline (dry_run): would measure {plan.model} ({plan.model_source}); nothing is written")
+        return None
+    result = run_training_baseline(run_mode=plan.run_mode, label=plan.label, results_dir=sink.results_root,
+                                   model_id=plan.model, model_source=plan.model_source)
+    sink.adopt(result["baseline_path"], stage="training_baseline")
+    if result["manifest_path"] is not None:
+        sink.adopt(result["manifest_path"], stage="input_manifest")
+    return result

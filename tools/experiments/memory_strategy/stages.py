@@ -24,7 +24,7 @@ import argparse
 import platform
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -34,6 +34,7 @@ from tools.core.records import lineage_entry, load_record, record_header, save_j
 from tools.core.runs import validate_run_label, validate_run_mode
 from tools.errors import EXIT_CONFIG, EXIT_MODEL_CACHE  # noqa: F401 - this command's exit codes, with EXIT_OK
 from tools.errors import ConfigError, CourseError, RecordExistsError, UpstreamRecordError, exit_code_for
+from tools.experiments.cli import add_common_arguments
 from tools.experiments.memory_strategy import baseline as tb
 from tools.experiments.memory_strategy import judge
 from tools.experiments.memory_strategy.hooks import offload_copy_method
@@ -679,6 +680,25 @@ def run_stages(plan: StagePlan, *, models: CachedModel | None = None,
     return results
 
 
+def run(plan, sink, *, log: Callable[[str], None] | None = None) -> list[StageResult]:
+    """The experiment contract's runner: the plan's stage(s) with the sink as the record sink.
+
+    `plan.variants` selects strategies (default: all four); a stage found complete is kept by the
+    sink as an existing record."""
+    if plan.variants and "baseline" not in plan.variants:
+        raise ConfigError("every strategy is judged against the baseline: keep 'baseline' among the variants.")
+    stage_plan = plan_stages(sink, stage=plan.stage or "auto", model_source=plan.model_source)
+    if plan.variants:
+        stage_plan = replace(stage_plan, strategies=tuple(name for name in STRATEGIES if name in plan.variants))
+    if log is not None:
+        log(stage_plan.describe())
+    results = run_stages(stage_plan, log=log)
+    for item in results:
+        if item.status == "already_complete":
+            sink.adopt(item.path, stage=item.stage, action="existing")
+    return results
+
+
 # ---------------------------------------------------------------------------
 # Command line
 # ---------------------------------------------------------------------------
@@ -686,15 +706,11 @@ def run_stages(plan: StagePlan, *, models: CachedModel | None = None,
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m tools.experiments.memory_strategy.stages",
                                      description="Run chapter 76's stages (prepare, g0, g1, close) without a notebook.")
-    parser.add_argument("--run-mode", required=True, choices=("dry_run", "cpu_smoke", "real_gpu"))
-    parser.add_argument("--label", required=True, help="one unique label shared by every stage of the run")
-    parser.add_argument("--stage", required=True, choices=STAGE_CHOICES,
-                        help="the stage to run; all = prepare, g0, g1, close in order; auto = a fresh run")
-    parser.add_argument("--model-source", default="local", choices=MODEL_SOURCES,
-                        help="real_gpu weights: local cache or random_init (recorded as such)")
-    parser.add_argument("--results-dir", default=None,
-                        help="results root (default: build/results for cpu_smoke, benchmarks/results for real_gpu)")
-    return parser
+    return add_common_arguments(
+        parser, ("run_mode", "label", "stage", "model_source", "results_dir"),
+        label={"help": "one unique label shared by every stage of the run"},
+        stage={"choices": STAGE_CHOICES, "required": True,
+               "help": "the stage to run; all = prepare, g0, g1, close in order; auto = a fresh run"})
 
 
 def main(argv: Sequence[str] | None = None) -> int:

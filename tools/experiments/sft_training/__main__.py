@@ -12,20 +12,18 @@ import sys
 
 from tools.core.paths import results_root_for
 from tools.errors import CourseError, exit_code_for
+from tools.experiments.cli import add_common_arguments
 from tools.experiments.sft_training.config import DEVICES, MODEL_SOURCES
 from tools.experiments.sft_training.plans import run_plan, stage_config_for
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m tools.experiments.sft_training", description=__doc__.splitlines()[0])
-    parser.add_argument("--chapter", required=True, help="chapter id with an SFT plan (e.g. 14)")
-    parser.add_argument("--run-mode", required=True, choices=("cpu_smoke", "real_gpu"))
-    parser.add_argument("--label", required=True, help="unique run label (names the records)")
-    parser.add_argument("--results-dir", help="default: build/results (cpu_smoke) or benchmarks/results (real_gpu)")
-    parser.add_argument("--model", default=None, help="default: tiny (cpu_smoke) or Qwen/Qwen2.5-0.5B-Instruct (real_gpu)")
-    parser.add_argument("--model-source", default="local", choices=MODEL_SOURCES)
-    parser.add_argument("--device", default=None, choices=DEVICES, help="default: cpu (cpu_smoke) or cuda (real_gpu)")
-    return parser
+    return add_common_arguments(
+        parser, ("chapter", "run_mode", "label", "results_dir", "model", "model_source", "device"),
+        chapter={"required": True, "help": "chapter id with an SFT plan (e.g. 14)"},
+        run_mode={"choices": ("cpu_smoke", "real_gpu")}, model_source={"choices": MODEL_SOURCES},
+        device={"choices": DEVICES})
 
 
 def main(argv: list[str] | None = None) -> int:

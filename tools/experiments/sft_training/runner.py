@@ -123,3 +123,24 @@ def run_stage(config: StageConfig, variants: list[AdapterSpec], *, prepare: Call
     finally:
         torch.set_num_threads(threads)
     return written
+
+
+def run(plan, sink, *, log=None) -> list[dict]:
+    """The experiment contract's runner (tools.experiments.contract): the chapter's plan with the
+    plan's run parameters; each variant's record is kept by the sink. `plan.variants` selects some."""
+    from tools.experiments.sft_training.plans import plan_for, stage_config_for
+
+    if not plan.writes:
+        if log is not None:
+            log(f"sft_training (dry_run): chapter {plan.chapter} would train {', '.join(plan.variants) or 'every variant'}"
+                f" of its plan on {plan.model} ({plan.model_source}); nothing is loaded or written")
+        return []
+    config = stage_config_for(plan.chapter, plan.run_mode, plan.label, sink.results_root,
+                              model_source=plan.model_source, model_id=plan.model, device=plan.device)
+    chapter_plan = plan_for(plan.chapter)
+    variants = [spec for spec in chapter_plan.variants(plan.run_mode) if not plan.variants or spec.name in plan.variants]
+    written = run_stage(config, variants, prepare=chapter_plan.prepare, measure=chapter_plan.measure,
+                        collate=chapter_plan.collate)
+    for item in written:
+        sink.adopt(item["path"], stage=f"sft_{item['variant']}")
+    return written

@@ -26,8 +26,9 @@ from tools.core.environment import installed_version
 from tools.core.paths import resolve_project_root
 from tools.core.preflight import PREFLIGHT_EXIT_MODEL_CACHE, format_preflight, preflight_exit_code
 from tools.errors import ConfigError, ModelCacheMissingError, RecordExistsError
-from tools.experiments.verl_closure.config import (ATTN_IMPLEMENTATIONS, BACKENDS, DEFAULT_MODEL, DEVICES,
-                                                   MODEL_SOURCES, TINY, ClosureConfig, validate_config)
+from tools.experiments.cli import add_common_arguments
+from tools.experiments.verl_closure.config import (ATTN_IMPLEMENTATIONS, BACKENDS, DEFAULT_MODEL, TINY, ClosureConfig,
+                                                   validate_config)
 from tools.experiments.verl_closure.preflight import preflight, verl_python
 from tools.experiments.verl_closure.runner import run_experiment
 
@@ -39,28 +40,32 @@ EXIT_STAGE_FAILED = 1
 EXIT_INVALID = 2
 
 
+def add_closure_arguments(parser: argparse.ArgumentParser, *, backend_default: str | None = None) -> None:
+    """The experiment's own flags (the common ones come from tools.experiments.cli). Backend None:
+    torch on the CPU, verl on CUDA."""
+    parser.add_argument("--backend", choices=BACKENDS, default=backend_default)
+    parser.add_argument("--verl-root", type=Path, default=None)
+    parser.add_argument("--response-token-cap", type=int, default=128)
+    parser.add_argument("--attn-implementation", default="sdpa", choices=ATTN_IMPLEMENTATIONS,
+                        help="actor attention in the verl backend (flash_attention_2 needs flash-attn)")
+    parser.add_argument("--gpu-memory-utilization", type=float, default=0.3)
+
+
 def parser() -> argparse.ArgumentParser:
     result = argparse.ArgumentParser(prog=PROGRAM, description="The shared single-GPU verl experiment of "
                                      "PT-ROLLOUT-LIFECYCLE and PT-RL-SYSTEM (release vs retain of the rollout engine).")
     result.add_argument("--mode", choices=("preflight", "run"), required=True)
-    result.add_argument("--run-label", required=True)
+    add_common_arguments(result, ("label",), label={"flags": ("--run-label", "--label")})
     result.add_argument("--output", required=True, type=Path)
-    result.add_argument("--verl-root", type=Path, default=None)
-    result.add_argument("--backend", choices=BACKENDS, default="verl")
-    result.add_argument("--model", default=DEFAULT_MODEL, help=f"a model id, or '{TINY}'")
-    result.add_argument("--model-source", choices=MODEL_SOURCES, default="local")
-    result.add_argument("--device", choices=DEVICES, default="cuda")
-    result.add_argument("--model-cache", type=Path, default=None)
-    result.add_argument("--response-token-cap", type=int, default=128)
-    result.add_argument("--attn-implementation", default="sdpa", choices=ATTN_IMPLEMENTATIONS,
-                        help="actor attention in the verl backend (flash_attention_2 needs flash-attn)")
-    result.add_argument("--gpu-memory-utilization", type=float, default=0.3)
-    result.add_argument("--progress", action="store_true", help="show model-loading progress bars")
+    add_closure_arguments(result, backend_default="verl")
+    add_common_arguments(result, ("model", "model_source", "device", "model_cache", "progress"),
+                         model={"default": DEFAULT_MODEL, "help": f"a model id, or '{TINY}'"},
+                         device={"default": "cuda", "help": None})
     return result
 
 
 def config_from_args(args: argparse.Namespace) -> ClosureConfig:
-    return ClosureConfig(run_label=args.run_label, output=args.output, backend=args.backend, model=args.model,
+    return ClosureConfig(run_label=args.label, output=args.output, backend=args.backend, model=args.model,
                          model_source=args.model_source, device=args.device, verl_root=args.verl_root,
                          model_cache=args.model_cache, response_token_cap=args.response_token_cap,
                          attn_implementation=args.attn_implementation,

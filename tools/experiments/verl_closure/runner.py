@@ -143,3 +143,32 @@ def run_experiment(config: ClosureConfig, *, sampler: ResourceSampler | None = N
     digest = save_json_record_once(output, record)
     return {"path": output, "sha256": digest, "record": record, "groups": groups, "settings": settings,
             "overrides": overrides, "update_comparison": comparison}
+
+
+RECORD_FOLDER = "pt_verl_closure"
+"""One shared record per label: `<results root>/pt_verl_closure/<label>.json`."""
+
+
+def closure_config(plan, output: Path) -> ClosureConfig:
+    """The ClosureConfig of a contract plan (tools.experiments.contract): its model, source and device,
+    the backend from `plan.options` (default: torch on the CPU, verl on CUDA) and the other options."""
+    options = dict(plan.options)
+    backend = options.pop("backend", None) or ("torch" if plan.device == "cpu" else "verl")
+    known = {"verl_root", "response_token_cap", "attn_implementation", "gpu_memory_utilization"}
+    extra = {key: value for key, value in options.items() if key in known and value is not None}
+    return ClosureConfig(run_label=plan.label, output=output, backend=backend, model=plan.model,
+                         model_source=plan.model_source, device=plan.device, model_cache=plan.model_cache,
+                         progress=bool(options.get("progress", False)), **extra)
+
+
+def run(plan, sink, *, log: Callable[[str], None] | None = None) -> dict | None:
+    """The experiment contract's runner: both groups, the record written once under the sink's results root."""
+    if not plan.writes:
+        if log is not None:
+            log(f"verl_closure (dry_run): would run both groups on {plan.model} ({plan.model_source}) on "
+                f"{plan.device}; nothing is loaded or written")
+        return None
+    config = validate_config(closure_config(plan, sink.results_root / RECORD_FOLDER / f"{plan.label}.json"))
+    result = run_experiment(config, echo=log)
+    sink.adopt(result["path"], stage="verl_mechanism_closure")
+    return result

@@ -66,3 +66,8 @@ def run_plan(config) -> list[dict]:
     plan = plan_for(config.chapter)
     return run_stage(config, plan.variants(config.run_mode), prepare=plan.prepare, measure=plan.measure,
                      collate=plan.collate)
+
+
+def variant_names(chapter_id: str, run_mode: str) -> list[str]:
+    """The names of a chapter's variants in `run_mode` (what a plan's `variants` may select)."""
+    return [spec.name for spec in plan_for(chapter_id).variants(run_mode)]
