@@ -164,6 +164,10 @@ def test_gradients_through_the_learners_function_come_back_on_the_arguments(prox
     assert torch.count_nonzero(logits.grad[1]) == 0 and torch.count_nonzero(logits.grad[0]) > 0
     with pytest.raises(ValueError, match="reduce"):
         backward_through(functions["nll"], logits, reduce="max")
+    logits.grad, local.grad = None, None
+    backward_through(functions["nll"], logits, select=["nll"], reduce="square_sum")
+    backward_through(namespace["nll"], local, select=["nll"], reduce="square_sum")
+    assert torch.allclose(logits.grad, local.grad)
 
 
 def test_a_proxy_is_callable_and_named_like_the_function(proxies):

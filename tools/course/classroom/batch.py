@@ -34,8 +34,9 @@ from pathlib import Path
 import nbformat
 
 from tools.core.catalog import Chapter
+from tools.core.records import save_json_record_once, utc_timestamp
 from tools.course.cells import read_notebook
-from tools.course.classroom.report import score_summary, write_class_report
+from tools.course.classroom.cgroups import BatchCgroups, probe_cgroups
 from tools.course.classroom.feedback import (
     cell_results,
     exercise_summary,
@@ -44,10 +45,7 @@ from tools.course.classroom.feedback import (
     secret_lines,
     write_student_feedback,
 )
-from tools.course.grader.build import GRADING_DIR, render_source_notebook
-from tools.course.classroom.cgroups import BatchCgroups, probe_cgroups
-from tools.course.classroom.slot import GradingSlot
-from tools.course.nbgrader_cli import run_nbgrader
+from tools.course.classroom.report import score_summary, write_class_report
 from tools.course.classroom.sandbox import (
     HostIsolation,
     Limits,
@@ -58,8 +56,11 @@ from tools.course.classroom.sandbox import (
     plan_masks,
     probe_host,
 )
+from tools.course.classroom.slot import GradingSlot
+from tools.course.classroom.trusted import trusted_spec
+from tools.course.grader.build import GRADING_DIR, render_source_notebook
+from tools.course.nbgrader_cli import run_nbgrader
 from tools.errors import ConfigError, RecordExistsError
-from tools.core.records import save_json_record_once, utc_timestamp
 
 BATCH_SCHEMA = "class-autograde/v1"
 MAX_NOTEBOOK_BYTES = 64 * 2 ** 20
@@ -87,6 +88,7 @@ class Outcome:
     feedback: dict | None = None
     worker: dict | None = None  # slot, n-th worker process of the slot, k-th submission of that worker
     timings: dict = field(default_factory=dict)  # seconds per stage of this submission (see `grade_in_worker`)
+    boundary: dict = field(default_factory=dict)  # cells that timed out, the output cap if reached
 
 
 @dataclass
@@ -252,6 +254,7 @@ class WorkerResult:
     seconds: float
     worker: dict | None = None
     timings: dict = field(default_factory=dict)
+    boundary: dict = field(default_factory=dict)  # timeouts and output cap of the run (`SplitExecute.report`)
 
 
 @dataclass
@@ -262,6 +265,19 @@ class WorkerContext:
     limits: Limits
     log_dir: Path
     extensions: dict
+    source: nbformat.NotebookNode | None = None  # the trusted source notebook: what runs on the trusted side
+
+
+def slot_trusted_spec(slot: GradingSlot, context: WorkerContext) -> dict | None:
+    """The trusted side's spec for `slot` (`trusted.trusted_spec`), with a working folder of its own that
+    holds the assignment's files (no notebook), made once per slot."""
+    if context.source is None:
+        return None
+    folder = slot.dir / "trusted-cwd"
+    if not folder.is_dir():
+        folder.mkdir(mode=0o700)
+        copy_regular_files(context.course / "source" / context.slug, folder, skip_suffix=".ipynb")
+    return trusted_spec(context.source, folder)
 
 
 def prepare_private_course(submission: Submission, private: Path, context: WorkerContext) -> None:
@@ -317,7 +333,9 @@ def grade_in_worker(submission: Submission, index: int, slot: GradingSlot, conte
     log_path = folder / "autograde.log"
     request = {"id": index, "course": str(private), "slug": context.slug, "student": submission.student,
                "cell_timeout": context.limits.cell_timeout_s, "log": str(log_path),
-               "env": slot.sandbox.grader_env(kernel), "zygote_env": slot.sandbox.zygote_env()}
+               "env": slot.sandbox.grader_env(kernel), "zygote_env": slot.sandbox.zygote_env(),
+               "trusted": slot_trusted_spec(slot, context), "trusted_env": slot.sandbox.trusted_env(),
+               "output_bytes": context.limits.output_mb * 2 ** 20}
     prepared = time.monotonic()
     try:
         result = slot.grade(request, kernel)
@@ -334,7 +352,8 @@ def grade_in_worker(submission: Submission, index: int, slot: GradingSlot, conte
     status, reason = result.status, result.reason
     if status == "graded" and not autograded.is_file():
         status, reason = "failed", "nbgrader wrote no autograded notebook"
-    return WorkerResult(submission.student, folder, private, status, reason, enforced, seconds, worker, timings)
+    return WorkerResult(submission.student, folder, private, status, reason, enforced, seconds, worker, timings,
+                        result.boundary)
 
 
 # ---------------------------------------------------------------------------
@@ -546,7 +565,8 @@ def autograde_chapter(root: Path, chapter: Chapter, *, course: Path | None = Non
         secrets = secret_lines(source, release, read_notebook(chapter.notebook_path(root)))
         course_id = _course_id(course)
         template = make_template(course, chapter.slug, batch_dir)
-        context = WorkerContext(course, chapter.slug, template, limits, log_dir, existing_extensions(course, chapter.slug))
+        context = WorkerContext(course, chapter.slug, template, limits, log_dir, existing_extensions(course, chapter.slug),
+                                source)
         report.timings["prepared_s"] = round(time.monotonic() - started, 3)
         free: queue.Queue = queue.Queue()
         for slot in slots:
@@ -613,7 +633,7 @@ def _finish(future, submission: Submission, course: Path, chapter: Chapter, cell
     except Exception as error:  # a bug or I/O error in one worker must not stop the batch; it is recorded
         return Outcome(submission.student, "failed", f"worker error: {error.__class__.__name__}: {error}")
     outcome = Outcome(result.student, result.status, result.reason, enforced=result.enforced, seconds=result.seconds,
-                      worker=result.worker, timings=dict(result.timings))
+                      worker=result.worker, timings=dict(result.timings), boundary=dict(result.boundary))
     try:
         if result.status != "graded":
             return outcome

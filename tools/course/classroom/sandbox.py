@@ -147,6 +147,15 @@ def _inside(path: Path, folder: Path) -> bool:
     return path == folder or folder in path.parents
 
 
+def tools_root() -> str:
+    """The folder that holds the course's `tools` package, as this process imported it: on a kernel's
+    PYTHONPATH so that its serving cell finds `tools` whatever the venv's `.pth` files say (in the kernel's
+    filesystem that folder holds `tools` and nothing else of the checkout)."""
+    import tools
+
+    return str(Path(os.path.abspath(tools.__file__)).parent.parent)
+
+
 def kernel_paths(repo_root: Path | None = None) -> list[Path]:
     """What a kernel started with this interpreter must reach, as absolute (unresolved) paths.
 
@@ -449,7 +458,7 @@ class WorkerSandbox:
             "uid": self.uid,
             "gid": self.uid,
             "workdir": home,
-            "env": {**KERNEL_ENV, "HOME": home, "TMPDIR": str(kernel.home / "tmp"),
+            "env": {**KERNEL_ENV, "HOME": home, "TMPDIR": str(kernel.home / "tmp"), "PYTHONPATH": tools_root(),
                     "IPYTHONDIR": str(kernel.home / ".ipython"),
                     "MPLCONFIGDIR": str(kernel.home / ".matplotlib"),
                     "PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/bin", "/bin"])},
@@ -500,11 +509,20 @@ class WorkerSandbox:
             env.update(JUPYTER_PATH=str(kernel.jupyter), JUPYTER_RUNTIME_DIR=str(kernel.runtime))
         return env
 
+    def trusted_env(self) -> dict:
+        """Environment of the slot's trusted grader process (`tools.course.classroom.trusted`): its own home,
+        and the course's `tools` importable as the masks keep it."""
+        home = self.dir / "trusted"
+        home.mkdir(mode=0o700, exist_ok=True)
+        return {"HOME": str(home), "TMPDIR": str(home), "MPLCONFIGDIR": str(home / ".matplotlib"),
+                "PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/bin", "/bin"]),
+                "PYTHONPATH": tools_root()}
+
     def zygote_env(self) -> dict:
         """Environment of the slot's kernel zygote (`sandbox_launch.py zygote`): the kernels' own (each
         kernel gets its plan's at fork), so that the interpreter starts as theirs would; its own home."""
         home = self.dir / "zygote"
-        return {**KERNEL_ENV, "HOME": str(home), "TMPDIR": str(home),
+        return {**KERNEL_ENV, "HOME": str(home), "TMPDIR": str(home), "PYTHONPATH": tools_root(),
                 "PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/bin", "/bin"])}
 
     def command(self, inner: list[str]) -> list[str]:

@@ -45,6 +45,7 @@ class SlotResult:
     run: WorkerRun
     worker: dict = field(default_factory=dict)  # {"process": n-th worker of the slot, "started_as", "submission": k-th}
     marks: dict = field(default_factory=dict)  # the worker's CLOCK_MONOTONIC marks: started, kernel_ready, ...
+    boundary: dict = field(default_factory=dict)  # `SplitExecute.report`: timeouts, output cap
 
 
 def _tail(path: Path) -> str:
@@ -184,7 +185,8 @@ class GradingSlot:
         if reply is None:
             return SlotResult("failed", f"grading worker exited {returncode}: {_tail(Path(request['log']))}",
                               run, worker)
-        marks = reply.get("monotonic", {})
+        marks, boundary = reply.get("monotonic", {}), reply.get("boundary") or {}
         if reply["status"] != "graded":
-            return SlotResult("failed", f"{reply['reason']}: {_tail(Path(request['log']))}", run, worker, marks)
-        return SlotResult("graded", None, run, worker, marks)
+            return SlotResult("failed", f"{reply['reason']}: {_tail(Path(request['log']))}", run, worker, marks,
+                              boundary)
+        return SlotResult("graded", None, run, worker, marks, boundary)

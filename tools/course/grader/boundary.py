@@ -260,6 +260,21 @@ def _select(value: Any, path: list) -> Any:
     return value
 
 
+REDUCTIONS = {
+    "sum": lambda part: part.sum(),
+    "mean": lambda part: part.mean(),
+    "square_sum": lambda part: part.square().sum(),
+    None: lambda part: part,
+}
+"""How `backward_through` turns the selected part of a result into the scalar it differentiates."""
+
+
+def _loss(selected, reduce, weights):
+    if weights is not None:
+        return (selected * weights).sum()
+    return reduce(selected) if callable(reduce) else REDUCTIONS[reduce](selected)
+
+
 def serve_request(payload: bytes, namespace: dict, limit: int = MAX_REPLY_BYTES) -> bytes:
     """In the learner's process: run one request from the trusted side; return the encoded reply.
 
@@ -278,12 +293,7 @@ def serve_request(payload: bytes, namespace: dict, limit: int = MAX_REPLY_BYTES)
         args, kwargs = request["args"], request["kwargs"]
         try:
             value = function(*args, **kwargs)
-            selected = _select(value, request["select"])
-            weights = request.get("weights")
-            loss = (selected * weights).sum() if weights is not None else \
-                selected.sum() if request["reduce"] == "sum" else selected.mean() if request["reduce"] == "mean" \
-                else selected
-            loss.backward()
+            _loss(_select(value, request["select"]), request["reduce"], request.get("weights")).backward()
         except KeyboardInterrupt:
             raise
         except BaseException as error:  # noqa: BLE001 - the learner's function or result refuses backward
@@ -435,23 +445,24 @@ def learner_proxies(names: list[str], channel: Channel, shared: dict[int, str]) 
     return {name: LearnerFunction(name, channel, shared) for name in names}
 
 
-def backward_through(function: Callable, *args, select=(), reduce: str | None = "sum", weights=None, **kwargs):
+def backward_through(function: Callable, *args, select=(), reduce: str | Callable | None = "sum", weights=None,
+                     **kwargs):
     """Call `function(*args, **kwargs)`, take the part of its result at `select` (keys or indexes, in
-    order), reduce it (`"sum"`, `"mean"`, or None for a 0-dim result; or `(part * weights).sum()`) and
-    run `backward()` on it, in the process where `function` lives; return the result. Afterwards the
-    tensors among the arguments carry their `.grad`, as if the test had called backward itself.
+    order), reduce it to a scalar (`"sum"`, `"mean"`, `"square_sum"`, None for a 0-dim part, a function
+    defined at module level in a `tools` module, or with `weights`: `(part * weights).sum()`) and run
+    `backward()` on it, in the process where `function` lives; return the result. Afterwards the tensors
+    among the arguments carry their `.grad` (accumulated, as `backward()` does), as if the test had called
+    backward itself.
 
-    A hidden test that needs a gradient through the learner's function uses this helper: the result
-    of a learner's function crosses the grading boundary without its autograd graph."""
-    if reduce not in ("sum", "mean", None):
-        raise ValueError(f"reduce must be 'sum', 'mean' or None, got {reduce!r}")
+    A test that needs a gradient through the learner's function uses this helper: the result of a
+    learner's function crosses the grading boundary without its autograd graph. In the learner's own
+    notebook (no boundary) it computes the same thing in place."""
+    if not (callable(reduce) or reduce in REDUCTIONS):
+        raise ValueError(f"reduce must be one of {sorted(map(str, REDUCTIONS))} or a function, got {reduce!r}")
     if isinstance(function, LearnerFunction):
         return function.gradient(args, kwargs, list(select), reduce, weights)
     value = function(*args, **kwargs)
-    selected = _select(value, list(select))
-    loss = (selected * weights).sum() if weights is not None else selected.sum() if reduce == "sum" else \
-        selected.mean() if reduce == "mean" else selected
-    loss.backward()
+    _loss(_select(value, list(select)), reduce, weights).backward()
     return value
 
 

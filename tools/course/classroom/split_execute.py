@@ -1,0 +1,202 @@
+"""nbgrader's `Execute` step with each cell on its side of the grading boundary, and output capped.
+
+nbgrader's `Autograde` keeps the gradebook, the restored cells, the checksums and the scores; only its
+`Execute` preprocessor is replaced (`use_split_execute`), by `SplitExecute`:
+
+* a **test cell** (a grade cell whose grade id and source are those of the trusted source notebook)
+  runs in the trusted grader process (`tools.course.classroom.trusted`), never in the learner's kernel;
+  meanwhile the kernel runs one serving cell of ours (`learner_server.serve`) that answers the calls the
+  test makes to the learner's functions. The test's outputs (plus what the learner's code printed while
+  serving, as text) become the cell's outputs, which nbgrader then scores;
+* every other code cell (the shared setup, the learner's solutions, the learner's own cells) runs in the
+  kernel, as nbgrader would run it. The setup cells also ran in the trusted process, once per worker.
+
+What the kernel sends back is capped (`output_bytes`): past the cap the cell is interrupted and its further
+output withheld, and if the kernel keeps sending, it is stopped; the submission is marked either way
+(`SplitExecute.report`). Timeouts are recorded per cell, so that the batch can grade a starved
+submission again alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+from typing import Any, ClassVar
+
+import nbformat
+from nbclient.util import run_hook, run_sync
+from nbformat import NotebookNode
+from nbgrader.preprocessors import Execute
+from traitlets import Integer
+
+from tools.errors import GradingError
+
+SERVE_CELL = ("__import__('tools.course.classroom.learner_server', fromlist=['serve'])"
+              ".serve({port}, {token!r}, globals())")
+SERVE_END_GRACE_S = 5.0
+"""How long the kernel's serving cell may take to end after the test cell is done before it is interrupted."""
+LEARNER_TEXT_CHARS = 20_000
+"""What a test cell shows of what the learner's code printed while serving it."""
+KEEP_READING_FACTOR = 4
+"""Past the cap the kernel may send this many caps more (withheld) before it is stopped."""
+TIMEOUT_NAMES = ("CellTimeoutError", "CellTimeout")
+
+
+class SplitExecute(Execute):
+    """See the module docstring. The worker sets `trusted` (a `TrustedSubmission`), `test_cells`
+    (grade id -> source of the trusted test cells) and `report` (a dict this instance fills) per submission."""
+
+    output_bytes = Integer(8 * 2 ** 20, help="bytes of output the learner's kernel may send").tag(config=True)
+
+    trusted = None
+    test_cells: ClassVar[dict[str, str]] = {}
+    report: ClassVar[dict] = {}
+    manager_class = None  # the zygote's kernel manager, where kernels come from the worker's zygote
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        if SplitExecute.manager_class is not None:
+            kwargs.setdefault("kernel_manager_class", SplitExecute.manager_class)
+        super().__init__(*args, **kwargs)
+        self._received = 0
+        self._capped_in: str | None = None
+        self._stopping = False
+        self._solution_seen = False
+
+    # -- which side ------------------------------------------------------------
+    def _grade_id(self, cell: NotebookNode) -> str | None:
+        return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+
+    def is_test_cell(self, cell: NotebookNode) -> bool:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        grade_id = meta.get("grade_id")
+        return (cell.cell_type == "code" and bool(meta.get("grade")) and not meta.get("solution")
+                and grade_id in self.test_cells and cell.source == self.test_cells[grade_id])
+
+    def _role(self, cell: NotebookNode) -> str:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if meta.get("solution"):
+            self._solution_seen = True
+            return "solution"
+        if meta.get("locked"):
+            return "later locked" if self._solution_seen else "setup"
+        return "learner's own"
+
+    # -- output cap --------------------------------------------------------------
+    def output(self, outs, msg, display_id, cell_index):
+        size = len(json.dumps(msg.get("content", {}), default=str))
+        self._received += size
+        if self._capped_in is None and self._received <= self.output_bytes:
+            return super().output(outs, msg, display_id, cell_index)
+        if self._capped_in is None:
+            self._capped_in = str(self._grade_id(self.nb.cells[cell_index]) or f"cell {cell_index}")
+            self.report["output_capped"] = {"cell": self._capped_in, "cap_bytes": self.output_bytes}
+            outs.append(nbformat.v4.new_output("error", ename="OutputLimitExceeded",
+                                               evalue=f"more than {self.output_bytes // 2 ** 20} MiB of output; "
+                                                      "the rest is withheld and the cell was interrupted",
+                                               traceback=[]))
+            asyncio.ensure_future(self._interrupt())
+        elif self._received > (KEEP_READING_FACTOR + 1) * self.output_bytes and not self._stopping:
+            self._stopping = True
+            self.report["kernel_stopped_for_output"] = True
+            asyncio.ensure_future(self._stop_kernel())
+        return None
+
+    async def _interrupt(self) -> None:
+        try:
+            await self.km.interrupt_kernel()
+        except Exception as error:  # noqa: BLE001 - recorded; the cell timeout still applies
+            self.report.setdefault("errors", []).append(f"interrupt failed: {error}")
+
+    async def _stop_kernel(self) -> None:
+        try:
+            await self.km.shutdown_kernel(now=True)
+        except Exception as error:  # noqa: BLE001 - recorded; the notebook time limit still applies
+            self.report.setdefault("errors", []).append(f"stopping the kernel failed: {error}")
+
+    # -- cells ---------------------------------------------------------------------
+    async def async_execute_cell(self, cell: NotebookNode, cell_index: int, execution_count: int | None = None,
+                                 store_history: bool = True) -> NotebookNode:
+        if cell.cell_type != "code" or not cell.source.strip():
+            return await super().async_execute_cell(cell, cell_index, execution_count, store_history)
+        if self.is_test_cell(cell):
+            await self._execute_test_cell(cell, cell_index, execution_count)
+            role, side = "test", "trusted"
+        else:
+            role = self._role(cell)
+            await super().async_execute_cell(cell, cell_index, execution_count, store_history)
+            side = "kernel"
+        if any(output.get("output_type") == "error" and output.get("ename") in TIMEOUT_NAMES
+               for output in cell.outputs):
+            self.report.setdefault("timeouts", []).append({"cell": self._grade_id(cell) or cell_index,
+                                                           "role": role, "side": side})
+        return cell
+
+    execute_cell = run_sync(async_execute_cell)
+
+    async def _execute_test_cell(self, cell: NotebookNode, cell_index: int, execution_count: int | None) -> None:
+        if self.trusted is None:
+            raise GradingError("no trusted grader process for the test cells")
+        await run_hook(self.on_cell_start, cell=cell, cell_index=cell_index)
+        token = secrets.token_hex(16)
+        port = await asyncio.to_thread(lambda: self.trusted.port)  # the trusted child may still be starting
+        serving = nbformat.v4.new_code_cell(SERVE_CELL.format(port=port, token=token))
+        serve = asyncio.ensure_future(super().async_execute_cell(serving, cell_index, store_history=False))
+        test = asyncio.ensure_future(asyncio.to_thread(self.trusted.run, cell.source, float(self.timeout or 30), token))
+        try:
+            await asyncio.wait([serve, test], return_when=asyncio.FIRST_COMPLETED)
+            if serve.done() and not test.done():  # nothing serves the test's calls any more: say so, do not wait
+                self.trusted.kernel_gone(token)
+            result = await test
+        finally:
+            self.nb.cells[cell_index] = cell  # nbclient put the serving cell in the test cell's place
+        if result["kernel"] != "done" and not serve.done():
+            await self._interrupt()
+        try:
+            await asyncio.wait_for(asyncio.shield(serve), SERVE_END_GRACE_S)
+        except asyncio.TimeoutError:
+            await self._interrupt()
+        except Exception:  # noqa: BLE001, S110 - the serving cell's own failure (a dead kernel) is not the test's
+            pass
+        try:
+            await serve
+        except Exception:  # noqa: BLE001, S110 - as above; the kernel's errors are in the record (serving_errors)
+            pass
+        self.nb.cells[cell_index] = cell
+        failed = [f"{output.get('ename')}: {output.get('evalue', '')[:200]}" for output in serving.outputs
+                  if output.get("output_type") == "error"]
+        if failed and len(self.report.setdefault("serving_errors", [])) < 5:  # for the instructor's record only
+            self.report["serving_errors"].append({"cell": self._grade_id(cell), "kernel": result["kernel"],
+                                                  "error": failed[0]})
+        cell.outputs = learner_text(serving.outputs) + [nbformat.from_dict(output) for output in result["outputs"]]
+        self.code_cells_executed += 1
+        if execution_count:
+            cell["execution_count"] = execution_count
+        await run_hook(self.on_cell_complete, cell=cell, cell_index=cell_index)
+
+
+def learner_text(outputs: list) -> list[NotebookNode]:
+    """What the learner's code printed while serving a test cell, as plain stream text only (never a value,
+    a display or an error: those could pass for the test's own result)."""
+    found = []
+    for name in ("stdout", "stderr"):
+        text = "".join(output.get("text", "") for output in outputs
+                       if output.get("output_type") == "stream" and output.get("name") == name)
+        if text:
+            if len(text) > LEARNER_TEXT_CHARS:
+                text = text[:LEARNER_TEXT_CHARS] + "\n[output cut]\n"
+            found.append(nbformat.v4.new_output("stream", name=name, text=text))
+    return found
+
+
+def use_split_execute(config, trusted, test_cells: dict[str, str], report: dict, output_bytes: int,
+                      kernel_manager_class=None) -> None:
+    """Configure an `Autograde` run (its `config`) to execute with `SplitExecute`."""
+    from nbgrader.converters import Autograde
+
+    SplitExecute.trusted, SplitExecute.test_cells, SplitExecute.report = trusted, dict(test_cells), report
+    SplitExecute.manager_class = kernel_manager_class
+    config.SplitExecute.output_bytes = int(output_bytes)  # `Execute.*` settings apply to it as to its parent
+    steps = config.Autograde.get("autograde_preprocessors") or Autograde.class_traits()["autograde_preprocessors"].default()
+    config.Autograde.autograde_preprocessors = [
+        SplitExecute if isinstance(step, type) and issubclass(step, Execute) else step for step in steps]
