@@ -38,11 +38,12 @@ from tools.core.records import save_json_record_once, utc_timestamp
 from tools.course.cells import read_notebook
 from tools.course.classroom.cgroups import BatchCgroups, probe_cgroups
 from tools.course.classroom.feedback import (
+    HtmlGuard,
     cell_results,
+    course_secret_lines,
     exercise_summary,
     exercises_of,
     grade_cells,
-    secret_lines,
     write_student_feedback,
 )
 from tools.course.classroom.report import score_summary, write_class_report
@@ -78,7 +79,7 @@ class Outcome:
     """What happened to one submission."""
 
     student: str
-    status: str  # "graded" | "failed"
+    status: str  # "graded" | "failed" ("regrade" only while it waits to be graded again alone)
     reason: str | None = None
     score: float | None = None
     max_score: float | None = None
@@ -89,6 +90,7 @@ class Outcome:
     worker: dict | None = None  # slot, n-th worker process of the slot, k-th submission of that worker
     timings: dict = field(default_factory=dict)  # seconds per stage of this submission (see `grade_in_worker`)
     boundary: dict = field(default_factory=dict)  # cells that timed out, the output cap if reached
+    regraded: dict | None = None  # graded again alone after it was starved: the first attempt's reason
 
 
 @dataclass
@@ -343,7 +345,7 @@ def grade_in_worker(submission: Submission, index: int, slot: GradingSlot, conte
     finally:
         remove_tree(kernel.home)
         if log_path.is_file():
-            shutil.copyfile(log_path, context.log_dir / f"autograde_{index:04d}.log")
+            copy_tail(log_path, context.log_dir / f"autograde_{index:04d}.log")
     enforced = slot.sandbox.enforced(kernel, result.run)
     seconds = round(time.monotonic() - started, 2)
     timings = submission_timings(started, prepared, result.marks, kernel_report, time.monotonic())
@@ -359,6 +361,22 @@ def grade_in_worker(submission: Submission, index: int, slot: GradingSlot, conte
 # ---------------------------------------------------------------------------
 # Merging into the course (main thread only)
 # ---------------------------------------------------------------------------
+
+LOG_TAIL_BYTES = 1 * 2 ** 20
+
+
+def copy_tail(source: Path, target: Path, size: int = LOG_TAIL_BYTES) -> None:
+    """Copy the last `size` bytes of a log (a submission's kernel may write a lot to it), marking a cut."""
+    with open(source, "rb") as handle:
+        handle.seek(0, os.SEEK_END)
+        length = handle.tell()
+        handle.seek(max(length - size, 0))
+        tail = handle.read()
+    with open(target, "wb") as handle:
+        if length > size:
+            handle.write(f"[{length - size} earlier bytes of this log not kept]\n".encode())
+        handle.write(tail)
+
 
 def copy_regular_files(source: Path, target: Path, *, skip_suffix: str | None = None,
                        owner: int | None = None) -> None:
@@ -562,8 +580,9 @@ def autograde_chapter(root: Path, chapter: Chapter, *, course: Path | None = Non
         source = read_notebook(course_paths(course, chapter.slug)["source"])
         release = read_notebook(course_paths(course, chapter.slug)["release"])
         cells, exercises = grade_cells(source), exercises_of(source)
-        secrets = secret_lines(source, release, read_notebook(chapter.notebook_path(root)))
-        course_id = _course_id(course)
+        secrets = course_secret_lines(root, chapter, source, release, read_notebook(chapter.notebook_path(root)))
+        feedback = FeedbackContext(cells, exercises, secrets, _course_id(course), source, HtmlGuard(release),
+                                   feedback_size_limit(limits))
         template = make_template(course, chapter.slug, batch_dir)
         context = WorkerContext(course, chapter.slug, template, limits, log_dir, existing_extensions(course, chapter.slug),
                                 source)
@@ -591,9 +610,24 @@ def autograde_chapter(root: Path, chapter: Chapter, *, course: Path | None = Non
                     bar.update(1)
                     continue
                 futures[pool.submit(work, index, submission)] = submission
+            retry = []
             for future in as_completed(futures):
-                report.outcomes.append(_finish(future, futures[future], course, chapter, cells, exercises, secrets,
-                                               course_id))
+                outcome = _finish(future, futures[future], course, chapter, feedback, regrade_when_starved=jobs > 1)
+                if outcome.status == "regrade":
+                    retry.append((futures[future], outcome))
+                    continue
+                report.outcomes.append(outcome)
+                bar.update(1)
+                bar.set_postfix(failures=len(report.failures))
+            for submission, first in retry:  # graded again alone: every other slot is idle now
+                index = submissions.index(submission)
+                again = pool.submit(grade_in_worker, submission, index, slots[0], context)
+                outcome = _finish(again, submission, course, chapter, feedback, regrade_when_starved=False)
+                outcome.regraded = {"first_reason": first.reason, "first_boundary": first.boundary,
+                                    "first_seconds": first.seconds}
+                if outcome.status != "graded":
+                    outcome.reason = f"not graded, also when graded alone: {outcome.reason}"
+                report.outcomes.append(outcome)
                 bar.update(1)
                 bar.set_postfix(failures=len(report.failures))
         except BaseException:
@@ -625,9 +659,49 @@ def autograde_chapter(root: Path, chapter: Chapter, *, course: Path | None = Non
     return report
 
 
-def _finish(future, submission: Submission, course: Path, chapter: Chapter, cells, exercises, secrets,
-            course_id: str) -> Outcome:
-    """Merge one finished worker into the course and write its feedback; failures are recorded, not raised."""
+@dataclass
+class FeedbackContext:
+    """What every student's feedback is made from (see `tools.course.classroom.feedback`)."""
+
+    cells: list
+    exercises: list
+    secrets: list
+    course_id: str
+    source: nbformat.NotebookNode
+    guard: HtmlGuard
+    max_bytes: int
+
+
+def feedback_size_limit(limits: Limits) -> int:
+    """The largest autograded notebook rendered into feedback: the output cap twice over, plus room for the
+    notebook itself."""
+    return 2 * limits.output_mb * 2 ** 20 + 16 * 2 ** 20
+
+
+STARVED_ROLES = ("setup", "later locked", "test")
+"""Cells a submission's own code does not make slow by itself: a timeout there, while other submissions ran
+beside it, may be starvation."""
+
+
+def starved(result: WorkerResult) -> str | None:
+    """Why a submission graded beside others is graded again alone, or None: it passed the notebook limit, its
+    worker died, or a setup or test cell ran out of time."""
+    if result.status != "graded":
+        reason = result.reason or ""
+        if "per-notebook limit" in reason or "grading worker" in reason:
+            return reason.splitlines()[0]
+        return None
+    timeouts = [item for item in result.boundary.get("timeouts", []) if item.get("role") in STARVED_ROLES]
+    if timeouts:
+        return f"{len(timeouts)} setup or test cell(s) ran out of time, e.g. {timeouts[0]['cell']}"
+    return None
+
+
+def _finish(future, submission: Submission, course: Path, chapter: Chapter, feedback: FeedbackContext, *,
+            regrade_when_starved: bool) -> Outcome:
+    """Merge one finished worker into the course and write its feedback; failures are recorded, not raised.
+    A starved submission (`starved`) is, with `regrade_when_starved`, left unmerged with the status
+    "regrade", for the batch to grade it again alone."""
     try:
         result = future.result()
     except Exception as error:  # a bug or I/O error in one worker must not stop the batch; it is recorded
@@ -635,6 +709,10 @@ def _finish(future, submission: Submission, course: Path, chapter: Chapter, cell
     outcome = Outcome(result.student, result.status, result.reason, enforced=result.enforced, seconds=result.seconds,
                       worker=result.worker, timings=dict(result.timings), boundary=dict(result.boundary))
     try:
+        why = starved(result) if regrade_when_starved else None
+        if why is not None:
+            outcome.status, outcome.reason = "regrade", why
+            return outcome
         if result.status != "graded":
             return outcome
         started = time.monotonic()
@@ -645,22 +723,22 @@ def _finish(future, submission: Submission, course: Path, chapter: Chapter, cell
             outcome.status, outcome.reason = "failed", f"merge failed: {error.__class__.__name__}: {error}"
             return outcome
         merged = time.monotonic()
-        results = cell_results(cells, scores)
-        outcome.exercises = exercise_summary(exercises, results)
+        results = cell_results(feedback.cells, scores)
+        outcome.exercises = exercise_summary(feedback.exercises, results)
         outcome.score = sum(item["score"] for item in outcome.exercises)
         outcome.max_score = sum(item["max_score"] for item in outcome.exercises)
-        outcome.feedback = _write_feedback(course, chapter, result, cells, exercises, results, secrets, course_id)
+        outcome.feedback = _write_feedback(course, chapter, result, results, feedback)
         outcome.timings.update(merge_s=round(merged - started, 3), feedback_s=round(time.monotonic() - merged, 3))
         return outcome
     finally:
         remove_tree(result.worker_dir)
 
 
-def _write_feedback(course: Path, chapter: Chapter, result: WorkerResult, cells, exercises, results, secrets,
-                    course_id: str) -> dict:
+def _write_feedback(course: Path, chapter: Chapter, result: WorkerResult, results, feedback: FeedbackContext) -> dict:
     autograded = result.course_dir / "autograded" / result.student / chapter.slug / f"{chapter.slug}.ipynb"
-    return write_student_feedback(course, chapter, result.student, autograded, result.course_dir, cells, exercises,
-                                  results, secrets, course_id, result.enforced)
+    return write_student_feedback(course, chapter, result.student, autograded, result.course_dir, feedback.cells,
+                                  feedback.exercises, results, feedback.secrets, feedback.course_id, result.enforced,
+                                  source=feedback.source, guard=feedback.guard, max_bytes=feedback.max_bytes)
 
 
 # ---------------------------------------------------------------------------
@@ -670,7 +748,8 @@ def _write_feedback(course: Path, chapter: Chapter, result: WorkerResult, cells,
 def format_summary(report: BatchReport) -> str:
     summary = score_summary(report.outcomes)
     lines = [f"{report.chapter}: {summary['submissions']} submissions, {summary['graded']} graded, "
-             f"{len(report.failures)} failure(s), in {report.wall_seconds:.1f} s with {report.jobs} job(s)"]
+             f"{len(report.failures)} failure(s), {summary['graded_again_alone']} graded again alone, "
+             f"in {report.wall_seconds:.1f} s with {report.jobs} job(s)"]
     if summary["graded"]:
         lines.append(f"score: mean {summary['mean']:g} / {summary['max_score']:g}, median {summary['median']:g}, "
                      f"min {summary['min']:g}, max {summary['max']:g}, full marks {summary['full_marks']}")
