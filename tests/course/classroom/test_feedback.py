@@ -6,10 +6,10 @@ import copy
 
 import nbformat
 import pytest
-
 from chapter_factory import make_toy_project
-from tools.course.classroom import feedback
+
 from tools.core.catalog import load_catalog
+from tools.course.classroom import feedback
 from tools.course.grader.build import BEGIN_HIDDEN, END_HIDDEN, build_source_notebook
 
 
@@ -169,7 +169,7 @@ PAGE = "<html><head><script src='https://cdn/mathjax.js'></script><script>MathJa
     "<svg><animate onbegin='alert(1)'/></svg>",
 ])
 def test_the_guard_refuses_anything_active_beyond_the_templates_own(toy, tmp_path, learner):
-    source, release = toy
+    _, release = toy
     guard = feedback.HtmlGuard(release)
     guard.learn(PAGE.format(body="trusted"))
     assert guard.problems(PAGE.format(body="&lt;script&gt;alert(1)&lt;/script&gt; Score: 100 / 100")) == []

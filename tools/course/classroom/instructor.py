@@ -13,9 +13,9 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tools.course.classroom.batch import check_inputs, course_paths
 from tools.core.catalog import Chapter
 from tools.course.cells import read_notebook
+from tools.course.classroom.batch import check_inputs, course_paths
 from tools.course.classroom.feedback import (
     HtmlGuard,
     cell_results,
