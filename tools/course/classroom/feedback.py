@@ -120,10 +120,10 @@ def course_secret_lines(root: Path, chapter, source: NotebookNode, *public: Note
     notebook and of every file in the course's hidden tests folder (test headers and hints, which
     feedback shows by design, aside), minus what any public notebook shows (`public`, e.g. this
     chapter's release, and every chapter notebook of the course)."""
-    from tools.core.catalog import load_catalog
+    from tools.core.catalog import implemented_chapters
 
     notebooks = list(public)
-    for other in load_catalog(root):
+    for other in implemented_chapters(root):
         path = other.notebook_path(root)
         if path.is_file():
             notebooks.append(read_notebook(path))

@@ -11,10 +11,13 @@ nbgrader's `Autograde` keeps the gradebook, the restored cells, the checksums an
 * every other code cell (the shared setup, the learner's solutions, the learner's own cells) runs in the
   kernel, as nbgrader would run it. The setup cells also ran in the trusted process, once per worker.
 
-What the kernel sends back is capped (`output_bytes`): past the cap the cell is interrupted and its further
-output withheld, and if the kernel keeps sending, it is stopped; the submission is marked either way
-(`SplitExecute.report`). Timeouts are recorded per cell, so that the batch can grade a starved
-submission again alone.
+What the kernel sends back is capped (`output_bytes`): past the cap the cell is interrupted and every
+further output withheld; past twice the cap (a single huge message, or output that goes on) the kernel is
+stopped. A kernel that is stopped or dies (e.g. `os._exit`, the OOM killer) does not end the grading: every
+later cell gets an error output saying so (a test cell still runs on the trusted side, where each call of a
+learner's function fails at once), so nbgrader scores the notebook. The submission is marked either way
+(`SplitExecute.report`). Timeouts are recorded per cell, so that the batch can grade a starved submission
+again alone.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import secrets
 from typing import Any, ClassVar
 
 import nbformat
+from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbclient.util import run_hook, run_sync
 from nbformat import NotebookNode
 from nbgrader.preprocessors import Execute
@@ -38,8 +42,8 @@ SERVE_END_GRACE_S = 5.0
 """How long the kernel's serving cell may take to end after the test cell is done before it is interrupted."""
 LEARNER_TEXT_CHARS = 20_000
 """What a test cell shows of what the learner's code printed while serving it."""
-KEEP_READING_FACTOR = 4
-"""Past the cap the kernel may send this many caps more (withheld) before it is stopped."""
+STOP_FACTOR = 2
+"""Past this many caps of output the kernel is stopped."""
 TIMEOUT_NAMES = ("CellTimeoutError", "CellTimeout")
 
 
@@ -60,7 +64,7 @@ class SplitExecute(Execute):
         super().__init__(*args, **kwargs)
         self._received = 0
         self._capped_in: str | None = None
-        self._stopping = False
+        self._dead: str | None = None  # why the kernel is gone, once it is
         self._solution_seen = False
 
     # -- which side ------------------------------------------------------------
@@ -96,8 +100,8 @@ class SplitExecute(Execute):
                                                       "the rest is withheld and the cell was interrupted",
                                                traceback=[]))
             asyncio.ensure_future(self._interrupt())
-        elif self._received > (KEEP_READING_FACTOR + 1) * self.output_bytes and not self._stopping:
-            self._stopping = True
+        if self._received > STOP_FACTOR * self.output_bytes and self._dead is None:
+            self._dead = f"the kernel was stopped: more than {STOP_FACTOR * self.output_bytes // 2 ** 20} MiB of output"
             self.report["kernel_stopped_for_output"] = True
             asyncio.ensure_future(self._stop_kernel())
         return None
@@ -123,9 +127,8 @@ class SplitExecute(Execute):
             await self._execute_test_cell(cell, cell_index, execution_count)
             role, side = "test", "trusted"
         else:
-            role = self._role(cell)
-            await super().async_execute_cell(cell, cell_index, execution_count, store_history)
-            side = "kernel"
+            role, side = self._role(cell), "kernel"
+            await self._execute_kernel_cell(cell, cell_index, execution_count, store_history)
         if any(output.get("output_type") == "error" and output.get("ename") in TIMEOUT_NAMES
                for output in cell.outputs):
             self.report.setdefault("timeouts", []).append({"cell": self._grade_id(cell) or cell_index,
@@ -134,11 +137,37 @@ class SplitExecute(Execute):
 
     execute_cell = run_sync(async_execute_cell)
 
+    def _gone(self, cell: NotebookNode) -> None:
+        cell.outputs = [nbformat.v4.new_output("error", ename="DeadKernelError", evalue=self._dead, traceback=[])]
+
+    async def _execute_kernel_cell(self, cell: NotebookNode, cell_index: int, execution_count: int | None,
+                                   store_history: bool) -> None:
+        if self._dead is not None:
+            self._gone(cell)
+            return
+        try:
+            await super().async_execute_cell(cell, cell_index, execution_count, store_history)
+        except CellTimeoutError as error:  # e.g. no idle status in time after the interrupt: the cell failed
+            self.nb.cells[cell_index] = cell
+            cell.outputs.append(nbformat.v4.new_output("error", ename="CellTimeoutError", evalue=str(error)[:300],
+                                                       traceback=[]))
+        except DeadKernelError:
+            self._dead = self._dead or "the learner's kernel died"
+            self.report.setdefault("kernel_died_in", str(self._grade_id(cell) or cell_index))
+            self.nb.cells[cell_index] = cell
+            cell.outputs.append(nbformat.v4.new_output("error", ename="DeadKernelError", evalue=self._dead,
+                                                       traceback=[]))
+
     async def _execute_test_cell(self, cell: NotebookNode, cell_index: int, execution_count: int | None) -> None:
         if self.trusted is None:
             raise GradingError("no trusted grader process for the test cells")
         await run_hook(self.on_cell_start, cell=cell, cell_index=cell_index)
         token = secrets.token_hex(16)
+        if self._dead is not None:  # the test still runs; each call of a learner's function fails at once
+            result = await asyncio.to_thread(self.trusted.run, cell.source, float(self.timeout or 30), token, True)
+            cell.outputs = [nbformat.from_dict(output) for output in result["outputs"]]
+            self.code_cells_executed += 1
+            return
         port = await asyncio.to_thread(lambda: self.trusted.port)  # the trusted child may still be starting
         serving = nbformat.v4.new_code_cell(SERVE_CELL.format(port=port, token=token))
         serve = asyncio.ensure_future(super().async_execute_cell(serving, cell_index, store_history=False))

@@ -79,24 +79,30 @@ class KernelLink:
         self.token: bytes | None = None
         self.connection: socket.socket | None = None
         self.status = "idle"
+        self.gone: set[bytes] = set()  # cells whose serving ended (the notice may come before the cell)
 
     def begin(self, token: str) -> None:
         self.token, self.connection, self.status = token.encode("ascii"), None, "waiting"
+
+    def kernel_gone(self, token: str) -> None:
+        self.gone.add(token.encode("ascii"))
 
     def _wait_for(self, sock: socket.socket, deadline: float | None) -> bool:
         """Wait until `sock` is readable (True) or the deadline passes (False); KernelGone if the worker
         says so for this cell."""
         watched = [sock] if self.control is None else [sock, self.control]
         while True:
+            if self.token in self.gone:
+                raise KernelGone("the learner's kernel is not serving this cell")
             timeout = None if deadline is None else max(deadline - time.monotonic(), 0)
             readable, _, _ = select.select(watched, [], [], timeout)
             if not readable:
                 return False
             if self.control in readable:
                 message = _read_json(self.control)
-                if message.get("op") == "kernel-gone" and message.get("token", "").encode("ascii") == self.token:
-                    raise KernelGone("the learner's kernel stopped serving this cell before it was done")
-                continue  # a late notice about an earlier cell
+                if message.get("op") == "kernel-gone":
+                    self.kernel_gone(str(message.get("token", "")))
+                continue
             return True
 
     def _accept(self, timeout: float | None) -> socket.socket | None:
@@ -170,7 +176,8 @@ def serve_submission(control: socket.socket, namespace: dict, shared: dict, exer
         except ConnectionError:
             return
         if request.get("op") == "kernel-gone":
-            continue  # about a cell already done
+            link.kernel_gone(str(request.get("token", "")))  # about a cell done, or about the next one
+            continue
         if request.get("op") != "run":
             return
         link.begin(request["token"])
@@ -279,9 +286,12 @@ class TrustedSubmission:
         hello = _read_json(control)
         self.port, self.pid = int(hello["port"]), int(hello["pid"])
 
-    def run(self, source: str, timeout_s: float, token: str) -> dict:
-        """Run one test cell; `{"outputs", "kernel", "seconds"}` (GradingError if the child is gone)."""
+    def run(self, source: str, timeout_s: float, token: str, kernel_gone: bool = False) -> dict:
+        """Run one test cell; `{"outputs", "kernel", "seconds"}` (GradingError if the child is gone). With
+        `kernel_gone` no kernel serves it: each call of a learner's function fails at once."""
         try:
+            if kernel_gone:
+                self.kernel_gone(token)
             _json_frame(self.control, {"op": "run", "source": source, "timeout": timeout_s, "token": token})
             return _read_json(self.control)
         except (OSError, ValueError) as error:
@@ -319,8 +329,8 @@ class LazyTrusted:
     def port(self) -> int:
         return self._get().port
 
-    def run(self, source: str, timeout_s: float, token: str) -> dict:
-        return self._get().run(source, timeout_s, token)
+    def run(self, source: str, timeout_s: float, token: str, kernel_gone: bool = False) -> dict:
+        return self._get().run(source, timeout_s, token, kernel_gone)
 
     def kernel_gone(self, token: str) -> None:
         if self.submission is not None:
