@@ -1,15 +1,30 @@
 #!/usr/bin/env bash
-# Download, on a machine with PyPI access, the pinned wheels a lent GPU machine lacks, into `.whl/`
-# (git-ignored) for run_device_batch.sh to install. The GPU machine's Python is 3.12 on x86-64 and
-# everything must fit in 64 MiB with the working tree: transformers and peft by default,
-# bitsandbytes (43 MB) only with --with-bitsandbytes (chapter 26's real 4-bit path).
+# On a machine with PyPI access: fetch exactly the wheels the GPU batch carries (environment/gpu-image.toml,
+# [carry]: each pinned as in requirements-cpu.txt) for the image's Python and platform, into WHEEL_DIR
+# (default `.whl/`, git-ignored; it is emptied first so no older wheel is installed beside the new one).
+# Copy that folder to the GPU machine with the tree: run_device_batch.sh installs from it.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-pin() { grep -E "^$1==" requirements-cpu.txt | head -n 1; }
-wanted=("$(pin transformers)" "$(pin peft)")
-[ "${1:-}" = "--with-bitsandbytes" ] && wanted+=("$(pin bitsandbytes)")
-mkdir -p .whl
-python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-  --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64 \
-  --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any -d .whl "${wanted[@]}"
-du -sh .whl
+WHEEL_DIR="${WHEEL_DIR:-.whl}"
+PYTHON="${PYTHON:-python3}"
+listed="$("$PYTHON" - <<'PY'
+import re, sys, tomllib
+carry = tomllib.load(open("environment/gpu-image.toml", "rb"))["carry"]
+pins = dict(re.match(r"^([A-Za-z0-9_.\-]+)==(\S+)", line).groups()
+            for line in open("requirements-cpu.txt", encoding="utf-8") if re.match(r"^[A-Za-z0-9_.\-]+==", line))
+for wheel in carry["wheels"]:
+    name, version = wheel.split("==")
+    if pins.get(name) != version:
+        sys.exit(f"environment/gpu-image.toml carries {wheel}, requirements-cpu.txt pins {name}=={pins.get(name)}")
+print("--python-version"); print(carry["python_version"])
+for platform in carry["platforms"]:
+    print("--platform"); print(platform)
+for wheel in carry["wheels"]:
+    print(wheel)
+PY
+)"
+mapfile -t args <<<"$listed"
+rm -rf "$WHEEL_DIR"
+mkdir -p "$WHEEL_DIR"
+"$PYTHON" -m pip download --quiet --no-deps --only-binary=:all: --implementation cp -d "$WHEEL_DIR" "${args[@]}"
+du -sh "$WHEEL_DIR"

@@ -15,6 +15,11 @@ from typing import Any
 from tools.core.paths import resolve_project_root
 
 
+RECORDED_PACKAGES = ("transformers", "peft", "tokenizers", "accelerate", "bitsandbytes")
+"""The libraries whose versions every record's runtime states (None when absent): the GPU image runs its
+own transformers / tokenizers / accelerate, and the batch carries peft and bitsandbytes."""
+
+
 def _git(root: Path, *args: str) -> str | None:
     try:
         completed = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=10, check=False)
@@ -53,7 +58,7 @@ def runtime_snapshot(root: Path | None = None) -> dict:
         if snapshot["cuda_available"]:
             snapshot["device"] = "cuda"
             snapshot["device_name"] = torch.cuda.get_device_name(0)
-    for package in ("transformers", "peft"):
+    for package in RECORDED_PACKAGES:
         snapshot[package] = installed_version(package)
     snapshot.update(git_state(root))
     return snapshot

@@ -4,6 +4,7 @@ sha256 checks, and lineage entries that tie a downstream record to the files it 
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import hashlib
 import json
 import os
@@ -37,11 +38,30 @@ def encode_record(record: Mapping[str, Any]) -> bytes:
     return (text + "\n").encode("utf-8")
 
 
+NO_HARD_LINK_ERRNOS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV, errno.EMLINK, errno.ENOSYS}
+"""What `os.link` raises where the output filesystem has no hard links (FUSE mounts, vfat, some
+network and overlay filesystems)."""
+
+
+def _place_without_link(temp_name: str, target: Path) -> None:
+    """Claim `target` with an exclusive create (fails if it exists), then rename the finished temporary
+    file over the claim: atomic, and never over another writer's record."""
+    try:
+        os.close(os.open(target, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+    except FileExistsError:
+        raise RecordExistsError(
+            f"record {target} already exists; records are write-once, use a new RUN_LABEL."
+        ) from None
+    os.replace(temp_name, target)
+
+
 def save_json_record_once(path: str | os.PathLike, record: Mapping[str, Any]) -> str:
     """Write `record` to `path` atomically and exactly once; return the file's sha256.
 
     The JSON goes to a temporary file in the same folder and is then hard-linked into place,
     which fails if `path` exists, so a record is never overwritten, even by a concurrent writer.
+    Where the filesystem has no hard links, the name is claimed with an exclusive create and the
+    temporary file renamed over the claim (see `_place_without_link`): still never an overwrite.
     A record that cannot be encoded leaves nothing behind.
     """
     target = Path(path)
@@ -62,8 +82,13 @@ def save_json_record_once(path: str | os.PathLike, record: Mapping[str, Any]) ->
             raise RecordExistsError(
                 f"record {target} already exists; records are write-once, use a new RUN_LABEL."
             ) from None
+        except OSError as error:
+            if error.errno not in NO_HARD_LINK_ERRNOS:
+                raise
+            _place_without_link(temp_name, target)
     finally:
-        os.unlink(temp_name)
+        if os.path.exists(temp_name):
+            os.unlink(temp_name)
     return hashlib.sha256(payload).hexdigest()
 
 

@@ -4,7 +4,8 @@ The base (every experiment may import it; it imports no experiment):
 
     contract          Plan, Limits, RecordSink, RecordRef, run(plan, sink) -> records
     registry          Experiment, DeviceStep; finds each package's `experiment.py` (EXPERIMENTS)
-    cli               the common flags declared once; `python -m tools.experiments list|steps|run`
+    cli               the common flags declared once; `python -m tools.experiments list|steps|run|batch|...`
+    device_batch      the GPU batch: environment check, models once, the registry's steps under one budget
 
 One subpackage per experiment; each imports only the layers below it (core, models, data,
 measure), the base and its own modules; experiments never import each other.

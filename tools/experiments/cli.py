@@ -6,6 +6,9 @@
         [--results-dir D] [--variant V ...] [--seed N ...] [--model ID|tiny] [--model-source local|random_init]
         [--device cpu|cuda] [--model-cache DIR] [--time-limit-s S] [--cpu-threads N] [--progress]
         [the experiment's own flags]
+    python -m tools.experiments environment --run-mode M [--json PATH]   the GPU batch's machine check
+    python -m tools.experiments models --run-mode M [--model-source S]   build the batch's models once
+    python -m tools.experiments batch --label L --out DIR [--rehearse] [--budget-s S]   the GPU batch
 
 `add_common_arguments` is what every experiment's own command line (`python -m
 tools.experiments.memory_strategy.stages`, `tools.verl_mechanism_closure`, ...) builds its parser
@@ -17,13 +20,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tools.core.runs import RUN_MODES
+import tools.experiments.device_batch as device_batch
+from tools.core.runs import RUN_MODES, validate_run_label
 from tools.errors import CourseError, exit_code_for
 from tools.experiments.contract import (
     DEVICES,
@@ -39,7 +44,8 @@ EXIT_OK = 0
 EXIT_RUN_FAILED = 1
 
 COMMON_FLAGS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
-    "chapter": (("--chapter",), {"default": None, "help": "the chapter whose plan runs (default: the experiment's first)"}),
+    "chapter": (("--chapter",), {"default": None,
+                                 "help": "the chapter whose plan runs (default: the experiment's first)"}),
     "run_mode": (("--run-mode",), {"choices": RUN_MODES, "required": True}),
     "label": (("--label",), {"required": True, "help": "one unique run label (names the records)"}),
     "results_dir": (("--results-dir",), {"default": None, "help": "results root (default: build/results for "
@@ -54,7 +60,8 @@ COMMON_FLAGS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
     "model_source": (("--model-source",), {"choices": MODEL_SOURCES, "default": "local",
                                            "help": "local cache weights, or the architecture with random weights "
                                                    "(recorded as weights: random_init)"}),
-    "device": (("--device",), {"choices": DEVICES, "default": None, "help": "default: cpu (cpu_smoke), cuda (real_gpu)"}),
+    "device": (("--device",), {"choices": DEVICES, "default": None,
+                               "help": "default: cpu (cpu_smoke), cuda (real_gpu)"}),
     "model_cache": (("--model-cache",), {"type": Path, "default": None}),
     "time_limit_s": (("--time-limit-s",), {"type": float, "default": None,
                                            "help": "wall-clock seconds this run may take (the GPU batch passes the "
@@ -85,7 +92,10 @@ def add_common_arguments(parser: argparse.ArgumentParser, names: Sequence[str] =
 def plan_from_args(experiment: str, args: argparse.Namespace, *, chapter: str | None = None,
                    options: Mapping[str, Any] | None = None) -> Plan:
     """The Plan of parsed arguments (flags an experiment's parser lacks take the plan's defaults)."""
-    get = lambda name, default=None: getattr(args, name, default)
+
+    def get(name: str, default: Any = None) -> Any:
+        return getattr(args, name, default)
+
     return Plan(experiment=experiment, chapter=get("chapter") or chapter, run_mode=args.run_mode, label=args.label,
                 results_dir=get("results_dir"), stage=get("stage"), variants=tuple(get("variants") or ()),
                 seeds=tuple(get("seeds") or ()), model=get("model"), model_source=get("model_source", "local"),
@@ -162,9 +172,78 @@ def _steps(as_json: bool) -> int:
     return EXIT_OK
 
 
+# ---------------------------------------------------------------------------
+# The GPU batch's commands (tools.experiments.device_batch does the work)
+# ---------------------------------------------------------------------------
+
+def _mode_parser(prog: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog)
+    return add_common_arguments(parser, ("run_mode", "model_source"), run_mode={"choices": ("cpu_smoke", "real_gpu")})
+
+
+def environment_main(argv: Sequence[str]) -> int:
+    from tools.core.preflight import format_preflight, preflight_exit_code
+
+    parser = _mode_parser("python -m tools.experiments environment")
+    parser.add_argument("--json", type=Path, default=None, help="also write the report here")
+    args = parser.parse_args(list(argv))
+    report = device_batch.environment_report(args.run_mode)
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    print(json.dumps({"python": report["python"], "packages": report["packages"]}, indent=2))
+    print(format_preflight(report, title=f"GPU batch environment ({args.run_mode})"))
+    return preflight_exit_code(report)
+
+
+def models_main(argv: Sequence[str]) -> int:
+    args = _mode_parser("python -m tools.experiments models").parse_args(list(argv))
+    try:
+        identities = device_batch.build_models(args.run_mode, args.model_source)
+    except CourseError as error:
+        print(f"ERROR: {error}", file=sys.stderr)
+        return exit_code_for(error)
+    for identity in identities:
+        print(f"{identity['model_id']}: weights {identity['weights']}, folder {identity['folder']}")
+    return 0
+
+
+def batch_main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.experiments batch",
+                                     description=device_batch.__doc__.splitlines()[0])
+    parser.add_argument("--label", required=True)
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--rehearse", action="store_true", help="the same steps, cpu_smoke, tiny model, on the CPU")
+    parser.add_argument("--budget-s", type=float, default=device_batch.BATCH_BUDGET_S)
+    parser.add_argument("--max-step-s", type=float, default=None, help="cap every step's time (default: its own)")
+    parser.add_argument("--model-source", choices=("local", "random_init"), default=None,
+                        help="default: random_init on the GPU, the tiny model in rehearsal")
+    parser.add_argument("--step", action="append", default=[], help="run only this step (repeatable)")
+    args = parser.parse_args(list(argv))
+
+    def stop(signum, frame):  # the batch is stopped from outside: its running step goes with it
+        device_batch.stop_running_step()
+        raise SystemExit(128 + signum)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, stop)
+    try:
+        validate_run_label(args.label)
+        if args.budget_s <= 0 or (args.max_step_s is not None and args.max_step_s <= 0):
+            raise ValueError("--budget-s and --max-step-s must be positive")
+        summary = device_batch.run_batch(label=args.label, out=args.out.resolve(), rehearse=args.rehearse,
+                                         budget_s=args.budget_s, max_step_s=args.max_step_s,
+                                         model_source=args.model_source, only=args.step, echo=print)
+    except ValueError as error:  # ConfigError is a ValueError
+        print(f"ERROR: {error}", file=sys.stderr)
+        return 2
+    print(f"summary: {args.out / 'summary.json'}; records: {args.out / 'records.tar.gz'}; log: {args.out / 'log.txt'}")
+    return 1 if summary["failed_steps"] else 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    commands = ("list", "steps", "run")
+    commands = ("list", "steps", "run", "environment", "models", "batch")
     if not argv or argv[0] not in commands:
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         return 2
@@ -173,6 +252,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _list()
     if command == "steps":
         return _steps("--json" in rest)
+    if command in ("environment", "models", "batch"):
+        return {"environment": environment_main, "models": models_main, "batch": batch_main}[command](rest)
     if not rest or rest[0].startswith("-"):
         print("usage: python -m tools.experiments run EXPERIMENT [flags] (see: python -m tools.experiments list)",
               file=sys.stderr)

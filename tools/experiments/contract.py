@@ -125,7 +125,10 @@ class Plan:
         elif not isinstance(self.label, str):
             raise ConfigError(f"RUN_LABEL must be a string, got {self.label!r}")
         validate_choice("model source", self.model_source, MODEL_SOURCES)
-        set_ = lambda name, value: object.__setattr__(self, name, value)
+
+        def set_(name: str, value: Any) -> None:  # a frozen dataclass fills its defaults here
+            object.__setattr__(self, name, value)
+
         set_("model", self.model or DEFAULT_MODELS[self.run_mode])
         set_("device", self.device or DEFAULT_DEVICES[self.run_mode])
         validate_choice("device", self.device, DEVICES)

@@ -125,7 +125,8 @@ class Experiment:
         if plan.experiment != self.name:
             raise ConfigError(f"plan of experiment {plan.experiment!r} given to {self.name!r}")
         if plan.chapter not in self.chapters:
-            raise ConfigError(f"experiment {self.name} serves chapters {', '.join(self.chapters)}, not {plan.chapter!r}")
+            raise ConfigError(f"experiment {self.name} serves chapters {', '.join(self.chapters)}, "
+                              f"not {plan.chapter!r}")
         if plan.run_mode not in self.run_modes:
             raise ConfigError(f"experiment {self.name} runs in {' or '.join(self.run_modes)}, not {plan.run_mode!r}.")
         stage = plan.stage or self.default_stage

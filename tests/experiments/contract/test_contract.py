@@ -98,7 +98,8 @@ def test_the_sink_names_and_writes_a_record_once_with_header_and_runtime(tmp_pat
                                 "created_utc"]
     assert record["runtime"] == {"python": "3.x"} and record["value"] == 1 and record["chapter"] == "76"
     assert digest == sha256_file(path)
-    assert [(ref.stage, ref.action, ref.status, ref.sha256) for ref in sink.records] == [("g0", "written", "ok", digest)]
+    assert [(ref.stage, ref.action, ref.status, ref.sha256) for ref in sink.records] == [
+        ("g0", "written", "ok", digest)]
     with pytest.raises(RecordExistsError):
         sink.save_record("g0", {"status": "ok", "value": 2}, schema_version="x/v1")
     assert json.loads(path.read_text(encoding="utf-8"))["value"] == 1 and len(sink.records) == 1

@@ -48,7 +48,8 @@ def test_the_toy_is_registered_only_through_its_own_package(toy, monkeypatch):
     assert "toy" in registry.all_experiments()
     monkeypatch.delenv(registry.EXTRA_PACKAGES_ENV)
     assert "toy" not in registry.all_experiments()
-    code = subprocess.run(["git", "grep", "-l", "-e", "toy_experiment", "-e", '"toy"', "--", "tools", "benchmarks", "Makefile", "pyproject.toml"],
+    code = subprocess.run(["git", "grep", "-l", "-e", "toy_experiment", "-e", '"toy"', "--", "tools", "benchmarks",
+                           "Makefile", "pyproject.toml"],
                           cwd=REPO_ROOT, capture_output=True, text=True, check=False)
     assert code.stdout.split() == [], "no code outside the toy's own files may name it"
 
@@ -140,7 +141,7 @@ def test_the_batch_listing_places_the_toy_steps_among_the_registered_ones():
     assert [step["order"] for step in steps] == sorted(step["order"] for step in steps)
     toy = next(step for step in steps if step["name"] == "toy_summarise")
     assert toy == {"name": "toy_summarise", "experiment": "toy", "stage": "summarise", "chapter": None,
-                   "order": 6, "max_s": registry.DEFAULT_STEP_MAX_S, "arguments": []}
+                   "order": 7, "max_s": registry.DEFAULT_STEP_MAX_S, "arguments": []}
 
 
 def test_limits_reach_the_runner(toy, tmp_path):

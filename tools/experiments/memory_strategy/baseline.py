@@ -26,12 +26,12 @@ from typing import Any, Mapping, Sequence
 
 from tools.core.environment import runtime_snapshot
 from tools.core.paths import chapter_record_path, resolve_project_root, results_root_for
-from tools.core.records import lineage_entry, load_record, record_header, resolve_lineage, save_json_record_once
-from tools.core.records import sha256_file
+from tools.core.records import load_record, resolve_lineage, sha256_file
 from tools.core.runs import validate_run_label, validate_run_mode
 from tools.errors import EXIT_CONFIG, EXIT_MODEL_CACHE  # noqa: F401 - this command's exit codes, with EXIT_OK
 from tools.errors import ConfigError, CourseError, RecordExistsError, UpstreamRecordError, exit_code_for
 from tools.experiments.cli import add_common_arguments
+from tools.experiments.contract import RecordSink
 from tools.experiments.memory_strategy.runner import TrainingWorkload, course_model, run_memory_strategy
 from tools.measure.training import run_with_oom_guard
 
@@ -107,14 +107,21 @@ def _plan(run_mode: str, label: str, results_dir: Any, model_id: str | None, mod
 
 
 def run_training_baseline(*, run_mode: str, label: str, results_dir: str | Path | None = None,
-                          model_id: str | None = None, model_source: str = "local", models=None) -> dict:
+                          model_id: str | None = None, model_source: str = "local", models=None,
+                          sink: RecordSink | None = None) -> dict:
     """Measure the baseline workload and write the 73 record, then (if it ran) the 76 input manifest.
 
-    `models` (optional): a `runner.CachedModel` to reuse a model already loaded. Returns
+    `models` (optional): a `runner.CachedModel` to reuse a model already loaded. `sink` (optional):
+    the run's record sink (its results root must be the plan's); both records go through it. Returns
     `{"status", "baseline_path", "baseline_sha256", "manifest_path", "manifest_sha256"}`; the
     manifest fields are None when the baseline ran out of memory or failed (recorded as such).
     """
     plan = _plan(run_mode, label, results_dir, model_id, model_source)
+    if sink is None:
+        sink = RecordSink(run_mode=run_mode, run_label=label, results_root=plan["results_root"],
+                          chapter_id=BASELINE_CHAPTER, slug=BASELINE_SLUG)
+    elif sink.results_root is None or sink.results_root.resolve() != Path(plan["results_root"]).resolve():
+        raise ConfigError(f"the record sink writes under {sink.results_root}, the baseline under {plan['results_root']}")
     import torch
 
     models = models or course_model(plan["model_id"], plan["model_source"])
@@ -129,8 +136,7 @@ def run_training_baseline(*, run_mode: str, label: str, results_dir: str | Path 
         "mode": "fp32",
     }
     record = {
-        **record_header(schema_version=BASELINE_SCHEMA_VERSION, chapter=BASELINE_CHAPTER, stage="training_baseline",
-                        run_mode=run_mode, run_label=label),
+        **sink.header("training_baseline", BASELINE_SCHEMA_VERSION, chapter=BASELINE_CHAPTER),
         "status": run["status"],
         "stand_in": "tools.experiments.memory_strategy.baseline (chapter 73 is not in the course yet)",
         "config": config,
@@ -138,21 +144,20 @@ def run_training_baseline(*, run_mode: str, label: str, results_dir: str | Path 
         "environment": runtime_snapshot(resolve_project_root()),
         "measurement": run,
     }
-    baseline_sha256 = save_json_record_once(plan["baseline"], record)
+    baseline_sha256 = sink.save(plan["baseline"], record, stage="training_baseline").sha256
     result = {"status": run["status"], "baseline_path": plan["baseline"], "baseline_sha256": baseline_sha256,
               "manifest_path": None, "manifest_sha256": None}
     if run["status"] != "ok":
         return result
     manifest = {
-        **record_header(schema_version=MANIFEST_SCHEMA_VERSION, chapter=CHAPTER_ID, stage="input_manifest",
-                        run_mode=run_mode, run_label=label),
+        **sink.header("input_manifest", MANIFEST_SCHEMA_VERSION, chapter=CHAPTER_ID),
         "workload": {key: config[key] for key in IDENTITY_KEYS},
         "source_artifacts": {
-            "training_baseline": {**lineage_entry(plan["baseline"], plan["results_root"]),
+            "training_baseline": {**sink.lineage(plan["baseline"]),
                                   "path_relative_to": "results_root", "schema_version": BASELINE_SCHEMA_VERSION},
         },
     }
-    result["manifest_sha256"] = save_json_record_once(plan["manifest"], manifest)
+    result["manifest_sha256"] = sink.save(plan["manifest"], manifest, stage="input_manifest").sha256
     result["manifest_path"] = plan["manifest"]
     return result
 
@@ -223,9 +228,5 @@ def run(plan, sink, *, log=None) -> dict | None:
         if log is not None:
             log(f"training_baseline (dry_run): would measure {plan.model} ({plan.model_source}); nothing is written")
         return None
-    result = run_training_baseline(run_mode=plan.run_mode, label=plan.label, results_dir=sink.results_root,
-                                   model_id=plan.model, model_source=plan.model_source)
-    sink.adopt(result["baseline_path"], stage="training_baseline")
-    if result["manifest_path"] is not None:
-        sink.adopt(result["manifest_path"], stage="input_manifest")
-    return result
+    return run_training_baseline(run_mode=plan.run_mode, label=plan.label, results_dir=sink.results_root,
+                                 model_id=plan.model, model_source=plan.model_source, sink=sink)

@@ -32,7 +32,7 @@ EXPERIMENTS = (
         device_steps=(
             DeviceStep("memory_76_prepare", "memory_strategy", order=21, stage="prepare"),
             DeviceStep("memory_76_g0", "memory_strategy", order=22, stage="g0"),
-            DeviceStep("memory_76_g1", "memory_strategy", order=90, stage="g1"),
+            DeviceStep("memory_76_g1", "memory_strategy", order=90, stage="g1", max_s=300.0),
             DeviceStep("memory_76_close", "memory_strategy", order=91, stage="close", max_s=60.0),
         ),
     ),

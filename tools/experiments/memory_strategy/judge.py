@@ -323,6 +323,24 @@ def admit_next_length(*, previous_seq_len: int, previous_peak_reserved_mb: float
             "reason": "projected_peak_fits" if admitted else "projected_peak_exceeds_safe_limit"}
 
 
+def admit_by_time(*, previous_seq_len: int, previous_seconds: float, next_seq_len: int, elapsed_s: float,
+                  budget_s: float | None) -> dict:
+    """Admit the next ladder length only if it is projected to finish within the run's time budget.
+
+    Projection: the previous length's wall time * next_seq_len / previous_seq_len (a step's work
+    grows at least linearly with length). Without a budget the status is `not_limited`.
+    """
+    check: dict[str, Any] = {"seq_len": next_seq_len, "previous_seq_len": previous_seq_len,
+                             "previous_seconds": previous_seconds, "elapsed_s": elapsed_s, "budget_s": budget_s,
+                             "projected_s": None, "projection": "linear_in_seq_len_from_previous_wall_time"}
+    if budget_s is None:
+        return {**check, "status": "not_limited", "admitted": True, "reason": "no_time_budget"}
+    projected = previous_seconds * next_seq_len / previous_seq_len
+    admitted = elapsed_s + projected <= budget_s
+    return {**check, "projected_s": projected, "status": "admitted" if admitted else "blocked", "admitted": admitted,
+            "reason": "projected_time_fits" if admitted else "projected_time_exceeds_budget"}
+
+
 def highest_reserved_peak(candidates: Sequence[Mapping[str, Any]]) -> float | None:
     """The highest reserved peak among the strategies that completed at a length (None if none has one)."""
     peaks = [c["peak_reserved_mb"] for c in candidates if c.get("status") == "ok" and _finite(c.get("peak_reserved_mb"))]

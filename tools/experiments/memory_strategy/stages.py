@@ -10,7 +10,9 @@ or overwritten, so repeating a stage is a no-op. `RUN_STAGE = "auto"` starts a f
 label is refused before any work): `all` stages in cpu_smoke, the printed plan in dry_run. Records
 go to `<results root>/<slug>/<slug>_<stage>_<label>.json` (the 73 baseline to its own chapter's
 folder) through a record sink: the notebook passes its `ChapterContext` (`open_chapter`), the
-command line builds `StageRecords`, which names and writes records the same way.
+command line and the experiment contract a `tools.experiments.contract.RecordSink`; both name and
+write records the same way. The plan is made in `plan`, a strategy set runs in `candidates`;
+`run(plan, sink)` is the contract's runner (experiment `memory_strategy`).
 
 Library functions are silent; pass `log=print` to see progress. A GPU machine without papermill runs
 
@@ -28,213 +30,40 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from tools.core.environment import runtime_snapshot
-from tools.core.paths import chapter_record_path, resolve_project_root, results_root_for
-from tools.core.records import lineage_entry, load_record, record_header, save_json_record_once, sha256_file
-from tools.core.runs import validate_run_label, validate_run_mode
+from tools.core.records import lineage_entry, load_record, sha256_file
 from tools.errors import EXIT_CONFIG, EXIT_MODEL_CACHE  # noqa: F401 - this command's exit codes, with EXIT_OK
-from tools.errors import ConfigError, CourseError, RecordExistsError, UpstreamRecordError, exit_code_for
+from tools.errors import ConfigError, CourseError, UpstreamRecordError, exit_code_for
 from tools.experiments.cli import add_common_arguments
+from tools.experiments.contract import RecordSink
 from tools.experiments.memory_strategy import baseline as tb
 from tools.experiments.memory_strategy import judge
+from tools.experiments.memory_strategy.candidates import quality_floor_from, run_strategy_set, saved_bytes_table
 from tools.experiments.memory_strategy.hooks import offload_copy_method
-from tools.experiments.memory_strategy.runner import CachedModel, TrainingWorkload, course_model, run_memory_strategy
+from tools.experiments.memory_strategy.plan import (  # noqa: F401 - the names the notebook and tests know here
+    BUDGET,
+    DECISION_SCHEMA,
+    G1_SCHEDULE,
+    MODE_SETTINGS,
+    MODEL_SOURCES,
+    QUALITY_TOLERANCE,
+    RECORD_STAGES,
+    REPEATS,
+    RUN_SCHEMA,
+    SEMANTIC_ID,
+    STAGE_CHOICES,
+    TIME_MARGIN_S,
+    STAGE_ORDER,
+    StagePlan,
+    StageRecords,
+    plan_stages,
+    resolve_stages,
+    stage_records,
+)
+from tools.experiments.memory_strategy.runner import CachedModel, course_model
 from tools.experiments.memory_strategy.strategies import CHECKPOINT_API, STRATEGIES
 
-SEMANTIC_ID = "PERF-MEMORY-STRATEGY"
-RUN_SCHEMA = "training-performance-project/v1"
-DECISION_SCHEMA = "memory-strategy-decision/v1"
-STAGE_ORDER = ("prepare", "g0", "g1", "close")
-STAGE_CHOICES = ("auto", "all", *STAGE_ORDER)
-RECORD_STAGES = ("g0", "g1", "close")
-MODEL_SOURCES = ("local", "random_init")
-REPEATS = 3
-QUALITY_TOLERANCE = 1.02
-BUDGET = {"memory_cap_mb": 11200.0, "min_samples_per_s": 1.0, "min_memory_saving_mb": 512.0,
-          "min_throughput_ratio": 0.70, "cuda_context_margin_mb": judge.DEFAULT_CUDA_CONTEXT_MARGIN_MB,
-          "min_boundary_lengths": 2}
-MODE_SETTINGS = {
-    "real_gpu": {"model_id": tb.QWEN, "device": "cuda", "ladder": (1024, 1280, 1536, 1792), "torch_threads": None},
-    "cpu_smoke": {"model_id": tb.TINY, "device": "cpu", "ladder": (96,), "torch_threads": 1},
-}
-G1_SCHEDULE = {"optimizer": "sgd", "warmup": 1, "iters": 3}
 EXIT_OK = 0
 
-
-# ---------------------------------------------------------------------------
-# Where records go
-# ---------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class StageRecords:
-    """Names and writes this chapter's records as `tools.chapters.context.ChapterContext` does.
-
-    The command line uses it; the notebook passes its ChapterContext, which has the same members
-    (run_mode, run_label, results_root, record_path, save_record).
-    """
-
-    run_mode: str
-    run_label: str
-    results_root: Path | None
-    slug: str = tb.CHAPTER_SLUG
-    chapter_id: str = tb.CHAPTER_ID
-
-    def record_path(self, stage: str) -> Path | None:
-        return None if self.results_root is None else chapter_record_path(self.results_root, self.slug, stage,
-                                                                          self.run_label)
-
-    def save_record(self, stage: str, body: Mapping[str, Any], *, schema_version: str | None = None) -> tuple[Path, str]:
-        path = self.record_path(stage)
-        if path is None:
-            raise RecordExistsError("dry_run writes no record")
-        record = {**record_header(schema_version=schema_version or f"{self.slug}-{stage}/v1", chapter=self.chapter_id,
-                                  stage=stage, run_mode=self.run_mode, run_label=self.run_label),
-                  "runtime": runtime_snapshot(resolve_project_root()), **body}
-        return path, save_json_record_once(path, record)
-
-
-def stage_records(run_mode: str, label: str, results_dir: str | Path | None = None) -> StageRecords:
-    """The record sink of a command-line run (label checked outside dry_run)."""
-    run_mode = validate_run_mode(run_mode)
-    if run_mode == "dry_run":
-        return StageRecords(run_mode, label, None)
-    return StageRecords(run_mode, validate_run_label(label), results_root_for(run_mode, results_dir))
-
-
-# ---------------------------------------------------------------------------
-# The plan
-# ---------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class StagePlan:
-    """Everything the stages need, derived from the run parameters before any work."""
-
-    records: Any
-    requested_stage: str
-    stages: tuple[str, ...]
-    model_source: str
-    model_id: str
-    device: str
-    ladder: tuple[int, ...]
-    torch_threads: int | None
-    g0_workload: TrainingWorkload
-    strategies: tuple[str, ...] = STRATEGIES
-    repeats: int = REPEATS
-    budget: Mapping[str, Any] = field(default_factory=lambda: dict(BUDGET))
-    pin_memory: bool = False
-
-    @property
-    def run_mode(self) -> str:
-        return self.records.run_mode
-
-    @property
-    def label(self) -> str:
-        return self.records.run_label
-
-    @property
-    def results_root(self) -> Path | None:
-        return self.records.results_root
-
-    @property
-    def writes(self) -> bool:
-        return self.run_mode != "dry_run"
-
-    def path(self, name: str) -> Path | None:
-        """Record path of `baseline_73`, `manifest`, `g0`, `g1` or `close` (None in dry_run)."""
-        if not self.writes:
-            return None
-        if name == "baseline_73":
-            return tb.baseline_path(self.results_root, self.label)
-        if name == "manifest":
-            return tb.manifest_path(self.results_root, self.label)
-        return self.records.record_path(name)
-
-    def files(self) -> dict[str, Path | None]:
-        return {name: self.path(name) for name in ("baseline_73", "manifest", *RECORD_STAGES)}
-
-    def g1_workload(self, seq_len: int) -> TrainingWorkload:
-        """The ladder workload at one length: momentum-free SGD, G0's batch, seed and dtype."""
-        return TrainingWorkload(batch_size=self.g0_workload.batch_size, seq_len=seq_len,
-                                warmup=G1_SCHEDULE["warmup"], iters=G1_SCHEDULE["iters"], seed=self.g0_workload.seed,
-                                optimizer=G1_SCHEDULE["optimizer"])
-
-    def g0_identity(self) -> dict:
-        """What a G0 record of this label must carry to be reused (compared key by key)."""
-        return {"model_id": self.model_id, "model_source": self.model_source, "device": self.device,
-                "strategies": list(self.strategies), "repeats": self.repeats, **self.g0_workload.as_config()}
-
-    def g1_identity(self) -> dict:
-        return {"model_id": self.model_id, "model_source": self.model_source, "device": self.device,
-                "strategies": list(self.strategies), "repeats": self.repeats,
-                "seq_lens": [self.g0_workload.seq_len, *self.ladder],
-                **self.g1_workload(self.g0_workload.seq_len).as_config(), "seq_len": None}
-
-    def expected_workload(self) -> dict:
-        return tb.expected_workload(self.run_mode, self.model_id, self.model_source)
-
-    def baseline_command(self) -> str:
-        command = f"python -m tools.experiments.memory_strategy.baseline --run-mode {self.run_mode} --label {self.label}"
-        if self.results_root is not None:
-            command += f" --results-dir {self.results_root}"
-        if self.model_source == "random_init":
-            command += " --model-source random_init"
-        return command
-
-    def describe(self) -> str:
-        mode = "real_gpu (the plan dry_run shows)" if not self.writes else self.run_mode
-        lines = [f"76 stages {list(self.stages)} (RUN_STAGE = {self.requested_stage!r}) for {mode}, "
-                 f"label {self.label!r}",
-                 f"  model {self.model_id} ({self.model_source}) on {self.device}; strategies {list(self.strategies)}",
-                 f"  G0: {self.g0_workload.as_config()} x {self.repeats} repeats",
-                 f"  G1: SGD momentum 0, warm-up {G1_SCHEDULE['warmup']}, {G1_SCHEDULE['iters']} timed steps, lengths "
-                 f"{[self.g0_workload.seq_len, *self.ladder]}, reserved-peak admission before each longer length",
-                 f"  budget {dict(self.budget)}; memory cap rule: {judge.MEMORY_CAP_RULE}; quality floor = "
-                 f"baseline eval loss x {QUALITY_TOLERANCE}"]
-        if self.writes:
-            lines += [f"  {name:<12} {path}" for name, path in self.files().items()]
-        else:
-            lines.append("  dry_run: nothing is read or written and no model is loaded")
-        return "\n".join(lines)
-
-
-def resolve_stages(run_mode: str, stage: str) -> tuple[str, ...]:
-    """The stages a RUN_STAGE value runs: auto is prepare in dry_run, all in cpu_smoke, refused in real_gpu."""
-    if stage not in STAGE_CHOICES:
-        raise ConfigError(f"unknown RUN_STAGE {stage!r}; choose one of {', '.join(STAGE_CHOICES)}.")
-    if stage == "auto":
-        if run_mode == "real_gpu":
-            raise ConfigError("real_gpu runs the stages one at a time: set RUN_STAGE to prepare, g0, g1 or close "
-                              "(or all), keeping the same RUN_LABEL for every stage.")
-        stage = "prepare" if run_mode == "dry_run" else "all"
-    return STAGE_ORDER if stage == "all" else (stage,)
-
-
-def plan_stages(records: Any, *, stage: str = "auto", model_source: str = "local") -> StagePlan:
-    """Check the stage parameters before any work and derive the plan.
-
-    `records`: the notebook's ChapterContext or a `StageRecords`. In dry_run the plan is the
-    real_gpu experiment's, for reading. `stage = "auto"` is a fresh run: a label that already named
-    one of the five files is refused (RecordExistsError).
-    """
-    run_mode = validate_run_mode(records.run_mode)
-    stages = resolve_stages(run_mode, stage)
-    if model_source not in MODEL_SOURCES:
-        raise ConfigError(f"unknown MODEL_SOURCE {model_source!r}; choose one of {', '.join(MODEL_SOURCES)}.")
-    settings = MODE_SETTINGS["real_gpu" if run_mode == "dry_run" else run_mode]
-    plan = StagePlan(
-        records=records, requested_stage=stage, stages=stages,
-        model_source=model_source if settings["model_id"] != tb.TINY else "local",  # tiny is always built offline
-        model_id=settings["model_id"], device=settings["device"], ladder=tuple(settings["ladder"]),
-        torch_threads=settings["torch_threads"],
-        g0_workload=tb.WORKLOADS["real_gpu" if run_mode == "dry_run" else run_mode])
-    if stage == "auto" and plan.writes:
-        used = [path for path in plan.files().values() if path.exists()]
-        if used:
-            raise RecordExistsError(
-                f"RUN_LABEL {plan.label!r} was used before ({', '.join(path.name for path in used)} exist). "
-                "RUN_STAGE = 'auto' starts a fresh run: choose a new RUN_LABEL, or name a stage explicitly to "
-                "continue the staged run of this label.")
-    return plan
 
 
 # ---------------------------------------------------------------------------
@@ -323,72 +152,16 @@ def load_inputs(plan: StagePlan, *, write_missing: bool, models: CachedModel | N
         if plan.path("baseline_73").exists():
             raise UpstreamRecordError(f"{plan.path('baseline_73').name} exists without a manifest: that baseline "
                                       "did not complete. Use a new RUN_LABEL.")
+        sink = plan.records if isinstance(plan.records, RecordSink) else None
         written = tb.run_training_baseline(run_mode=plan.run_mode, label=plan.label, results_dir=plan.results_root,
-                                           model_id=plan.model_id, model_source=plan.model_source, models=models)
+                                           model_id=plan.model_id, model_source=plan.model_source, models=models,
+                                           sink=sink)
         if written["manifest_path"] is None:
             raise UpstreamRecordError(f"the chapter-73 baseline ended with status {written['status']!r}; "
                                       f"see {written['baseline_path']}.")
         if log is not None:
             log(f"  wrote the chapter-73 baseline {written['baseline_path'].name} and {manifest.name}")
     return tb.load_input_manifest(manifest, plan.expected_workload(), plan.results_root)
-
-
-def run_strategy_set(plan: StagePlan, workload: TrainingWorkload, models: CachedModel,
-                     log: Callable[[str], None] | None = None) -> list[dict]:
-    """Every strategy, REPEATS times, under the OOM guard; one aggregated record per strategy."""
-    import torch
-
-    from tools.measure.training import run_repeated
-
-    candidates = []
-    for name in plan.strategies:
-        started = time.perf_counter()
-        aggregate = run_repeated(
-            name, lambda name=name: run_memory_strategy(models, name, workload, device=plan.device,
-                                                        pin_memory=plan.pin_memory),
-            repeats=plan.repeats, torch_module=torch, context={"strategy": name, "seq_len": workload.seq_len})
-        aggregate["wall_seconds"] = round(time.perf_counter() - started, 3)
-        candidates.append(aggregate)
-        if log is not None:
-            log(f"  seq {workload.seq_len:>5} {name:<11}{aggregate['status']:<13}ok {aggregate['successful_runs']}"
-                f"/{aggregate['repeat_count']}  verified={aggregate['execution_path_verified']}"
-                f"  {aggregate['wall_seconds']:.1f}s")
-    return candidates
-
-
-def saved_bytes_table(candidates: Sequence[Mapping[str, Any]]) -> dict:
-    """Hook bytes per strategy beside the analytic estimate (device, host, ratios), from aggregated records."""
-    table = {}
-    for candidate in candidates:
-        ok_runs = [run for run in candidate.get("runs", []) if run.get("status") == "ok"]
-        evidence = candidate.get("saved_tensors") or (ok_runs[0].get("saved_tensors") if ok_runs else None)
-        estimate = candidate.get("activation_estimate") or (ok_runs[0].get("activation_estimate") if ok_runs else None)
-        last, estimate = (evidence or {}).get("last_step") or {}, estimate or {}
-        table[candidate["name"]] = {
-            "status": candidate.get("status"),
-            "execution_path_verified": candidate.get("execution_path_verified") is True,
-            "evidence_source": ("all_successful_runs" if candidate.get("saved_tensors")
-                                else ("first_successful_run" if ok_runs else None)),
-            "device_saved_bytes": last.get("device_saved_bytes"),
-            "host_offloaded_bytes": last.get("host_offloaded_bytes"),
-            "recomputed_layer_calls": last.get("recomputed_layer_calls"),
-            "forward_layer_calls": last.get("forward_layer_calls"),
-            "estimated_device_bytes": estimate.get("estimated_device_bytes"),
-            "estimated_host_bytes": estimate.get("estimated_host_bytes"),
-            "device_ratio": estimate.get("device_ratio"),
-            "host_ratio": estimate.get("host_ratio"),
-        }
-    return table
-
-
-def quality_floor_from(candidates: Sequence[Mapping[str, Any]], fallback_loss: float, fallback_source: str) -> dict:
-    """max_val_loss = baseline eval loss x QUALITY_TOLERANCE (the fallback when the baseline did not run)."""
-    baseline = next(c for c in candidates if c["name"] == "baseline")
-    if baseline["status"] == "ok" and baseline.get("eval_loss") is not None:
-        return {"max_val_loss": baseline["eval_loss"] * QUALITY_TOLERANCE, "source": "baseline_eval_loss",
-                "tolerance": QUALITY_TOLERANCE}
-    return {"max_val_loss": fallback_loss * QUALITY_TOLERANCE, "source": fallback_source,
-            "tolerance": QUALITY_TOLERANCE}
 
 
 def models_for(plan: StagePlan, models: CachedModel | None = None) -> CachedModel | None:
@@ -536,17 +309,27 @@ def run_g1(plan: StagePlan, *, models: CachedModel | None = None,
         _say(result, log, f"g1: already complete ({result.path.name}, status {record['status']}); not rerun")
         return result
     started = time.perf_counter()
+    budget_s = None if plan.deadline is None else round(plan.deadline - time.monotonic(), 1)
     if not plan.path("g0").exists():
         raise UpstreamRecordError(f"G1 needs the G0 record of label {plan.label!r} ({plan.path('g0').name}); run "
                                   "the g0 stage first (g1 never runs G0 for you).")
     g0 = read_stage_record(plan, "g0")
     _require_device(plan)
     models = models_for(plan, models)
-    length_records, checks, status = [], [], "completed"
+    length_records, checks, time_checks, status = [], [], [], "completed"
     memory = _device_memory(plan)
-    previous_len, previous = None, None
+    previous_len, previous, previous_seconds = None, None, None
     for seq_len in lengths:
         if previous_len is not None:
+            timing = judge.admit_by_time(previous_seq_len=previous_len, previous_seconds=previous_seconds,
+                                         next_seq_len=seq_len, elapsed_s=time.perf_counter() - started,
+                                         budget_s=budget_s)
+            if timing["status"] != "not_limited":
+                time_checks.append(timing)
+                _say(result, log, f"  time admission before seq {seq_len}: {timing['status']} ({timing['reason']})")
+            if timing["status"] == "blocked":
+                status = "completed_with_time_boundary"
+                break
             memory = _device_memory(plan)
             check = judge.admit_next_length(
                 previous_seq_len=previous_len, previous_peak_reserved_mb=judge.highest_reserved_peak(previous),
@@ -557,7 +340,9 @@ def run_g1(plan: StagePlan, *, models: CachedModel | None = None,
             if check["status"] == "blocked":
                 status = "completed_with_safety_boundary"
                 break
+        length_started = time.perf_counter()
         candidates = run_strategy_set(plan, plan.g1_workload(seq_len), models, log)
+        previous_seconds = time.perf_counter() - length_started
         length_records.append({"seq_len": seq_len, "source": "g1_sgd_base" if seq_len == lengths[0] else "g1_sgd",
                                "candidates": candidates})
         if next(c for c in candidates if c["name"] == "baseline")["status"] != "ok":
@@ -585,6 +370,8 @@ def run_g1(plan: StagePlan, *, models: CachedModel | None = None,
                       "safety_margin_mb": judge.safety_margin_mb(memory["total_mb"]) if memory else None,
                       "projection": "previous length's highest reserved peak, linear in seq_len",
                       "checks": checks},
+        "time_admission": {"budget_s": budget_s, "checks": time_checks,
+                           "projection": "previous length's wall time, linear in seq_len"},
         "budget": dict(plan.budget),
         "quality_floor": quality,
         "length_records": length_records,
@@ -633,6 +420,8 @@ def run_close(plan: StagePlan, *, log: Callable[[str], None] | None = None) -> S
     limitations = ["no_optimizer_state_momentum_free_sgd", "says_nothing_about_adamw_full_training_adoption"]
     if g1["status"] == "completed_with_safety_boundary":
         limitations.append("length_ladder_stopped_at_the_safety_boundary")
+    if g1["status"] == "completed_with_time_boundary":
+        limitations.append("length_ladder_stopped_at_the_time_limit")
     if g1["status"] == "stopped_after_baseline_failure":
         limitations.append("length_ladder_stopped_after_a_baseline_failure")
     g1_decision = {**judge.decide_memory_boundary(g1["summary"]), "evidence_status": g1["status"],
@@ -687,9 +476,18 @@ def run(plan, sink, *, log: Callable[[str], None] | None = None) -> list[StageRe
     sink as an existing record."""
     if plan.variants and "baseline" not in plan.variants:
         raise ConfigError("every strategy is judged against the baseline: keep 'baseline' among the variants.")
+    if plan.seeds:
+        raise ConfigError("the workload seed is fixed by chapter 73's baseline (seed 42); 76 takes no --seed.")
     stage_plan = plan_stages(sink, stage=plan.stage or "auto", model_source=plan.model_source)
+    if plan.writes and (plan.model, plan.device) != (stage_plan.model_id, stage_plan.device):
+        raise ConfigError(f"chapter 76 measures {stage_plan.model_id} on {stage_plan.device} in {plan.run_mode}, "
+                          f"not {plan.model} on {plan.device}.")
+    changes = {}
     if plan.variants:
-        stage_plan = replace(stage_plan, strategies=tuple(name for name in STRATEGIES if name in plan.variants))
+        changes["strategies"] = tuple(name for name in STRATEGIES if name in plan.variants)
+    if plan.limits.time_s is not None:
+        changes["deadline"] = time.monotonic() + max(plan.limits.time_s - TIME_MARGIN_S, 0.0)
+    stage_plan = replace(stage_plan, **changes) if changes else stage_plan
     if log is not None:
         log(stage_plan.describe())
     results = run_stages(stage_plan, log=log)

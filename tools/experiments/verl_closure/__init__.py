@@ -12,6 +12,7 @@ tasks; the record is written once and read by both chapters. One job per module:
     preflight     what a run needs, checked without loading a model
     runner        `run_experiment`: both groups, the sampler, the memory wait, the write-once record
     cli           the command line (`python -m tools.experiments.verl_closure`); the only module that prints
+    experiment    the registry entry `verl_closure` (`python -m tools.experiments run verl_closure`)
     backends/     the `torch` and `verl` backends behind one small interface (`get_backend`)
 
 `tools.verl_mechanism_closure` is the product name of this experiment: a facade that re-exports it.

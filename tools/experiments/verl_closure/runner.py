@@ -14,15 +14,18 @@ from pathlib import Path
 from typing import Callable
 
 from tools.core.environment import runtime_snapshot
-from tools.core.records import save_json_record_once
 from tools.data.arithmetic import build_task_pool
 from tools.errors import RecordExistsError
 from tools.experiments.verl_closure.backends import GroupRun, get_backend
 from tools.experiments.verl_closure.comparisons import compare_lora_updates
 from tools.experiments.verl_closure.config import ClosureConfig, group_settings, validate_config
 from tools.experiments.verl_closure.protocol import FREE_CACHE_ENGINE, GROUPS, build_examples, build_requests
-from tools.experiments.verl_closure.record import build_record
+from tools.experiments.contract import RecordSink
+from tools.experiments.verl_closure.record import CHAPTERS, STAGE, build_record
 from tools.measure.sampler import ResourceSampler, gpu_memory_reader, wait_for_memory_settle
+
+RECORD_FOLDER = "pt_verl_closure"
+"""One shared record per label: `<results root>/pt_verl_closure/<label>.json`."""
 
 PROBE_SEED_OFFSET = 10_000
 """The post-sync probe requests use seeds far from the frozen rollouts' seeds."""
@@ -54,15 +57,37 @@ class GroupLog:
         self._handle.close()
 
 
+def create_cuda_context(device: str) -> None:
+    """Create this process's CUDA context now (one small allocation), with torch's kernels for it."""
+    import torch
+
+    torch.zeros(1, device=device).add_(1)
+    torch.cuda.synchronize(device)
+
+
+def read_memory_baseline(gpu_reader: Callable[[], float] | None, *,
+                         create_context: Callable[[], None] | None) -> tuple[float | None, bool]:
+    """The device memory the groups must come back to: read after this process's own CUDA context
+    exists (when it uses CUDA), since a context created later (about 0.5 GiB, plus lazily loaded
+    kernels) would stay above a baseline read before it. Returns (MiB or None, context included)."""
+    if gpu_reader is None:
+        return None, False
+    if create_context is not None:
+        create_context()
+    return float(gpu_reader()), create_context is not None
+
+
 def _settling(reader, description: dict, config: ClosureConfig) -> dict:
     return {"measured": reader is not None, "source": description.get("gpu_source"),
             "device_uuid": description.get("gpu_device_uuid"), "margin_mb": config.memory_settle_margin_mb,
-            "timeout_s": config.memory_settle_timeout_s, "baseline_mb": None, "before_group": {}}
+            "timeout_s": config.memory_settle_timeout_s, "baseline_mb": None,
+            "baseline_includes_own_cuda_context": False, "before_group": {}}
 
 
 def run_experiment(config: ClosureConfig, *, sampler: ResourceSampler | None = None,
                    clock: Callable[[], float] = time.monotonic, echo: Callable[[str], None] | None = None,
-                   gpu_reader: Callable[[], float] | None = None, sleep: Callable[[float], None] = time.sleep) -> dict:
+                   gpu_reader: Callable[[], float] | None = None, sleep: Callable[[float], None] = time.sleep,
+                   sink: RecordSink | None = None) -> dict:
     """Run both groups and write the record once; returns `{path, sha256, record, groups, settings,
     overrides, update_comparison}` (`groups` holds the raw per-group measurements on the absolute clock).
 
@@ -71,12 +96,17 @@ def run_experiment(config: ClosureConfig, *, sampler: ResourceSampler | None = N
     group that starts unsettled fails a check. `gpu_reader` replaces the device reader (tests).
 
     Raises RecordExistsError before any work when the output exists, ConfigError on invalid input;
-    a failed stage raises after logging to `<label>_<group>.log`, and no record is written.
+    a failed stage raises after logging to `<label>_<group>.log`, and no record is written. The
+    record goes through `sink` (the contract's RecordSink of the run; default: one rooted at the
+    output's folder).
     """
     validate_config(config)
     output = Path(config.output)
     if output.exists():
         raise RecordExistsError(f"record {output} already exists; records are write-once, use a new run label.")
+    if sink is None:
+        sink = RecordSink(run_mode=config.run_mode, run_label=config.run_label, results_root=output.parent,
+                          chapter_id=CHAPTERS[0], slug=RECORD_FOLDER)
     backend = get_backend(config.backend)
     pool = build_task_pool(config.task_seed)
     tasks = {task.task_id: task for task in pool.tasks}
@@ -108,7 +138,8 @@ def run_experiment(config: ClosureConfig, *, sampler: ResourceSampler | None = N
         sampler.start()
         try:
             frozen = None
-            settling["baseline_mb"] = None if gpu_reader is None else float(gpu_reader())
+            settling["baseline_mb"], settling["baseline_includes_own_cuda_context"] = read_memory_baseline(
+                gpu_reader, create_context=(lambda: create_cuda_context(config.device)) if use_torch else None)
             for index, group in enumerate(GROUPS):
                 log = GroupLog(config.log_path(group), echo=echo)
                 try:
@@ -140,13 +171,9 @@ def run_experiment(config: ClosureConfig, *, sampler: ResourceSampler | None = N
                               sampler=sampler, origin=origin, model=model.identity, runtime=runtime_snapshot(),
                               backend_details={**backend.details(config, model), **runtime_details},
                               update_comparison=comparison, memory_settling=settling)
-    digest = save_json_record_once(output, record)
+    digest = sink.save(output, record, stage=STAGE).sha256
     return {"path": output, "sha256": digest, "record": record, "groups": groups, "settings": settings,
             "overrides": overrides, "update_comparison": comparison}
-
-
-RECORD_FOLDER = "pt_verl_closure"
-"""One shared record per label: `<results root>/pt_verl_closure/<label>.json`."""
 
 
 def closure_config(plan, output: Path) -> ClosureConfig:
@@ -169,6 +196,4 @@ def run(plan, sink, *, log: Callable[[str], None] | None = None) -> dict | None:
                 f"{plan.device}; nothing is loaded or written")
         return None
     config = validate_config(closure_config(plan, sink.results_root / RECORD_FOLDER / f"{plan.label}.json"))
-    result = run_experiment(config, echo=log)
-    sink.adopt(result["path"], stage="verl_mechanism_closure")
-    return result
+    return run_experiment(config, echo=log, sink=sink)

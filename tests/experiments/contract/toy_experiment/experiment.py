@@ -21,8 +21,8 @@ EXPERIMENTS = (
         record_folder="toy_experiment",
         device_steps=(
             DeviceStep("toy_measure", "toy", order=5, stage="measure"),
-            DeviceStep("toy_summarise", "toy", order=6, stage="summarise"),
-            DeviceStep("toy_sleep", "toy", order=7, stage="sleep"),
+            DeviceStep("toy_summarise", "toy", order=7, stage="summarise"),
+            DeviceStep("toy_sleep", "toy", order=6, stage="sleep", max_s=5.0),
         ),
     ),
 )
