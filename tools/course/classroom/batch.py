@@ -6,14 +6,15 @@ nbgrader already imported (or started as a new interpreter where this process ru
 threads) while the batch is prepared; each worker grades a queue of submissions with nbgrader's
 `Autograde` converter. The course gradebook (sqlite) is not safe for concurrent writers, so each
 submission is graded in its own throw-away nbgrader course (a copy of a gradebook template made
-once per batch, with this assignment and no student, the config and the source) and by its own
-kernel: a new process (forked from the worker's kernel zygote, `tools.course.classroom.zygote`) in
-namespaces of its own, with a fresh home, cwd and TMPDIR that is deleted before the slot's next
-submission. The main thread then merges
-each result into the course gradebook with nbgrader's Gradebook API, one student at a time,
-copies the autograded notebook, and writes the learner's feedback (`tools.course.classroom.feedback`). A
-submission that cannot be graded is recorded as failed and skipped; it never touches another
-student.
+once per batch, with this assignment and no student, the config and the source). Its code runs in a
+kernel of its own (forked from the worker's kernel zygote, `tools.course.classroom.zygote`, into the
+submission's own sandbox: namespaces, control group, filesystem; `tools.course.classroom.sandbox`);
+its test cells run in a trusted grader process outside that sandbox (`split_execute`, `trusted`), so
+the verdicts are computed where the learner's code cannot reach. The main thread then merges each result
+into the course gradebook with nbgrader's Gradebook API, one student at a time, copies the autograded
+notebook, and writes the learner's feedback (`tools.course.classroom.feedback`). A submission that cannot
+be graded is recorded as failed and skipped; it never touches another student. One that ran out of time
+beside others (`starved`) is graded again alone once, and reported as not graded if it fails again.
 """
 
 from __future__ import annotations

@@ -4,12 +4,23 @@ and each kernel's.
 A worker slot is one folder (`worker_dir`) and one uid. On Linux as root with a working
 `unshare`, the grader (nbgrader, or the long-lived grading worker) runs as PID 1's child in new
 network, PID and mount namespaces (only loopback; the repository, the course folder and private
-folders masked). Each kernel gets a folder of its own (`KernelFolder`: home, cwd and TMPDIR,
-plan, kernelspec) and, in those namespaces, a PID and mount namespace of its own with private
-/proc, /tmp, /var/tmp and /dev/shm; it runs under the slot's uid with setrlimit limits on
-address space, CPU time, file size and process count. Elsewhere only the kernel's rlimits and
-the wall-clock limits apply. Either way the sandbox reports what was actually enforced
-(`WorkerSandbox.enforced`), never just what was asked for.
+folders masked). Each kernel (one submission) gets a folder of its own (`KernelFolder`: home, cwd
+and TMPDIR, plan, kernelspec) and, in those namespaces:
+
+* a control group of its own (`tools.course.classroom.cgroups`: cgroup v2 where delegated, else v1;
+  memory, tasks and a CPU quota over all its processes), which the kernel joins before it starts
+  anything, emptied and removed after the submission (`finish_kernel`);
+* its own PID, mount and IPC namespaces: every process, SysV object and POSIX queue of the
+  submission ends with it;
+* a filesystem built from what it needs (`plan_kernel_root`, `sandbox_launch.build_root`): system
+  paths, the interpreter, the venv and the course's `tools`, read-only; its home, /tmp, /var/tmp and
+  /dev/shm on size-capped tmpfs; nothing else of the host (no other checkout, no /run/lock);
+* the slot's unprivileged uid, no_new_privs, and setrlimit limits on address space, CPU time, file
+  size and process count.
+
+Elsewhere only the kernel's rlimits (and, as root, the control group) and the wall-clock limits apply.
+Either way the sandbox reports what was actually enforced (`WorkerSandbox.enforced`: which mechanism
+held each limit, what the submission used), never just what was asked for.
 """
 
 from __future__ import annotations
