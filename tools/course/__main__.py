@@ -158,7 +158,8 @@ def cmd_bench(args) -> int:
     from tools.course.runs.bench import BENCH_SCHEMA, bench_chapter, bench_suite, format_bench
     from tools.core.catalog import select_chapters
 
-    chapters = [bench_chapter(args.root, chapter, copies=args.copies, grading=not args.no_grading)
+    chapters = [bench_chapter(args.root, chapter, copies=args.copies, grading=not args.no_grading,
+                              grading_only=args.grading_only)
                 for chapter in select_chapters(args.chapter, args.root)]
     suite = bench_suite(args.root, args.workers) if args.suite else None
     record = {"schema_version": BENCH_SCHEMA, "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -282,6 +283,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--chapter", action="append", help="chapter id or slug (repeatable; default: all)")
     bench.add_argument("--copies", type=int, default=6, help="submissions graded per chapter and grader (default 6)")
     bench.add_argument("--no-grading", action="store_true", help="skip the plain-nbgrader vs class-grader comparison")
+    bench.add_argument("--grading-only", action="store_true",
+                       help="only the class-grading comparison (plain nbgrader vs --jobs 1/2, the boundary's cost, "
+                            "a correct submission beside a CPU hog)")
     bench.add_argument("--suite", action="store_true", help="also run the test suite with --durations=0")
     bench.add_argument("--workers", type=int, default=2, help="pytest-xdist workers for --suite (default 2)")
     bench.set_defaults(handler=cmd_bench)

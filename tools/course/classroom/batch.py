@@ -103,6 +103,7 @@ class BatchReport:
     limits: dict
     host: dict
     cgroups: dict = field(default_factory=dict)  # {"version": "v2" | "v1" | None, "reason"}
+    boundary: str = "test cells in a trusted grader process; the learner's kernel serves its functions"
     outcomes: list[Outcome] = field(default_factory=list)
     wall_seconds: float | None = None
     assignment: str | None = None
@@ -534,8 +535,11 @@ def stop_idle_tqdm_monitor() -> None:
 def autograde_chapter(root: Path, chapter: Chapter, *, course: Path | None = None, jobs: int = 1,
                       limits: Limits | None = None, output_dir: Path | None = None,
                       show_progress: bool = True, require_isolation: bool = False,
-                      progress_stream=None) -> BatchReport:
-    """Grade every submission of `chapter`, merge, write feedback, the record and the class report."""
+                      progress_stream=None, split_tests: bool = True) -> BatchReport:
+    """Grade every submission of `chapter`, merge, write feedback, the record and the class report.
+
+    `split_tests=False` runs the test cells in the learner's kernel, as stock nbgrader does: only for
+    measuring what the grading boundary costs (`classroom.benchmark`), never for grading a class."""
     from tqdm import tqdm
 
     course = (course or root / GRADING_DIR).resolve()
@@ -557,6 +561,8 @@ def autograde_chapter(root: Path, chapter: Chapter, *, course: Path | None = Non
     cgroup_host = probe_cgroups()
     report = BatchReport(chapter.id, chapter.slug, jobs, str(course), limits_record(limits), asdict(host),
                          {"version": cgroup_host.version, "reason": cgroup_host.reason})
+    if not split_tests:
+        report.boundary = "none: test cells in the learner's kernel (a measurement run, not a grading)"
     started = time.monotonic()
     masks = plan_masks(root, course)
     batch_dir = _batch_root(masks, host)
@@ -586,7 +592,7 @@ def autograde_chapter(root: Path, chapter: Chapter, *, course: Path | None = Non
                                    feedback_size_limit(limits))
         template = make_template(course, chapter.slug, batch_dir)
         context = WorkerContext(course, chapter.slug, template, limits, log_dir, existing_extensions(course, chapter.slug),
-                                source)
+                                source if split_tests else None)
         report.timings["prepared_s"] = round(time.monotonic() - started, 3)
         free: queue.Queue = queue.Queue()
         for slot in slots:
