@@ -59,6 +59,9 @@ def uses_setup(items):
 
 def pure(values):
     return list(values)
+
+def grads_seen(model, tensor):
+    return [float(p.grad.flatten()[0]) for p in model.parameters()] + [float(tensor.grad[0])]
 '''
 
 
@@ -75,7 +78,7 @@ def proxies():
     learner["SETUP_ITEMS"] = ["a", "b"]
     trusted = {"SETUP_ITEMS": ["a", "b"]}
     names = ["append_and_total", "scale_", "train_step", "nll", "checked", "module_out", "uses_setup", "pure",
-             "missing"]
+             "grads_seen", "missing"]
     return learner_proxies(names, InProcessChannel(learner), shared_names(trusted)), trusted
 
 
@@ -106,6 +109,21 @@ def test_tensors_modules_and_optimizers_are_updated_as_by_a_local_call(proxies):
     assert model.training is False and not model.weight.requires_grad
     assert torch.equal(optimizer.state_dict()["state"][0]["exp_avg"], twin_optimizer.state_dict()["state"][0]["exp_avg"])
     assert optimizer.param_groups[0]["params"][0] is model.weight  # the optimiser still drives the test's own model
+
+
+def test_gradients_the_arguments_already_carry_reach_the_learners_side(proxies):
+    """Pickling drops `.grad`; a function that reads or must keep the gradients it was given still sees them."""
+    functions, _ = proxies
+    model = torch.nn.Linear(2, 1)
+    for parameter in model.parameters():
+        parameter.grad = torch.full_like(parameter, 7.0)
+    tensor = torch.ones(2, requires_grad=True)
+    tensor.grad = torch.full((2,), 3.0)
+    assert functions["grads_seen"](model, tensor) == [7.0, 7.0, 3.0]
+    assert all(bool((parameter.grad == 7.0).all()) for parameter in model.parameters())
+    assert torch.equal(tensor.grad, torch.full((2,), 3.0))
+    outcome = functions["grads_seen"].call_many([((model, tensor), {})])
+    assert outcome == [("value", [7.0, 7.0, 3.0])]
 
 
 def test_exceptions_keep_their_builtin_class_and_missing_functions_raise_name_error(proxies):

@@ -108,6 +108,21 @@ def state_of(value: Any, depth: int = 0) -> tuple:
     return ("?",)
 
 
+def carries_grads(value: Any, depth: int = 0) -> bool:
+    """True when a tensor in `value` (or a parameter of a module in it) has a `.grad`, which pickling drops."""
+    if depth > 32:
+        return False
+    if _is_tensor(value):
+        return value.grad is not None
+    if type(value) in (list, tuple):
+        return any(carries_grads(item, depth + 1) for item in value)
+    if type(value) is dict:
+        return any(carries_grads(item, depth + 1) for item in value.values())
+    if _is_module(value):
+        return any(parameter.grad is not None for parameter in value.parameters())
+    return False
+
+
 def rebuild(state: tuple) -> Any:
     """A new value from a captured state (modules, optimisers and unknown objects cannot be rebuilt)."""
     kind = state[0]
@@ -281,6 +296,8 @@ def serve_request(payload: bytes, namespace: dict, limit: int = MAX_REPLY_BYTES)
     Requests: `call` (one argument tuple), `call_many` (a list of them), `gradient` (one call, then
     backward through the selected, reduced part of its result)."""
     request = load_call(payload, namespace)
+    if request.get("grads") is not None:  # pickling drops `.grad`: the arguments' gradients come as a state
+        mirror((request["args"], request["kwargs"]), request["grads"])
     function = namespace.get(request["name"])
     if function is None or not callable(function):
         error = NameError(f"name {request['name']!r} is not defined")
@@ -288,6 +305,9 @@ def serve_request(payload: bytes, namespace: dict, limit: int = MAX_REPLY_BYTES)
     if request["op"] == "call":
         return _encode_reply(_outcome(function, request["args"], request["kwargs"]), limit)
     if request["op"] == "call_many":
+        for case, grads in zip(request["cases"], request.get("grads_per_case") or []):
+            if grads is not None:
+                mirror(case, grads)
         return _encode_reply({"many": [_outcome(function, args, kwargs) for args, kwargs in request["cases"]]}, limit)
     if request["op"] == "gradient":
         args, kwargs = request["args"], request["kwargs"]
@@ -379,6 +399,8 @@ class LearnerFunction:
 
     def _request(self, request: dict) -> Any:
         request = {"name": self.__name__, **request}
+        if request.get("op") in ("call", "gradient") and carries_grads((request["args"], request["kwargs"])):
+            request["grads"] = state_of((request["args"], request["kwargs"]))
         try:
             payload = dump_call(request, self._shared)
         except Exception as error:  # noqa: BLE001 - a lambda, or a class defined in a test cell
@@ -417,7 +439,8 @@ class LearnerFunction:
     def call_many(self, cases: list[tuple[tuple, dict]]) -> list[tuple[str, Any]]:
         """Call once per `(args, kwargs)` in one round trip; mirror each call's effects onto its own
         arguments; return `("value", result)` or `("raised", exception)` per case."""
-        reply = self._request({"op": "call_many", "cases": cases})
+        grads = [state_of(case) if carries_grads(case) else None for case in cases]
+        reply = self._request({"op": "call_many", "cases": cases, "grads_per_case": grads})
         if isinstance(reply, dict) and "unencodable" in reply:
             error = LearnerError(f"a result of {self.__name__} cannot cross the grading boundary: "
                                  f"{reply['unencodable']}")
