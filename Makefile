@@ -1,6 +1,8 @@
 # The course's entry points. Each target sets up .venv itself (idempotently) from the repo's own files.
 #   make run    execute every chapter headless (papermill, cpu_smoke) and print a per-chapter summary
 #   make test   run the whole test suite
+#   make test-fast  the inner loop: every test not marked slow or integration (one process, under 3 minutes)
+#   make lint   ruff (rules in pyproject.toml); CI runs it before `make test`
 #   make lab    open JupyterLab on the course
 #   make verify-full  the whole grader-strength matrix through nbgrader (before a release)
 #   make bench  time running, verifying and grading every chapter, and the test suite
@@ -16,7 +18,7 @@ TEST_WORKERS ?= 2
 BROWSER_APT := chromium fonts-noto-cjk fonts-noto-color-emoji
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup run test lab check clean browser-deps verify-full bench
+.PHONY: setup run test test-fast lint lab check clean browser-deps verify-full bench
 
 $(STAMP): requirements-cpu.txt pyproject.toml environment/verl-config-check.txt
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +50,13 @@ run: setup
 # Two workers on a 2-core machine; tests sharing a module fixture stay on one worker (tests/conftest.py).
 test: setup browser-deps
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=15
+
+# The inner loop: no notebook runs, nbgrader, class grading, browser or fresh venv (marks in pyproject.toml).
+test-fast: setup
+	$(PY) -m pytest -m "not slow and not integration" -q -p no:cacheprovider --durations=10
+
+lint: setup
+	$(PY) -m ruff check --no-cache .
 
 # Before a release: every planted submission through nbgrader too, the endless loop, oracle agreement.
 verify-full: setup

@@ -5,10 +5,17 @@ label and one results folder, as `make run` does (the lifecycle page writes the 
 that the system page then reads). The chapter, shared-verl and chapter-76 tests read that one run
 instead of executing the same notebooks again; they carry the xdist group `course_run`, so under
 `pytest -n 2 --dist loadgroup` the run happens once, on one worker.
+
+The tiny offline model, built once per session in a cache of its own (the user's model cache is never
+written): `tiny_model_dir` (its folder), `tiny_tokenizer` (its Hugging Face tokenizer), `tiny_model`
+(the model, float32 on CPU, eval mode; shared and read-only: the session fails if a test changed it)
+and `fresh_tiny_model` (a private copy a test may train or edit).
 """
 
 from __future__ import annotations
 
+import copy
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,3 +70,53 @@ def one_cpu_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    """The tiny model's folder (config, weights, tokenizer, identity file), built once per session."""
+    from tools.models.loading import resolve_model
+
+    return resolve_model("tiny", cache_dir=tmp_path_factory.mktemp("model_cache"))
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer(tiny_model_dir):
+    """The tiny model's tokenizer, shared by the session: use it, never reconfigure it."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+def model_fingerprint(model) -> str:
+    """sha256 of everything a test could change in a model: parameters, buffers, requires_grad, the
+    train/eval mode of every module, the config and the generation config."""
+    import torch
+
+    digest = hashlib.sha256()
+    for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
+        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}:{tensor.requires_grad}".encode())
+        digest.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy())
+    digest.update("".join("1" if module.training else "0" for module in model.modules()).encode())
+    digest.update(model.config.to_json_string().encode())
+    digest.update(model.generation_config.to_json_string().encode())
+    return digest.hexdigest()
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_model_dir):
+    """The tiny model (float32, CPU, eval mode), shared by the session. Read it, never change it: a test
+    that trains or edits a model takes `fresh_tiny_model` (or `copy.deepcopy(tiny_model)`)."""
+    from tools.models.loading import load_causal_lm
+
+    model, _ = load_causal_lm(tiny_model_dir)
+    before = model_fingerprint(model)
+    yield model
+    assert model_fingerprint(model) == before, \
+        "a test changed the shared tiny_model; use fresh_tiny_model (a private copy) for a test that changes it"
+
+
+@pytest.fixture
+def fresh_tiny_model(tiny_model):
+    """A private copy of the tiny model for one test, which may train or edit it."""
+    return copy.deepcopy(tiny_model)

@@ -34,7 +34,7 @@ def _snapshot(folder):
             if path.is_file()}
 
 
-pytestmark = pytest.mark.xdist_group("course_run")
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("course_run")]
 
 
 @pytest.fixture(scope="module")

@@ -35,14 +35,14 @@ def reference():
 
 
 @pytest.fixture(scope="module")
-def tokenizer():
-    return chapter.load_tiny_tokenizer()[0]
+def tokenizer(tiny_tokenizer):
+    return tiny_tokenizer
 
 
 @pytest.fixture(scope="module")
-def tiny_model():
-    model, model_tokenizer, identity = chapter.load_step5_model("tiny", "local", "cpu")
-    return model, model_tokenizer, identity
+def step5_model():
+    """`(model, tokenizer, identity)` as the chapter's Step 5 loads them (what these tests check)."""
+    return chapter.load_step5_model("tiny", "local", "cpu")
 
 
 def test_tokenizer_comes_from_the_cache_or_is_built_the_same_without_a_checkout(tokenizer, monkeypatch):
@@ -101,8 +101,8 @@ def test_fixed_batch_is_right_padded_from_the_training_seed(tokenizer, reference
     assert "worked_answer_truncated" in table and "effective supervised tokens" in table
 
 
-def test_framework_check_matches_transformers_and_sees_a_wrong_average(tiny_model, reference):
-    model, model_tokenizer, _ = tiny_model
+def test_framework_check_matches_transformers_and_sees_a_wrong_average(step5_model, reference):
+    model, model_tokenizer, _ = step5_model
     _, batch = chapter.build_fixed_batch(model_tokenizer, reference["build_sft_example"])
     result = chapter.compare_with_model_loss(model, batch, reference["shifted_token_nll"], reference["reduce_sft_loss"])
     assert result["matches_model_loss"] and result["abs_diff"] <= chapter.LOSS_TOLERANCE
@@ -117,8 +117,8 @@ def test_framework_check_matches_transformers_and_sees_a_wrong_average(tiny_mode
     assert not wrong["matches_model_loss"], "a loss divided by every position must not pass the framework check"
 
 
-def test_learner_comparison_reports_stubs_and_bugs_as_data(tiny_model, reference):
-    model, model_tokenizer, _ = tiny_model
+def test_learner_comparison_reports_stubs_and_bugs_as_data(step5_model, reference):
+    model, model_tokenizer, _ = step5_model
     _, batch = chapter.build_fixed_batch(model_tokenizer, reference["build_sft_example"])
 
     def stub(*args, **kwargs):
@@ -133,8 +133,8 @@ def test_learner_comparison_reports_stubs_and_bugs_as_data(tiny_model, reference
     assert chapter.learner_comparison(model, batch, reference)["status"] == "matches"
 
 
-def test_record_body_names_the_framework_and_holds_no_machine_path(tiny_model, tokenizer, reference):
-    model, model_tokenizer, identity = tiny_model
+def test_record_body_names_the_framework_and_holds_no_machine_path(step5_model, tokenizer, reference):
+    model, model_tokenizer, identity = step5_model
     examples, batch = chapter.build_fixed_batch(model_tokenizer, reference["build_sft_example"])
     comparison = chapter.compare_with_model_loss(model, batch, reference["shifted_token_nll"], reference["reduce_sft_loss"])
     counter = chapter.counterexample_losses(model, batch)

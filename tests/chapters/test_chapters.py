@@ -9,6 +9,8 @@ from chapter_factory import REPO_ROOT
 from tools.core.catalog import implemented_chapters
 from tools.course.runs.runner import run_chapter
 
+pytestmark = pytest.mark.integration
+
 CHAPTERS = implemented_chapters(REPO_ROOT)
 
 

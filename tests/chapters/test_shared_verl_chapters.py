@@ -17,6 +17,8 @@ from tools.core.catalog import load_catalog
 from tools.course.runs.runner import run_chapter
 from tools.verl_mechanism_closure import SCHEMA, read_summary
 
+pytestmark = pytest.mark.integration
+
 SHARED_FOLDER = "pt_verl_closure"
 READ_LINE = "already exists: it is read, and the experiment is not run again"
 RAN_LINE = "running the experiment once"

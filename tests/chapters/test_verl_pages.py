@@ -1,5 +1,5 @@
-"""Step 5 of the two verl chapters (`tools.chapters.verl_pages`): the plan, running or reading the shared
-record, the sentences built from its fields, the recomputation with the chapter's functions, the figures,
+"""Step 5 of the two verl chapters (`tools.chapters.verl_pages`, shared, with `pt_rollout_lifecycle` and
+`pt_rl_system`, one per page): the plan, running or reading the shared record, the sentences built from its fields, the recomputation with the chapter's functions, the figures,
 and the learner's own run beside the reported figures. One cpu_smoke record is made for the module."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import matplotlib
 import pytest
 
 from chapter_factory import REPO_ROOT
-from tools.chapters import verl_pages
+from tools.chapters import pt_rl_system, pt_rollout_lifecycle, verl_pages
 from tools.errors import ConfigError, StageFailedError, UpstreamRecordError
 from tools.experiments.verl_closure.config import ClosureConfig
 from tools.experiments.verl_closure.record import SCHEMA
@@ -78,6 +78,7 @@ def test_a_plan_checks_its_parameters_and_names_the_tool_arguments(tmp_path):
 # Running or reading
 # ---------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_an_existing_record_is_read_and_never_run_again(shared_path, results, monkeypatch):
     monkeypatch.setattr(verl_pages, "run_closure_tool", lambda *a, **k: pytest.fail("the tool must not run"))
     lines = []
@@ -88,6 +89,7 @@ def test_an_existing_record_is_read_and_never_run_again(shared_path, results, mo
     assert f"shared record (read): {shared_path}" in text and f"sha256 {shared.sha256}" in text
 
 
+@pytest.mark.slow
 def test_a_missing_record_is_made_by_running_the_tool_once(shared_path, tmp_path, monkeypatch):
     calls = []
 
@@ -116,6 +118,7 @@ def test_a_failed_run_raises_with_the_exit_code_and_the_logs(tmp_path, monkeypat
     assert raised.value.stage == "verl_mechanism_closure" and "pytest_fails_release.log" in raised.value.fix
 
 
+@pytest.mark.slow
 def test_a_record_of_another_label_schema_or_evidence_level_is_refused(shared_path, tmp_path):
     record = json.loads(shared_path.read_text(encoding="utf-8"))
     other = tmp_path / "other.json"
@@ -148,6 +151,7 @@ def test_dry_run_preflights_both_plans_and_writes_nothing(tmp_path, monkeypatch)
     assert {c[1] for c in calls} == {"dry_run_preview"} and list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_dry_run_with_a_used_label_says_the_record_would_be_read(shared_path, results, monkeypatch):
     monkeypatch.setattr(verl_pages, "run_closure_tool", lambda mode, label, output, arguments, **k: 0)
     lines = []
@@ -160,12 +164,13 @@ def test_dry_run_with_a_used_label_says_the_record_would_be_read(shared_path, re
 # Tables and sentences from the record's fields
 # ---------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_tables_show_the_record_not_typed_numbers(summaries):
     lifecycle, system = summaries
-    table = verl_pages.lifecycle_table(lifecycle)
+    table = pt_rollout_lifecycle.lifecycle_table(lifecycle)
     assert lifecycle["run_label"] in table and "mean/p99/max" in table and "(tolerance 0.2)" in table
     assert f"{lifecycle['groups']['release']['admitted']} / {lifecycle['groups']['release']['rejected']}" in table
-    table = verl_pages.system_table(system)
+    table = pt_rl_system.system_table(system)
     assert "initialisation" in table and "engine_release" in table and "before retain: settled None" in table
 
 
@@ -177,9 +182,10 @@ def test_evidence_sentence_follows_the_evidence_level_and_the_weights():
     assert "随机" not in verl_pages.evidence_sentence({**base, "evidence_level": "real_gpu", "weights": "pretrained"})
 
 
+@pytest.mark.slow
 def test_lifecycle_sentences_carry_the_statistics_and_versions(summaries):
     lifecycle, _ = summaries
-    text = "\n".join(verl_pages.lifecycle_sentences(lifecycle))
+    text = "\n".join(pt_rollout_lifecycle.lifecycle_sentences(lifecycle))
     assert "cpu_smoke" in text and "14/14 项通过" in text
     mean = lifecycle["groups"]["retain"]["same_version_after_sync"]["mean_abs_error"]
     assert f"均值 {mean:.3g}" in text and "最大值" in text and "只记录不判定" in text
@@ -187,18 +193,19 @@ def test_lifecycle_sentences_carry_the_statistics_and_versions(summaries):
     failed = copy.deepcopy(lifecycle)
     failed["groups"]["retain"]["same_version_after_sync"].update(mean_abs_error=0.3)
     failed["updated_lora_comparison"].update(bit_identical=False, relative_difference=0.5)
-    text = "\n".join(verl_pages.lifecycle_sentences(failed))
+    text = "\n".join(pt_rollout_lifecycle.lifecycle_sentences(failed))
     assert "超出上限" in text and "超出容差" in text
 
 
+@pytest.mark.slow
 def test_system_sentences_report_release_settling_and_null_peaks(summaries):
     _, system = summaries
-    text = "\n".join(verl_pages.system_sentences(system))
+    text = "\n".join(pt_rl_system.system_sentences(system))
     assert "没有 GPU 可采" in text and "no KV cache" in text and "组与组之间没有等待" in text
     measured = copy.deepcopy(system)
     measured["memory_settling"] = {"measured": True, "baseline_mb": 1500.0, "margin_mb": 1024.0,
                                    "before_group": {"retain": {"waited_s": 3.25, "last_mb": 1600.0, "settled": True}}}
-    text = "\n".join(verl_pages.system_sentences(measured))
+    text = "\n".join(pt_rl_system.system_sentences(measured))
     assert "基线 1500 MiB" in text and "等待 3.2 s" in text and "回到基线 + 1024 MiB 以内" in text
 
 
@@ -219,19 +226,20 @@ def advance(rollout, event):
     return {**rollout, "state": state, "history": [*rollout["history"], state]}
 
 
+@pytest.mark.slow
 def test_the_recheck_agrees_with_the_record_and_catches_a_disagreeing_function(summaries, shared_path):
     lifecycle, _ = summaries
-    recheck = verl_pages.recheck_admissions(lifecycle, freshness, advance)
+    recheck = pt_rollout_lifecycle.recheck_admissions(lifecycle, freshness, advance)
     assert recheck["consistent"] is True and recheck["inputs"] == {"behaviour_drift_threshold": 0.2,
                                                                    "max_version_lag": 1}
     release = recheck["groups"]["release"]
     assert release["agreeing"] == release["total"] == 32 and release["admitted"] == release["record_admitted"]
-    assert "逐条与记录一致 32/32" in verl_pages.recheck_sentence(recheck)
-    too_strict = verl_pages.recheck_admissions(lifecycle, lambda *a, **k: {**freshness(*a, **k), "admitted": False,
+    assert "逐条与记录一致 32/32" in pt_rollout_lifecycle.recheck_sentence(recheck)
+    too_strict = pt_rollout_lifecycle.recheck_admissions(lifecycle, lambda *a, **k: {**freshness(*a, **k), "admitted": False,
                                                                          "reasons": ["x"]}, advance)
     assert too_strict["consistent"] is (lifecycle["groups"]["release"]["admitted"] == 0)
     shared = verl_pages.SharedRecord(shared_path, "read", "0" * 64, json.loads(shared_path.read_text(encoding="utf-8")))
-    body = verl_pages.recheck_record_body(shared, recheck)
+    body = pt_rollout_lifecycle.recheck_record_body(shared, recheck)
     assert body["inputs"]["shared_record"]["path"] == f"pt_verl_closure/{LABEL}.json"  # relative to the results root
     assert body["consistent_with_shared_record"] is True and body["results"]["retain"]["total"] == 32
 
@@ -240,16 +248,18 @@ def test_the_recheck_agrees_with_the_record_and_catches_a_disagreeing_function(s
 # Figures and the reported figures
 # ---------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_the_figures_draw_both_groups(summaries):
     lifecycle, system = summaries
-    drift = verl_pages.draw_drift(lifecycle)
+    drift = pt_rollout_lifecycle.draw_drift(lifecycle)
     assert len(drift.axes) == 2 and "cpu_smoke: not a GPU measurement" in drift._suptitle.get_text()
-    timeline = verl_pages.draw_timeline(system)
+    timeline = pt_rl_system.draw_timeline(system)
     stage_axis, memory_axis = timeline.axes
     assert [t.get_text().split("\n")[0] for t in stage_axis.get_yticklabels()] == ["release", "retain"]
     assert any("GPU memory used: not sampled" in t.get_text() for t in memory_axis.get_legend().get_texts())
 
 
+@pytest.mark.slow
 def test_the_own_run_stands_beside_the_reported_figures(shared_path):
     shared = verl_pages.SharedRecord(shared_path, "ran", "0" * 64, {})
     text = verl_pages.evidence_beside_reported("PT-RL-SYSTEM", shared)
@@ -258,6 +268,7 @@ def test_the_own_run_stands_beside_the_reported_figures(shared_path):
     assert 'produce your own: set RUN_MODE = "cpu_smoke"' in text
 
 
+@pytest.mark.slow
 def test_in_dry_run_the_newest_cpu_smoke_record_is_shown_or_its_absence(shared_path, tmp_path, monkeypatch):
     monkeypatch.setattr(verl_pages, "default_results_dir", lambda mode, root=None: tmp_path / mode)
     assert verl_pages.latest_shared_record("cpu_smoke", tmp_path) is None

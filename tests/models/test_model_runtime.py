@@ -15,6 +15,7 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+from chapter_factory import REPO_ROOT
 from tools import model_runtime as mr
 from tools.models import architectures, builders, vocabulary
 from tools.errors import ConfigError, ModelCacheMissingError
@@ -31,21 +32,10 @@ SAMPLE_TEXTS = (
 )
 
 
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory) -> Path:
-    return mr.resolve_model(mr.TINY_MODEL_ID, cache_dir=tmp_path_factory.mktemp("cache"))
-
-
-@pytest.fixture(scope="module")
-def tiny(tiny_dir):
-    model, tokenizer = mr.load_causal_lm(tiny_dir)
-    return model, tokenizer
-
-
-def _copy_as_pretrained(tiny_dir: Path, target: Path, *, hub_blobs: Path | None = None) -> Path:
+def _copy_as_pretrained(tiny_model_dir: Path, target: Path, *, hub_blobs: Path | None = None) -> Path:
     """Copy the tiny model's files (not its identity file) as if they were downloaded weights."""
     target.mkdir(parents=True)
-    for path in tiny_dir.iterdir():
+    for path in tiny_model_dir.iterdir():
         if path.name == mr.IDENTITY_FILE:
             continue
         if hub_blobs is None:
@@ -58,9 +48,9 @@ def _copy_as_pretrained(tiny_dir: Path, target: Path, *, hub_blobs: Path | None 
     return target
 
 
-def _fake_hub_cache(tiny_dir: Path, cache: Path, *, with_ref: bool = True, revision: str = "abc123") -> Path:
+def _fake_hub_cache(tiny_model_dir: Path, cache: Path, *, with_ref: bool = True, revision: str = "abc123") -> Path:
     repo = cache / "models--Qwen--Qwen2.5-0.5B-Instruct"
-    snapshot = _copy_as_pretrained(tiny_dir, repo / "snapshots" / revision, hub_blobs=repo / "blobs")
+    snapshot = _copy_as_pretrained(tiny_model_dir, repo / "snapshots" / revision, hub_blobs=repo / "blobs")
     if with_ref:
         (repo / "refs").mkdir()
         (repo / "refs" / "main").write_text(revision, encoding="utf-8")
@@ -129,9 +119,9 @@ def test_missing_model_raises_with_folder_and_download_command(tmp_path):
     assert mr.find_local_model(QWEN, cache) is None
 
 
-def test_hub_cache_layout_is_found_loaded_and_identified(tiny_dir, tmp_path):
+def test_hub_cache_layout_is_found_loaded_and_identified(tiny_model_dir, tmp_path):
     cache = tmp_path / "hub"
-    snapshot = _fake_hub_cache(tiny_dir, cache)
+    snapshot = _fake_hub_cache(tiny_model_dir, cache)
     assert mr.resolve_model(QWEN, cache_dir=cache) == snapshot
     assert mr.expected_model_path(QWEN, cache) == snapshot
     identity = mr.model_identity(snapshot)
@@ -144,15 +134,15 @@ def test_hub_cache_layout_is_found_loaded_and_identified(tiny_dir, tmp_path):
     assert tokenizer("What is 2 + 3?")["input_ids"]
 
 
-def test_hub_snapshot_without_refs_is_found_by_scanning(tiny_dir, tmp_path):
+def test_hub_snapshot_without_refs_is_found_by_scanning(tiny_model_dir, tmp_path):
     cache = tmp_path / "hub"
-    snapshot = _fake_hub_cache(tiny_dir, cache, with_ref=False, revision="def456")
+    snapshot = _fake_hub_cache(tiny_model_dir, cache, with_ref=False, revision="def456")
     assert mr.resolve_model(QWEN, cache_dir=cache) == snapshot
 
 
-def test_incomplete_snapshot_is_reported_not_returned(tiny_dir, tmp_path):
+def test_incomplete_snapshot_is_reported_not_returned(tiny_model_dir, tmp_path):
     cache = tmp_path / "hub"
-    snapshot = _fake_hub_cache(tiny_dir, cache)
+    snapshot = _fake_hub_cache(tiny_model_dir, cache)
     (snapshot / "model.safetensors").unlink()
     with pytest.raises(ModelCacheMissingError, match="incomplete .missing model.safetensors"):
         mr.resolve_model(QWEN, cache_dir=cache)
@@ -161,20 +151,20 @@ def test_incomplete_snapshot_is_reported_not_returned(tiny_dir, tmp_path):
 
 
 @pytest.mark.parametrize("layout", [("Qwen2.5-0.5B-Instruct",), ("Qwen", "Qwen2.5-0.5B-Instruct")])
-def test_plain_folder_layouts_are_found(tiny_dir, tmp_path, layout):
+def test_plain_folder_layouts_are_found(tiny_model_dir, tmp_path, layout):
     cache = tmp_path / "plain"
-    folder = _copy_as_pretrained(tiny_dir, cache.joinpath(*layout))
+    folder = _copy_as_pretrained(tiny_model_dir, cache.joinpath(*layout))
     assert mr.resolve_model(QWEN, cache_dir=cache) == folder
     identity = mr.model_identity(folder)
     assert identity["model_id"] == QWEN and identity["weights"] == "pretrained"
     assert identity["weights_sha256"] is None  # not read, so not reported
 
 
-def test_model_cache_check_feeds_preflight_exit_codes(tiny_dir, tmp_path):
+def test_model_cache_check_feeds_preflight_exit_codes(tiny_model_dir, tmp_path):
     missing = mr.model_cache_check(QWEN, tmp_path / "none")
     assert missing["ok"] is False and missing["severity"] == "model_cache"
     assert preflight_exit_code(preflight_report(extra_checks=[missing])) == 4
-    _fake_hub_cache(tiny_dir, tmp_path / "hub")
+    _fake_hub_cache(tiny_model_dir, tmp_path / "hub")
     assert mr.model_cache_check(QWEN, tmp_path / "hub")["ok"] is True
     assert mr.model_cache_check(mr.TINY_MODEL_ID, tmp_path / "none")["ok"] is True
     assert mr.model_cache_check(QWEN, tmp_path / "none", source="random_init")["ok"] is True
@@ -186,26 +176,26 @@ def test_model_cache_check_feeds_preflight_exit_codes(tiny_dir, tmp_path):
 # Tiny model: build, identity, reuse, atomicity
 # ---------------------------------------------------------------------------
 
-def test_tiny_folder_identity(tiny_dir):
+def test_tiny_folder_identity(tiny_model_dir):
     for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
                  "generation_config.json", mr.IDENTITY_FILE):
-        assert (tiny_dir / name).is_file(), name
-    built = json.loads((tiny_dir / mr.IDENTITY_FILE).read_text(encoding="utf-8"))
-    files = {p.name: sha256_file(p) for p in tiny_dir.iterdir() if p.name != mr.IDENTITY_FILE}
+        assert (tiny_model_dir / name).is_file(), name
+    built = json.loads((tiny_model_dir / mr.IDENTITY_FILE).read_text(encoding="utf-8"))
+    files = {p.name: sha256_file(p) for p in tiny_model_dir.iterdir() if p.name != mr.IDENTITY_FILE}
     assert built["files"] == files
-    identity = mr.model_identity(tiny_dir)
+    identity = mr.model_identity(tiny_model_dir)
     assert identity["model_id"] == "tiny" and identity["weights"] == "random_init"
     assert identity["source"] == "offline_builder"
-    assert identity["config_sha256"] == sha256_file(tiny_dir / "config.json")
+    assert identity["config_sha256"] == sha256_file(tiny_model_dir / "config.json")
     assert identity["fingerprint"] == built["fingerprint"]
 
 
-def test_tiny_build_is_deterministic_reused_and_leaves_no_temp(tiny_dir, tmp_path):
+def test_tiny_build_is_deterministic_reused_and_leaves_no_temp(tiny_model_dir, tmp_path):
     torch.manual_seed(12345)  # the caller's RNG state must neither matter nor change
     state = torch.random.get_rng_state()
     other = mr.build_tiny_model(tmp_path)
     assert torch.equal(torch.random.get_rng_state(), state)
-    assert mr.model_identity(other)["fingerprint"] == mr.model_identity(tiny_dir)["fingerprint"]
+    assert mr.model_identity(other)["fingerprint"] == mr.model_identity(tiny_model_dir)["fingerprint"]
     stamp = (other / "model.safetensors").stat().st_mtime_ns
     assert mr.resolve_model("tiny", source="random_init", cache_dir=tmp_path) == other
     assert (other / "model.safetensors").stat().st_mtime_ns == stamp
@@ -253,8 +243,8 @@ def test_failed_build_leaves_nothing(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_altered_or_foreign_folder_is_refused(tiny_dir, tmp_path):
-    copy = shutil.copytree(tiny_dir, tmp_path / "tiny-qwen2")
+def test_altered_or_foreign_folder_is_refused(tiny_model_dir, tmp_path):
+    copy = shutil.copytree(tiny_model_dir, tmp_path / "tiny-qwen2")
     config = json.loads((copy / "config.json").read_text(encoding="utf-8"))
     config["num_hidden_layers"] = 3
     (copy / "config.json").write_text(json.dumps(config), encoding="utf-8")
@@ -278,9 +268,9 @@ def test_altered_or_foreign_folder_is_refused(tiny_dir, tmp_path):
 # Tiny tokenizer and chat template
 # ---------------------------------------------------------------------------
 
-def test_tokenizer_ids_survive_save_and_autotokenizer_reload(tiny_dir):
+def test_tokenizer_ids_survive_save_and_autotokenizer_reload(tiny_model_dir):
     built = mr.build_tiny_tokenizer()
-    reloaded = AutoTokenizer.from_pretrained(tiny_dir)
+    reloaded = AutoTokenizer.from_pretrained(tiny_model_dir)
     assert type(reloaded).__name__ == "Qwen2Tokenizer"
     assert len(reloaded) == len(built)
     for text in SAMPLE_TEXTS:
@@ -313,8 +303,8 @@ def test_tokenizer_trained_without_qwen2_pipeline_reloads_with_other_ids(tmp_pat
     assert any(reloaded(t)["input_ids"] != plain(t)["input_ids"] for t in SAMPLE_TEXTS)
 
 
-def test_chat_template_renders_qwen_style(tiny):
-    _, tokenizer = tiny
+def test_chat_template_renders_qwen_style(tiny_tokenizer):
+    tokenizer = tiny_tokenizer
     user = [{"role": "user", "content": "What is 2 + 3?"}]
     text = tokenizer.apply_chat_template(user, tokenize=False, add_generation_prompt=True)
     assert text == ("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
@@ -332,9 +322,9 @@ def test_chat_template_renders_qwen_style(tiny):
 # Loading
 # ---------------------------------------------------------------------------
 
-def test_load_causal_lm_returns_tiny_qwen2_untouched(tiny_dir, tiny):
-    model, tokenizer = tiny
-    plain = AutoModelForCausalLM.from_pretrained(tiny_dir)
+def test_load_causal_lm_returns_tiny_qwen2_untouched(tiny_model_dir):
+    model, tokenizer = mr.load_causal_lm(tiny_model_dir)
+    plain = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     assert type(model).__name__ == "Qwen2ForCausalLM"
     assert model.dtype == torch.float32 and model.device.type == "cpu"
     assert model.config.use_cache == plain.config.use_cache
@@ -350,18 +340,18 @@ def test_load_causal_lm_returns_tiny_qwen2_untouched(tiny_dir, tiny):
     assert sum(p.numel() for p in model.parameters()) < 200_000
 
 
-def test_load_causal_lm_dtype_and_device_checks(tiny_dir, tmp_path):
-    model, _ = mr.load_causal_lm(tiny_dir, dtype=torch.bfloat16)
+def test_load_causal_lm_dtype_and_device_checks(tiny_model_dir, tmp_path):
+    model, _ = mr.load_causal_lm(tiny_model_dir, dtype=torch.bfloat16)
     assert model.dtype == torch.bfloat16
     with pytest.raises(ConfigError, match="unsupported dtype"):
-        mr.load_causal_lm(tiny_dir, dtype=torch.int8)
+        mr.load_causal_lm(tiny_model_dir, dtype=torch.int8)
     with pytest.raises(ConfigError, match="invalid device"):
-        mr.load_causal_lm(tiny_dir, device="tpu:zero")
+        mr.load_causal_lm(tiny_model_dir, device="tpu:zero")
     with pytest.raises(ConfigError, match="no config.json"):
         mr.load_causal_lm(tmp_path)
     if not torch.cuda.is_available():
         with pytest.raises(ConfigError, match="no CUDA device"):
-            mr.load_causal_lm(tiny_dir, device="cuda")
+            mr.load_causal_lm(tiny_model_dir, device="cuda")
 
 
 # ---------------------------------------------------------------------------
@@ -385,24 +375,18 @@ def _generation_vs_forward(model, tokenizer, kwargs, temperature):
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_sampling_kwargs_give_forward_pass_log_probs(tiny, temperature):
-    model, tokenizer = tiny
-    model.eval()
+def test_sampling_kwargs_give_forward_pass_log_probs(fresh_tiny_model, tiny_tokenizer, temperature):
+    model, tokenizer = fresh_tiny_model, tiny_tokenizer
     # Qwen2.5-Instruct's generation config narrows sampling; the kwargs must override it.
     model.generation_config.top_k, model.generation_config.top_p = 20, 0.8
     model.generation_config.repetition_penalty = 1.05
-    try:
-        chosen_gap, full_gap, raw_gap = _generation_vs_forward(
-            model, tokenizer, mr.sampling_generation_kwargs(temperature, 12), temperature)
-    finally:
-        model.generation_config.top_k = model.generation_config.top_p = None
-        model.generation_config.repetition_penalty = None
+    chosen_gap, full_gap, raw_gap = _generation_vs_forward(
+        model, tokenizer, mr.sampling_generation_kwargs(temperature, 12), temperature)
     assert chosen_gap < 5e-6 and full_gap < 5e-6 and raw_gap < 5e-6
 
 
-def test_default_sampling_is_not_the_forward_distribution(tiny):
-    model, tokenizer = tiny
-    model.eval()
+def test_default_sampling_is_not_the_forward_distribution(fresh_tiny_model, tiny_tokenizer):
+    model, tokenizer = fresh_tiny_model, tiny_tokenizer
     chosen_gap, full_gap, raw_gap = _generation_vs_forward(
         model, tokenizer, {"do_sample": True, "max_new_tokens": 12}, 1.0)
     assert raw_gap < 5e-6  # the raw logits agree ...
@@ -435,6 +419,7 @@ def test_random_init_full_architecture_has_qwen25_05b_parameter_count():
     assert sum(p.numel() for p in model.parameters()) == 494_032_768  # published size of Qwen2.5-0.5B
 
 
+@pytest.mark.slow
 def test_random_init_build_with_shrunken_depth(tmp_path):
     folder = mr.build_random_init_model(QWEN, tmp_path, num_hidden_layers=1)
     assert folder == mr.random_init_folder(QWEN, tmp_path, 1) != mr.random_init_folder(QWEN, tmp_path)
@@ -465,8 +450,7 @@ def test_random_init_build_with_shrunken_depth(tmp_path):
     assert logits.shape[-1] == 151936 and torch.isfinite(logits).all()
 
 
-def test_random_init_tokenizer_encodes_text_as_the_tiny_one_apart_from_special_ids(tiny):
-    _, tiny_tokenizer = tiny
+def test_random_init_tokenizer_encodes_text_as_the_tiny_one_apart_from_special_ids(tiny_tokenizer):
     padded = builders.build_tiny_tokenizer(vocab_size=151936, special_token_ids=architectures.RANDOM_INIT_SPECIAL_TOKEN_IDS[QWEN])
     moved = {0: 151643, 1: 151644, 2: 151645}
     assert len(padded) == 151936
@@ -487,14 +471,14 @@ def test_padding_refuses_colliding_or_out_of_range_special_ids():
         builders.pad_vocabulary(backend, 1000, {"<|endoftext|>": 997})
 
 
-def test_vocabulary_check_of_tiny_random_init_and_pretrained_folders(tiny_dir, tmp_path):
-    tiny = vocabulary.vocabulary_alignment(tiny_dir)
+def test_vocabulary_check_of_tiny_random_init_and_pretrained_folders(tiny_model_dir, tmp_path):
+    tiny = vocabulary.vocabulary_alignment(tiny_model_dir)
     assert tiny["aligned"] is False and tiny["tokenizer_length"] < tiny["vocab_size"]  # rounded up to 64
     with pytest.raises(ConfigError, match="masks logits"):
-        vocabulary.require_vocabulary_alignment(tiny_dir)
-    assert vocabulary.vocabulary_check("tiny", tiny_dir.parent)["ok"] is False
+        vocabulary.require_vocabulary_alignment(tiny_model_dir)
+    assert vocabulary.vocabulary_check("tiny", tiny_model_dir.parent)["ok"] is False
     # the same files without the identity file are "pretrained": padding rows beyond the tokenizer are fine
-    pretrained = _copy_as_pretrained(tiny_dir, tmp_path / "cache" / "Qwen2.5-0.5B-Instruct")
+    pretrained = _copy_as_pretrained(tiny_model_dir, tmp_path / "cache" / "Qwen2.5-0.5B-Instruct")
     assert vocabulary.vocabulary_alignment(pretrained)["aligned"] is True
     assert vocabulary.vocabulary_check(QWEN, tmp_path / "cache")["ok"] is True
     missing = vocabulary.vocabulary_check(QWEN, tmp_path / "empty")

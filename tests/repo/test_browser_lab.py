@@ -28,7 +28,7 @@ CHAPTER_ID = "PT-RL-SYSTEM"
 EXPECTED_TODOS = ("TODO 1", "TODO 2", "TODO 3")
 
 MISSING = lab_browser.missing_prerequisite()
-pytestmark = pytest.mark.skipif(MISSING is not None, reason=str(MISSING))
+pytestmark = [pytest.mark.integration, pytest.mark.skipif(MISSING is not None, reason=str(MISSING))]
 
 
 @pytest.fixture(scope="module")

@@ -121,6 +121,7 @@ def test_every_bash_block_has_a_known_marker():
     assert {"run", "call", "gpu"} <= kinds
 
 
+@pytest.mark.integration
 def test_run_blocks_execute_as_pasted(checkout):
     ran = 0
     for after, lines in blocks_of("run"):

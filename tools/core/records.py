@@ -147,7 +147,7 @@ def utc_timestamp() -> str:
 
 
 def record_header(*, schema_version: str, chapter: str, stage: str, run_mode: str, run_label: str) -> dict:
-    """The fields every record starts with (COURSE_DESIGN §5)."""
+    """The fields every record starts with (ARCHITECTURE.md, "Records and evidence levels")."""
     return {
         "schema_version": schema_version,
         "chapter": chapter,

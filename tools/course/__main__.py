@@ -76,19 +76,21 @@ def cmd_grading_verify(args) -> int:
 
 
 def _course_dir(args):
+    """The nbgrader course folder: `--course-dir`, or the course's own `grading/`."""
     from pathlib import Path
 
-    from tools.course.grader.build import GRADING_DIR
+    from tools.course.layout import CourseLayout
 
-    return Path(args.course_dir).resolve() if args.course_dir else args.root / GRADING_DIR
+    return Path(args.course_dir).resolve() if args.course_dir else CourseLayout(args.root).grading
 
 
 def cmd_grading_release(args) -> int:
     from tools.core.catalog import select_chapters
     from tools.course.classroom.instructor import release_assignment
+    from tools.course.layout import CourseLayout
 
     for chapter in select_chapters(args.chapter, args.root):
-        release = release_assignment(args.root, chapter, _course_dir(args), args.root / "build" / "grading")
+        release = release_assignment(args.root, chapter, _course_dir(args), CourseLayout(args.root).grading_logs)
         print(f"released {chapter.id}: {release}")
     return 0
 
@@ -110,13 +112,13 @@ def cmd_grading_feedback(args) -> int:
 def cmd_grading_autograde(args) -> int:
     from pathlib import Path
 
-    from tools.course.classroom.batch import autograde_chapter, course_cell_timeout, format_summary
     from tools.core.catalog import select_chapters
-    from tools.course.grader.build import GRADING_DIR
+    from tools.course.classroom.batch import autograde_chapter, format_summary
     from tools.course.classroom.sandbox import Limits
+    from tools.course.nbgrader_cli import course_cell_timeout
 
     chapter = select_chapters([args.chapter], args.root)[0]
-    course = Path(args.course_dir) if args.course_dir else args.root / GRADING_DIR
+    course = _course_dir(args)
     cell_timeout = args.cell_timeout if args.cell_timeout is not None else course_cell_timeout(course)
     limits = Limits(cell_timeout_s=cell_timeout, notebook_timeout_s=args.notebook_timeout,
                     memory_mb=args.memory_mb or None, cpu_seconds=args.cpu_seconds or None,
@@ -155,8 +157,9 @@ def cmd_bench(args) -> int:
     import json
     import time
 
-    from tools.course.runs.bench import BENCH_SCHEMA, bench_chapter, bench_suite, format_bench
     from tools.core.catalog import select_chapters
+    from tools.course.layout import CourseLayout
+    from tools.course.runs.bench import BENCH_SCHEMA, bench_chapter, bench_suite, format_bench
 
     chapters = [bench_chapter(args.root, chapter, copies=args.copies, grading=not args.no_grading,
                               grading_only=args.grading_only)
@@ -164,7 +167,7 @@ def cmd_bench(args) -> int:
     suite = bench_suite(args.root, args.workers) if args.suite else None
     record = {"schema_version": BENCH_SCHEMA, "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               "chapters": chapters, "suite": suite}
-    folder = args.root / "build" / "bench"
+    folder = CourseLayout(args.root).bench_dir
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"bench_{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
     path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")

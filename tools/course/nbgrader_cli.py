@@ -1,4 +1,5 @@
-"""nbgrader's command line, run by this interpreter whether or not its venv is activated.
+"""nbgrader's command line, run by this interpreter whether or not its venv is activated, and what the
+course reads back from nbgrader: a course folder's settings and a student's scores in its gradebook.
 
 nbgrader starts `alembic` from PATH whenever it creates a gradebook, so a bare
 `.venv/bin/nbgrader ...` fails unless the venv's bin folder is on PATH. Every course command
@@ -12,7 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tools.errors import GradingError
+from tools.course.layout import NbgraderCourse
+from tools.errors import ConfigError, GradingError
 
 LOG_TAIL_LINES = 15
 
@@ -43,6 +45,26 @@ def gradebook_scores(course: Path, slug: str, student: str) -> dict[str, tuple[f
     """`grade_id -> (score, max_score)` of one student's notebook in the course gradebook."""
     from nbgrader.api import Gradebook
 
-    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+    with Gradebook(NbgraderCourse(course).gradebook_url) as gradebook:
         submission = gradebook.find_submission_notebook(slug, slug, student)
         return {grade.cell.name: (float(grade.score or 0.0), float(grade.max_score)) for grade in submission.grades}
+
+
+def course_config(course: Path):
+    """The traitlets config of the nbgrader course folder `course` (its `nbgrader_config.py`)."""
+    from traitlets.config.loader import PyFileConfigLoader
+
+    config = NbgraderCourse(course).config
+    if not config.is_file():
+        raise ConfigError(f"{config} does not exist; --course-dir must be an nbgrader course folder")
+    return PyFileConfigLoader(config.name, path=str(config.parent)).load_config()
+
+
+def course_id(course: Path) -> str:
+    """`CourseDirectory.course_id` of the course folder (nbgrader's default when unset)."""
+    return str(course_config(course).CourseDirectory.get("course_id", "default_course"))
+
+
+def course_cell_timeout(course: Path) -> int:
+    """`Execute.timeout` of the course folder's config (nbgrader's default, 30 s, when unset)."""
+    return int(course_config(course).Execute.get("timeout", 30))

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import importlib
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -44,6 +43,7 @@ from tools.core.runs import (
     validate_run_mode,
 )
 from tools.errors import ConfigError, RecordExistsError
+from tools.experiments.registry import get_experiment, load_runner  # noqa: F401 - load_runner re-exported
 
 TINY = "tiny"
 REAL_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
@@ -325,14 +325,6 @@ class RecordSink:
         return ref
 
 
-def load_runner(reference: str) -> Callable:
-    """The callable named by `"package.module:function"`."""
-    module_name, _, attribute = reference.partition(":")
-    if not module_name or not attribute:
-        raise ConfigError(f"runner {reference!r} must read 'package.module:function'")
-    return getattr(importlib.import_module(module_name), attribute)
-
-
 def run(plan: Plan, sink: RecordSink | None = None, *, log: Log = None) -> list[RecordRef]:
     """Run `plan` through its registered experiment and return the records written or read back.
 
@@ -340,8 +332,6 @@ def run(plan: Plan, sink: RecordSink | None = None, *, log: Log = None) -> list[
     work; `sink` defaults to `RecordSink.for_plan(plan)`. dry_run loads and writes nothing (the
     runner describes the plan through `log`) and returns [].
     """
-    from tools.experiments.registry import get_experiment
-
     experiment = get_experiment(plan.experiment)
     plan = experiment.check_plan(plan)
     sink = sink if sink is not None else RecordSink.for_plan(plan, slug=experiment.record_folder)

@@ -18,11 +18,21 @@ import os
 import pkgutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from tools.core.runs import RUN_MODES
 from tools.errors import ConfigError
-from tools.experiments.contract import Plan, load_runner
+
+if TYPE_CHECKING:
+    from tools.experiments.contract import Plan
+
+
+def load_runner(reference: str) -> Callable:
+    """The callable named by `"package.module:function"`."""
+    module_name, _, attribute = reference.partition(":")
+    if not module_name or not attribute:
+        raise ConfigError(f"runner {reference!r} must read 'package.module:function'")
+    return getattr(importlib.import_module(module_name), attribute)
 
 EXTRA_PACKAGES_ENV = "COURSE_EXPERIMENT_PACKAGES"
 DECLARATION_MODULE = "experiment"

@@ -3,21 +3,26 @@ replaced the chapter builds, runs and verifies without touching anything but its
 
 from __future__ import annotations
 
+import difflib
 import shutil
 
 import pytest
 
 from chapter_factory import REPO_ROOT
-from tools.core.catalog import find_chapter
+from tools.core.catalog import find_chapter, load_catalog
 from tools.course.__main__ import main
 from tools.course.grader.build import build_sources
 from tools.course.grader.verify import verify_chapter
 from tools.course.authoring.check import check_course
+from tools.course.cells import read_notebook
 from tools.course.runs.runner import run_chapter
-from tools.course.authoring.scaffold import TEMPLATE_MARKER
+from tools.course.authoring.scaffold import TEMPLATE_DIR, TEMPLATE_MARKER
 from tools.errors import ConfigError
 
-CHAPTER = "50"  # a planned chapter of the catalog
+pytestmark = pytest.mark.integration
+
+CHAPTER = [chapter.id for chapter in load_catalog(REPO_ROOT) if not chapter.implemented][-1]
+"""A planned chapter of the catalog (the last one: the chapters in progress are taken from the front)."""
 
 
 @pytest.fixture
@@ -56,6 +61,10 @@ def test_a_planned_chapter_is_scaffolded_filled_and_verified(course, tmp_path):
                      *(f"grading/mutants/{chapter.slug}/{name}.mutant" for name in (
                          "ints_accepted", "empty_allowed", "integer_division", "ties_in_input_order", "ascending",
                          "range_unchecked", "strict_minimum", "minimum_unchecked"))}
+    notebook = read_notebook(course / chapter.notebook)
+    text = "\n".join(cell.source for cell in notebook.cells)
+    assert "{{" not in text and f'open_chapter("{chapter.id}"' in text and chapter.title_zh in text
+    assert notebook.metadata["course"] == {"schema_version": 1, "chapter_id": chapter.id, "slug": chapter.slug}
     problems = [str(problem) for problem in check_course(course)]
     assert problems and all("TEMPLATE" in problem for problem in problems)
     fill(course)
@@ -88,3 +97,23 @@ def main_raises(argv):
     args = build_parser().parse_args(argv)
     args.root = resolve_project_root()
     return args.handler(args)
+
+
+def test_the_catalog_edit_changes_only_the_chapter_s_status_and_keeps_every_comment(course):
+    before = (course / "notebooks" / "catalog.toml").read_text(encoding="utf-8")
+    assert main(["new-chapter", CHAPTER]) == 0
+    after = (course / "notebooks" / "catalog.toml").read_text(encoding="utf-8")
+    changed = [line for line in difflib.unified_diff(before.splitlines(), after.splitlines(), lineterm="", n=0)
+               if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+    assert changed == ['-status = "planned"', '+status = "implemented"', '+gpu_stage = "TEMPLATE: describe Step 5"']
+    assert [line for line in before.splitlines() if line.startswith("#")] == \
+        [line for line in after.splitlines() if line.startswith("#")]
+
+
+def test_the_template_is_files_not_code():
+    """The template a chapter starts from is a notebook, a hidden-test file and mutant files, every
+    chapter-specific value a placeholder."""
+    notebook = (TEMPLATE_DIR / "chapter.ipynb").read_text(encoding="utf-8")
+    assert all(placeholder in notebook for placeholder in ("{{CHAPTER_ID}}", "{{TITLE_ZH}}", "{{SLUG}}"))
+    assert len(list((TEMPLATE_DIR / "mutants").glob("*.mutant"))) == 8
+    assert (TEMPLATE_DIR / "hidden_tests.py.template").read_text(encoding="utf-8").count("# %% hidden ") >= 12

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import json
 
 import pytest
@@ -14,7 +13,7 @@ from tools.core.catalog import load_catalog
 from tools.course.cells import read_notebook, write_notebook
 from tools.course.grader.build import build_sources
 
-pytestmark = pytest.mark.filterwarnings("ignore:.*not in session:sqlalchemy.exc.SAWarning")
+pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore:.*not in session:sqlalchemy.exc.SAWarning")]
 
 REFERENCE = {
     "add_rates": "import math\n\n\ndef add_rates(a, b):\n    if not (math.isfinite(a) and math.isfinite(b)):\n"

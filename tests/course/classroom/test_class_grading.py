@@ -37,10 +37,10 @@ CELL_TIMEOUT_S = 10
 MEMORY_MB = 2048
 RUN_BOUND_S = 300
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.integration, pytest.mark.skipif(
     not ((REPO_ROOT / "notebooks" / f"{CHAPTER_SLUG}.ipynb").is_file()
          and (REPO_ROOT / "grading" / "hidden_tests" / f"{CHAPTER_SLUG}.py").is_file()),
-    reason="PT-RL-SYSTEM chapter or its hidden tests not present")
+    reason="PT-RL-SYSTEM chapter or its hidden tests not present")]
 # The planted mutants are read with `load_mutants` (both `.mutant` edits and whole `.py` files) by
 # `make_class`; a chapter without any fails `test_the_class_is_large_enough...`, it is never skipped.
 

@@ -34,7 +34,7 @@ from tools.course.classroom.batch import remove_tree
 from tools.course.cells import read_notebook, write_notebook
 from tools.course.classroom.sandbox import probe_host
 
-pytestmark = pytest.mark.filterwarnings("ignore:.*not in session:sqlalchemy.exc.SAWarning")
+pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore:.*not in session:sqlalchemy.exc.SAWarning")]
 
 HOST = probe_host()
 REFERENCE = {

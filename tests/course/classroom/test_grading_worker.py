@@ -10,7 +10,6 @@ that the same check then finds the planted files.
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import subprocess
@@ -23,11 +22,11 @@ from tools.core.catalog import load_catalog
 from tools.course.classroom import batch as autograde_batch
 from tools.course.__main__ import main
 from tools.course.classroom.batch import ensure_assignment
-from tools.course.cells import read_notebook, write_notebook
+from tools.course.cells import read_notebook
 from tools.course.grader.build import build_sources
 from tools.course.classroom.slot import GradingSlot
 
-pytestmark = pytest.mark.filterwarnings("ignore:.*not in session:sqlalchemy.exc.SAWarning")
+pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore:.*not in session:sqlalchemy.exc.SAWarning")]
 
 REFERENCE = {
     "add_rates": "import math\n\n\ndef add_rates(a, b):\n    if not (math.isfinite(a) and math.isfinite(b)):\n"

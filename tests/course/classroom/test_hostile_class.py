@@ -66,7 +66,7 @@ HOST_MARKERS = [Path(f"/tmp/course-hostile-{TOKEN}"), Path(f"/tmp/course-exploit
 SYSV_KEY = 0x5EC000 + (int(TOKEN[:4], 16) & 0xFFF)
 
 pytestmark = [
-    pytest.mark.slow,
+    pytest.mark.integration,
     pytest.mark.filterwarnings("ignore:.*not in session:sqlalchemy.exc.SAWarning"),
     pytest.mark.skipif(not (REPO_ROOT / "notebooks" / f"{CHAPTER_SLUG}.ipynb").is_file(), reason="chapter 33 not present"),
 ]

@@ -358,6 +358,7 @@ print(json.dumps({"exits": [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for
 
 
 @needs_cgroups
+@pytest.mark.slow
 def test_many_children_together_are_held_to_the_submissions_memory(worker):
     batch = BatchCgroups(CGROUPS)
     try:
@@ -387,6 +388,7 @@ print(json.dumps({"wall_s": time.monotonic() - started}))
 
 
 @needs_cgroups
+@pytest.mark.slow
 def test_setsid_spinners_get_the_submissions_cpu_quota_and_are_killed_with_it(worker):
     batch = BatchCgroups(CGROUPS)
     try:
@@ -423,6 +425,7 @@ def _host_segments(key: int) -> int:
 
 
 @needs_namespaces
+@pytest.mark.slow
 def test_a_sysv_segment_left_by_one_submission_is_gone_for_the_next_and_for_the_host(worker):
     limits = Limits(cell_timeout_s=5, notebook_timeout_s=60)
     _, written, enforced, _ = run_script(worker, SYSV_WRITER, limits, box_dir_name="writer")
@@ -465,6 +468,7 @@ print(json.dumps({"top": listing("/"), "repo_parent": listing(os.path.dirname(re
 
 
 @needs_namespaces
+@pytest.mark.slow
 def test_the_kernel_sees_only_what_it_needs_and_writes_only_to_capped_scratch(worker, monkeypatch):
     monkeypatch.setattr(sandbox, "PRIVATE_DIR_MB", 16)
     run, view, enforced, kernel = run_script(worker, FILESYSTEM_VIEW, Limits(cell_timeout_s=5, notebook_timeout_s=60),

@@ -80,6 +80,7 @@ def test_the_build_gives_differential_tests_the_reference_and_nothing_else(tmp_p
     assert uses_reference("reference.agrees('x', s)") and not uses_reference("assert halve(3) == 1.5")
 
 
+@pytest.mark.integration
 def test_a_mutant_only_the_differential_test_catches_loses_points(tmp_path):
     root = make_toy_project(tmp_path, hidden=TOY_HIDDEN + DIFFERENTIAL,
                             mutants={**TOY_MUTANTS, "float_sum": FLOAT_SUM})

@@ -82,6 +82,7 @@ def test_hidden_tests_for_unknown_exercise_are_refused(tmp_path):
         build_source_notebook(root, load_catalog(root)[0])
 
 
+@pytest.mark.slow
 def test_the_committed_grading_sources_are_up_to_date():
     completed = subprocess.run([sys.executable, "-m", "tools.course", "grading", "build", "--check"],
                                cwd=REPO_ROOT, capture_output=True, text=True)

@@ -10,6 +10,8 @@ from tools.course.cells import read_notebook
 from tools.course.grader.build import hidden_tests_path, load_mutants, mutants_dir, parse_hidden_tests
 from tools.course.grader.verify import format_matrix, verify_chapter
 
+pytestmark = pytest.mark.integration
+
 GRADED = [chapter for chapter in implemented_chapters(REPO_ROOT) if hidden_tests_path(REPO_ROOT, chapter).is_file()]
 AGREEMENT_CHAPTERS = ["33", "PT-RL-SYSTEM"]
 """Real chapters whose full planted matrix goes through nbgrader and the oracle (the fast matrix of every

@@ -45,12 +45,14 @@ def outcome(report, student):
     return next(item for item in report.outcomes if item.student == student)
 
 
+@pytest.mark.integration
 def test_stub_scores_zero_and_reference_full_through_nbgrader_and_the_oracle(toy_report):
     assert outcome(toy_report, "stub").total == 0 and outcome(toy_report, "stub").graded_by == "nbgrader+oracle"
     assert outcome(toy_report, "reference").total == outcome(toy_report, "reference").max_total == 5
     assert toy_report.nbgrader_submissions == 3 and toy_report.disagreements == []
 
 
+@pytest.mark.integration
 def test_each_real_mutant_loses_points_on_its_exercise(toy_report):
     for name, (exercise, _, _) in TOY_MUTANTS.items():
         result = outcome(toy_report, f"mutant_{name}")
@@ -58,10 +60,12 @@ def test_each_real_mutant_loses_points_on_its_exercise(toy_report):
         assert result.passed and result.per_exercise[exercise] < toy_report.max_per_exercise[exercise]
 
 
+@pytest.mark.integration
 def test_edited_or_deleted_test_cells_gain_nothing(toy_report):
     assert outcome(toy_report, "tampered_stub").total == 0 and outcome(toy_report, "tampered_stub").passed
 
 
+@pytest.mark.integration
 def test_a_mutant_that_loses_nothing_fails_verification(toy_report):
     assert not outcome(toy_report, "mutant_equivalent").passed
     assert not toy_report.passed
@@ -69,6 +73,7 @@ def test_a_mutant_that_loses_nothing_fails_verification(toy_report):
     assert "mutant_equivalent" in matrix and "FAIL" in matrix.splitlines()[-1]
 
 
+@pytest.mark.integration
 def test_full_mode_grades_everything_through_nbgrader_and_the_oracle_agrees(toy_full_report):
     toy_full_report, _ = toy_full_report
     mutants = [o for o in toy_full_report.outcomes if o.student.startswith("mutant_")]
@@ -84,6 +89,7 @@ def test_a_disagreement_between_oracle_and_nbgrader_is_reported():
     assert disagreements(nbgrader, oracle) == ["alice hidden_a_x: oracle (2.0, 2.0) vs nbgrader (0.0, 2.0)"]
 
 
+@pytest.mark.integration
 def test_the_endless_loop_is_stopped_by_the_cell_timeout_and_scores_zero(toy_full_report):
     report, seconds = toy_full_report
     loop = outcome(report, "endless_loop")
@@ -101,6 +107,7 @@ def test_the_oracle_scores_cells_by_nbgraders_rules():
     assert score_cell(cell, execute_cell(shell, "import time\nwhile True: time.sleep(0.01)", 1)) == (0.0, 2.0)
 
 
+@pytest.mark.slow
 def test_an_oracle_submission_that_hangs_is_stopped_and_scores_zero(toy_root):
     from tools.course.grader.build import build_source_notebook
 

@@ -27,6 +27,8 @@ from chapter_factory import REPO_ROOT
 
 from tools.experiments.registry import device_steps
 
+pytestmark = pytest.mark.integration
+
 SCRIPT = REPO_ROOT / "benchmarks" / "gpu" / "run_device_batch.sh"
 FETCH = REPO_ROOT / "benchmarks" / "gpu" / "fetch_wheels.sh"
 DESCRIPTION = tomllib.loads((REPO_ROOT / "environment" / "gpu-image.toml").read_text(encoding="utf-8"))

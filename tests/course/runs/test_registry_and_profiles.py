@@ -1,6 +1,5 @@
 """Tests of the asset registry, the environment profiles and `python -m tools.course preflight`."""
 
-import json
 import os
 import shutil
 import subprocess
@@ -44,6 +43,7 @@ def test_catalog_lists_every_seed_entry_with_its_fields():
             assert (REPO_ROOT / chapter.notebook).is_file()
 
 
+@pytest.mark.slow
 def test_committed_registry_is_current_and_lists_every_entry():
     completed = subprocess.run([sys.executable, "-m", "tools.course", "registry", "--check"], cwd=REPO_ROOT,
                                capture_output=True, text=True)
@@ -141,6 +141,7 @@ def test_cpu_profile_is_ready_here(tmp_path):
     assert "READY" in completed.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("profile", [p for p in PROFILES if p != "PT-CPU"] + ["MULTI-WORKER"])
 def test_cuda_profiles_are_blocked_here_with_the_reason_and_fix(profile, tmp_path):
     completed = run_preflight(profile, tmp_path)

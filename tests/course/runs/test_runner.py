@@ -13,6 +13,8 @@ from tools.course.runs.runner import format_summary, label_lock, run_chapters
 from tools.errors import LabelLockedError
 from tools.errors import ConfigError
 
+pytestmark = pytest.mark.integration
+
 RECORD_CELL = '''
 import json, pathlib
 if RUN_MODE != "dry_run":

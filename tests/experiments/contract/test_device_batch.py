@@ -62,6 +62,7 @@ def test_the_steps_are_the_registrys_after_the_environment_check_and_the_models(
     assert toy.argv[toy.argv.index("--model-source") + 1] == "random_init"
 
 
+@pytest.mark.integration
 def test_a_step_killed_by_its_limit_leaves_every_earlier_record_in_the_archive(tmp_path):
     out = tmp_path / "out"
     completed = subprocess.run(_batch_command(out, "--budget-s", "600"), env=_env(),
@@ -81,6 +82,7 @@ def test_a_step_killed_by_its_limit_leaves_every_earlier_record_in_the_archive(t
     assert "=== toy_sleep (limit 5 s)" in (out / "log.txt").read_text(encoding="utf-8")  # its own max_s
 
 
+@pytest.mark.integration
 def test_a_step_the_budget_cannot_fit_is_skipped_and_says_so(tmp_path, monkeypatch):
     """A fake clock jumps 105 s when the first step ends: 15 s of the 120 s budget are left, less than a
     step needs, so the next step is skipped (and the summary says why) while the first one's records stay."""
@@ -112,6 +114,7 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
+@pytest.mark.integration
 def test_a_batch_stopped_from_outside_still_brought_back_every_finished_step(tmp_path):
     """The GPU session ends the command (its 10-minute limit): what finished before is already saved, and
     the step that was running goes with the batch (its own process group is killed too)."""

@@ -104,6 +104,7 @@ def test_a_notebook_passes_its_own_sink(toy, tmp_path):
     assert records == sink.records and records[0].path.parent.name == "toy_elsewhere"
 
 
+@pytest.mark.slow
 def test_the_command_line_runs_the_toy_with_its_own_flag_and_the_common_ones(tmp_path):
     completed = _cli("run", "toy", "--run-mode", "cpu_smoke", "--label", "toy_cli_v1", "--results-dir", str(tmp_path),
                      "--variant", "large", "--seed", "7", "--time-limit-s", "30")

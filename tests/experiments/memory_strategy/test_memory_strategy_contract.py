@@ -39,6 +39,7 @@ def test_all_stages_through_the_contract_keep_five_records_in_the_sink(contract_
     assert [ref.status for ref in records] == ["ok", None, "complete", "completed", "tune"]
 
 
+@pytest.mark.slow
 def test_the_contract_writes_the_records_the_stage_command_writes(contract_run, tmp_path):
     folder, records = contract_run
     label = "pytest_contract_cli"

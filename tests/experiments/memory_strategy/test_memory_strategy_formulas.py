@@ -22,7 +22,6 @@ from chapter_factory import REPO_ROOT
 from tools.course.cells import cells_with_role, read_notebook
 from tools.experiments.memory_strategy import estimate, judge, stages
 from tools.experiments.memory_strategy.runner import compare_strategy_gradients
-from tools.models.loading import load_causal_lm, resolve_model
 
 NOTEBOOK = REPO_ROOT / "notebooks" / "76-activation-memory-strategies.ipynb"
 SETTINGS = settings(max_examples=120, derandomize=True, database=None, deadline=None,
@@ -117,8 +116,8 @@ def test_the_chapters_handoff_gate_is_the_librarys(chapter, names, records, mini
 
 
 @pytest.fixture(scope="module")
-def tiny():
-    model, _ = load_causal_lm(resolve_model("tiny"))
+def tiny(tiny_model):
+    model = copy.deepcopy(tiny_model)
     model.config.use_cache = False
     ids = torch.randint(0, model.config.vocab_size, (2, 40), generator=torch.Generator().manual_seed(3))
 

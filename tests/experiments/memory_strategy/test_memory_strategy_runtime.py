@@ -9,18 +9,11 @@ import torch
 import tools.experiments.memory_strategy as package
 from tools import memory_strategy_runtime as msr
 from tools.errors import ConfigError
-from tools.models.loading import load_causal_lm, resolve_model
 
 BATCH, SEQ = 4, 64
 
 
 pytestmark = pytest.mark.usefixtures("one_cpu_thread")  # conftest: torch on one thread
-
-
-@pytest.fixture(scope="module")
-def tiny_model():
-    model, _ = load_causal_lm(resolve_model("tiny"))
-    return model
 
 
 @pytest.fixture(scope="module")

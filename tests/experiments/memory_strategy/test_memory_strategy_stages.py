@@ -201,6 +201,7 @@ def test_cli_passes_its_arguments(monkeypatch, capsys):
                     "stage": "g0", "source": "random_init"}
 
 
+@pytest.mark.slow
 def test_the_module_runs_as_a_command():
     completed = subprocess.run([sys.executable, "-m", "tools.experiments.memory_strategy.stages", "--run-mode",
                                 "dry_run", "--label", "any_label", "--stage", "all"],

@@ -173,6 +173,7 @@ def test_cli_exits_non_zero_when_the_baseline_did_not_complete(monkeypatch, tmp_
     assert "no input manifest" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_the_module_runs_as_a_command(tmp_path):
     """`python -m tools.experiments.memory_strategy.baseline` parses and fails before any work on a bad label."""
     import subprocess

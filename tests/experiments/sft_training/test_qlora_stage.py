@@ -48,7 +48,8 @@ def bnb_round_trip(weight: torch.Tensor, blocksize: int) -> tuple[torch.Tensor, 
 
 
 @pytest.mark.parametrize("shape,dtype,blocksize", [((64, 96), torch.float32, 64), ((37, 50), torch.float32, 64),
-                                                   ((33, 64), torch.bfloat16, 32), ((7, 129), torch.float16, 128)])
+                                                   ((33, 64), torch.bfloat16, 32),
+                                                   pytest.param((7, 129), torch.float16, 128, marks=pytest.mark.slow)])
 def test_the_reference_quantiser_matches_bitsandbytes_code_for_code(shape, dtype, blocksize):
     weight = (torch.randn(*shape, generator=torch.Generator().manual_seed(5)) * 0.03).to(dtype)
     weight.view(-1)[:blocksize] = 0  # a zero block

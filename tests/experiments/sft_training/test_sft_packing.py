@@ -32,18 +32,11 @@ from tools.experiments.sft_training.packing import (
 )
 from tools.experiments.sft_training.plans import ch_30, plan_for
 from tools.experiments.sft_training.runner import run_stage
-from tools.models.loading import load_causal_lm, resolve_model
 
 
 @pytest.fixture(scope="module")
-def tiny():
-    model, tokenizer = load_causal_lm(resolve_model("tiny"))
-    return model.eval(), tokenizer
-
-
-@pytest.fixture(scope="module")
-def examples(tiny):
-    return build_split(tiny[1], (101, 102, 103, 104), 909, 2, 96).train[:6]
+def examples(tiny_tokenizer):
+    return build_split(tiny_tokenizer, (101, 102, 103, 104), 909, 2, 96).train[:6]
 
 
 def _example(ids, labels) -> Example:
@@ -79,8 +72,8 @@ def test_a_packed_row_restarts_positions_and_masks_each_first_label():
         padded_batch([_example([1, 2, 3], [1, 2, 3])], 2, 0)
 
 
-def test_packed_rows_equal_transformers_data_collator_with_flattening(examples, tiny):
-    batch = packed_batch(examples, 128, tiny[1].pad_token_id)
+def test_packed_rows_equal_transformers_data_collator_with_flattening(examples, tiny_tokenizer):
+    batch = packed_batch(examples, 128, tiny_tokenizer.pad_token_id)
     rows = first_fit_rows([len(example.input_ids) for example in examples], 128)
     flattening = DataCollatorWithFlattening()
     for row, members in enumerate(rows):
@@ -99,10 +92,10 @@ def test_the_block_mask_follows_position_ids_and_refuses_broken_ones():
             block_causal_mask(broken)
 
 
-def test_position_ids_alone_do_not_isolate_in_transformers_default_qwen2(tiny, examples):
+def test_position_ids_alone_do_not_isolate_in_transformers_default_qwen2(tiny_model, tiny_tokenizer, examples):
     """What the chapter teaches about transformers 5.9 (sdpa): a 2-D mask or the default cache turn the
     packed-sequence detection off; only no mask and use_cache=False isolate without our block mask."""
-    model, tokenizer = tiny
+    model, tokenizer = tiny_model, tiny_tokenizer
     batch = packed_batch(examples[:2], 128, tokenizer.pad_token_id)
     length = len(examples[1].input_ids)
     start = len(examples[0].input_ids)
@@ -119,8 +112,8 @@ def test_position_ids_alone_do_not_isolate_in_transformers_default_qwen2(tiny, e
         assert second_example() > 1e-2
 
 
-def test_the_block_mask_hook_isolates_and_the_check_can_fail(tiny, examples):
-    model, tokenizer = load_causal_lm(resolve_model("tiny"))
+def test_the_block_mask_hook_isolates_and_the_check_can_fail(fresh_tiny_model, tiny_tokenizer, examples):
+    model, tokenizer = fresh_tiny_model, tiny_tokenizer
     with pytest.raises(ConfigError, match="install_block_mask"):
         isolation_check(model, examples, 128, tokenizer.pad_token_id, "cpu")
     install_block_mask(model)
@@ -134,14 +127,14 @@ def test_the_block_mask_hook_isolates_and_the_check_can_fail(tiny, examples):
     assert block_mask_hook(model).enabled is False
 
 
-def test_an_attention_implementation_without_mask_support_is_refused(tiny):
-    model, _ = load_causal_lm(resolve_model("tiny"))
+def test_an_attention_implementation_without_mask_support_is_refused(fresh_tiny_model):
+    model = fresh_tiny_model
     model.config._attn_implementation = "flash_attention_2"
     with pytest.raises(ConfigError, match="attention"):
         install_block_mask(model)
 
 
-def test_the_collate_hook_follows_the_variant(examples, tiny):
+def test_the_collate_hook_follows_the_variant(examples):
     config = StageConfig(chapter="30", run_mode="cpu_smoke", run_label="pytest_collate", results_root="/tmp/unused")
     padded = collate(examples[:4], 0, AdapterSpec("p", max_length=128), config)
     packed = collate(examples[:4], 0, AdapterSpec("q", max_length=128, batching="packed"), config)
@@ -194,11 +187,11 @@ def test_the_decision_is_read_from_the_records(stage_records):
     assert long_context.decide(oom, waste_report)["decision"] == "tune"
 
 
-def test_the_notebook_reference_agrees_with_the_stage(examples, tiny):
+def test_the_notebook_reference_agrees_with_the_stage(examples, tiny_tokenizer):
     ref = _reference(["pack_examples", "block_causal_mask"])
     for row_length in (64, 128, 256):
-        ours = ref["pack_examples"](long_context.example_dicts(examples), row_length, tiny[1].pad_token_id)
-        stage = packed_batch(examples, row_length, tiny[1].pad_token_id)
+        ours = ref["pack_examples"](long_context.example_dicts(examples), row_length, tiny_tokenizer.pad_token_id)
+        stage = packed_batch(examples, row_length, tiny_tokenizer.pad_token_id)
         for key in ("input_ids", "labels", "position_ids", "attention_mask"):
             assert stage[key].tolist() == ours[key], (row_length, key)
         positions = torch.tensor(ours["position_ids"])

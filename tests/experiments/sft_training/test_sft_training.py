@@ -15,14 +15,13 @@ from tools.experiments.sft_training.__main__ import main
 from tools.experiments.sft_training.config import AdapterSpec, StageConfig
 from tools.experiments.sft_training.data import IGNORE_INDEX, build_split, chat_example
 from tools.experiments.sft_training.runner import run_stage
-from tools.models.loading import load_causal_lm, resolve_model
 
 ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
 @pytest.fixture(scope="module")
-def tokenizer():
-    return load_causal_lm(resolve_model("tiny"))[1]
+def tokenizer(tiny_tokenizer):
+    return tiny_tokenizer
 
 
 def stage(tmp_path, **changes) -> StageConfig:

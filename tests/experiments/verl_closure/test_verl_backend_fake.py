@@ -40,7 +40,7 @@ from tools.experiments.verl_closure.protocol import GROUPS, Request, build_examp
 from tools.experiments.verl_closure.record import build_record
 from tools.measure.sampler import ResourceSampler
 from tools.models.architectures import TINY_FOLDER
-from tools.models.loading import model_identity, resolve_model
+from tools.models.loading import model_identity
 
 HYDRA_MISSING = [name for name in ("hydra", "omegaconf") if importlib.util.find_spec(name) is None]
 pytestmark = pytest.mark.skipif(bool(HYDRA_MISSING) or importlib.util.find_spec("verl") is None,
@@ -367,15 +367,14 @@ def fake_modules(policy: FakePolicy, server: FakeServer, helpers) -> dict[str, t
 # ---------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory):
-    path = resolve_model("tiny", cache_dir=tmp_path_factory.mktemp("cache"))
-    tokenizer = common.load_tokenizer(path)
-    return path, tokenizer
+def closure_model(tiny_model_dir):
+    """The tiny model's folder and the experiment's own tokenizer wrapper of it."""
+    return tiny_model_dir, common.load_tokenizer(tiny_model_dir)
 
 
-def run_with_fake_verl(monkeypatch, tmp_path, tiny_model, *, rows: int | None = None):
+def run_with_fake_verl(monkeypatch, tmp_path, closure_model, *, rows: int | None = None):
     """Both groups on the fake verl; returns (config, groups, record, servers, logs)."""
-    path, tokenizer = tiny_model
+    path, tokenizer = closure_model
     length = len(tokenizer.tokenizer)
     helpers = real_padding_helpers() or (stand_in_tensordict_utils(), stand_in_padding())
     config = ClosureConfig(run_label="fake_verl_closure", output=tmp_path / "fake_verl_closure.json", backend="verl",
@@ -416,8 +415,8 @@ def run_with_fake_verl(monkeypatch, tmp_path, tiny_model, *, rows: int | None = 
     return config, groups, record, servers, logs
 
 
-def test_both_groups_run_end_to_end_on_the_fake_verl(monkeypatch, tmp_path, tiny_model):
-    config, groups, record, servers, logs = run_with_fake_verl(monkeypatch, tmp_path, tiny_model)
+def test_both_groups_run_end_to_end_on_the_fake_verl(monkeypatch, tmp_path, closure_model):
+    config, groups, record, servers, logs = run_with_fake_verl(monkeypatch, tmp_path, closure_model)
     decision = record["system_decision"]
     assert decision["failed_checks"] == [] and decision["status"] == "pass"
     release, retain = groups["release"], groups["retain"]
@@ -447,12 +446,12 @@ def test_both_groups_run_end_to_end_on_the_fake_verl(monkeypatch, tmp_path, tiny
         value.startswith("/") for _, value in shown)
 
 
-def test_a_vocabulary_mismatch_fails_both_same_version_checks(monkeypatch, tmp_path, tiny_model):
+def test_a_vocabulary_mismatch_fails_both_same_version_checks(monkeypatch, tmp_path, closure_model):
     """The tiny model's 448 rows against its 385-token tokenizer: vLLM masks rows 385.., the actor does not."""
-    path, tokenizer = tiny_model
+    path, tokenizer = closure_model
     rows = json.loads((path / "config.json").read_text(encoding="utf-8"))["vocab_size"]
     assert rows > len(tokenizer.tokenizer)
-    _, groups, record, _, _ = run_with_fake_verl(monkeypatch, tmp_path, tiny_model, rows=rows)
+    _, groups, record, _, _ = run_with_fake_verl(monkeypatch, tmp_path, closure_model, rows=rows)
     failed = record["system_decision"]["failed_checks"]
     assert {"same_version_before_update_within_limits", "same_version_after_sync_within_limits"} <= set(failed)
     assert groups["release"]["same_version_before_update"]["mean_abs_error"] > 0.05
@@ -472,8 +471,8 @@ class ScriptedClient:
         return self.outputs.pop(0)
 
 
-def test_finish_reason_uses_every_eos_id_and_the_token_count(tiny_model):
-    path, tokenizer = tiny_model
+def test_finish_reason_uses_every_eos_id_and_the_token_count(closure_model):
+    path, tokenizer = closure_model
     config = ClosureConfig(run_label="fake_verl_finish", output=Path("x.json"), backend="verl", model="tiny",
                            response_token_cap=4)
     session = verl_backend.VerlGroupSession("release", config, path, [], time.monotonic, lambda line: None)
@@ -491,8 +490,8 @@ def test_finish_reason_uses_every_eos_id_and_the_token_count(tiny_model):
     assert [s["engine_version"] for s in samples] == [3, 3, 3, None]
 
 
-def test_the_worker_records_each_resume_and_hands_out_its_lora_tensors(monkeypatch, tiny_model):
-    path, tokenizer = tiny_model
+def test_the_worker_records_each_resume_and_hands_out_its_lora_tensors(monkeypatch, closure_model):
+    path, tokenizer = closure_model
     policy = FakePolicy(len(tokenizer.tokenizer), len(tokenizer.tokenizer))
     server = FakeServer(policy, [2])
     for name, module in fake_modules(policy, server, (stand_in_tensordict_utils(), stand_in_padding())).items():
@@ -515,8 +514,8 @@ def test_the_worker_records_each_resume_and_hands_out_its_lora_tensors(monkeypat
         sys.modules.pop(WORKER_MODULE, None)
 
 
-def test_the_parent_runs_each_group_as_a_child_process_and_reports_its_failure(tmp_path, monkeypatch, tiny_model):
-    path, tokenizer = tiny_model
+def test_the_parent_runs_each_group_as_a_child_process_and_reports_its_failure(tmp_path, monkeypatch, closure_model):
+    path, tokenizer = closure_model
     config = ClosureConfig(run_label="fake_verl_parent", output=tmp_path / "p.json", backend="verl", model="tiny")
     model = PreparedModel(path=path, identity={}, tokenizer=tokenizer, adapters={"release": None})
     run = GroupRun(group="release", config=config, model=model, overrides=[], requests=[], probe_requests=[],

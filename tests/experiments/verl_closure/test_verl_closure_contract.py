@@ -29,6 +29,7 @@ def test_the_plan_becomes_the_closure_config(tmp_path):
     assert closure_config(_plan(tmp_path, run_mode="real_gpu"), tmp_path / "x.json").backend == "verl"
 
 
+@pytest.mark.slow
 def test_a_run_through_the_contract_writes_the_command_lines_record(tmp_path):
     records = run(_plan(tmp_path / "contract"))
     assert [(ref.stage, ref.action, ref.status) for ref in records] == [("verl_mechanism_closure", "written", "pass")]

@@ -47,6 +47,7 @@ def record(smoke):
 # The record
 # ---------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_record_is_cpu_smoke_evidence_with_identity(smoke, record):
     assert record == smoke["record"]
     assert record["schema_version"] == vmc.SCHEMA
@@ -56,6 +57,7 @@ def test_record_is_cpu_smoke_evidence_with_identity(smoke, record):
     assert record["tasks"]["task_count"] == 8 and len(record["tasks"]["pool_sha256"]) == 64
 
 
+@pytest.mark.slow
 def test_every_check_holds(record):
     decision = record["system_decision"]
     assert decision["checks"], "no checks recorded"
@@ -64,6 +66,7 @@ def test_every_check_holds(record):
     assert decision["status"] == "pass"
 
 
+@pytest.mark.slow
 def test_pairing_and_update_hashes(record):
     release, retain = record["groups"]["release"], record["groups"]["retain"]
     assert release["initial_lora_sha256"] == retain["initial_lora_sha256"]
@@ -77,6 +80,7 @@ def test_pairing_and_update_hashes(record):
         assert group["changed_tensor_count"] == len(group["changed_tensors"])
 
 
+@pytest.mark.slow
 def test_engine_release_and_resume_only_in_release_group(record):
     state_events = [e for e in record["worker_events"] if e["event"] in ("engine_release", "engine_resume")]
     assert {e["group"] for e in state_events} == {"release"}
@@ -92,6 +96,7 @@ def test_engine_release_and_resume_only_in_release_group(record):
     assert {e["group"] for e in syncs} == {"release", "retain"}
 
 
+@pytest.mark.slow
 def test_unsampled_phase_has_null_peaks_not_zero(record):
     phases = [(group, name, value) for group, m in record["system_decision"]["measurements"].items()
               for name, value in m["phases"].items()]
@@ -105,6 +110,7 @@ def test_unsampled_phase_has_null_peaks_not_zero(record):
     assert record["sampled_gpu_peak_mb"]["retain"] is None  # the retain group ran after the only sample
 
 
+@pytest.mark.slow
 def test_stage_events_are_ordered_on_one_clock(record):
     for group in vmc.GROUPS:
         rows = [e for e in record["stage_events"] if e["group"] == group]
@@ -119,6 +125,7 @@ def test_stage_events_are_ordered_on_one_clock(record):
     assert measurements["initialisation_s"] == measurements["phases"]["initialisation"]["duration_s"]
 
 
+@pytest.mark.slow
 def test_frozen_rollouts_carry_identity_and_behaviour(record):
     frozen = record["frozen_rollouts"]
     assert frozen["count"] == 32 and frozen["samples_per_task"] == 4
@@ -136,6 +143,7 @@ def test_frozen_rollouts_carry_identity_and_behaviour(record):
     assert record["groups"]["retain"]["frozen_sha256"] == frozen["sha256"]
 
 
+@pytest.mark.slow
 def test_rescoring_and_admission(record):
     mean_limit, p99_limit = (record["config"]["same_version_mean_abs_limit"],
                              record["config"]["same_version_p99_abs_limit"])
@@ -154,6 +162,7 @@ def test_rescoring_and_admission(record):
         assert before != after  # the update moved the policy
 
 
+@pytest.mark.slow
 def test_group_settings_differ_only_in_free_cache_engine(record):
     release, retain = record["group_settings"]["release"], record["group_settings"]["retain"]
     assert [k for k in release if release[k] != retain[k]] == ["free_cache_engine"]
@@ -173,6 +182,7 @@ def _checks(smoke, groups, comparison=None, settling=SETTLED):
                              update_comparison=comparison or smoke["update_comparison"], memory_settling=settling)
 
 
+@pytest.mark.slow
 def test_different_initial_lora_is_a_failed_pairing(smoke):
     groups = copy.deepcopy(smoke["groups"])
     groups["retain"]["initial_lora_sha256"] = "0" * 64
@@ -181,6 +191,7 @@ def test_different_initial_lora_is_a_failed_pairing(smoke):
     assert vmc.decide(checks)["status"] == "pairing_failed"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mutate, check", [
     (lambda g: g["retain"].update(release_calls=1), "release_resume_match_config"),
     (lambda g: g["release"].update(resume_calls=0), "release_resume_match_config"),
@@ -203,6 +214,7 @@ def test_each_check_can_fail(smoke, mutate, check):
     assert vmc.decide(checks)["status"] == "checks_failed"
 
 
+@pytest.mark.slow
 def test_settings_that_differ_elsewhere_fail_the_pairing_check(smoke):
     settings = copy.deepcopy(smoke["settings"])
     settings["retain"]["learning_rate"] = 0.5
@@ -212,12 +224,14 @@ def test_settings_that_differ_elsewhere_fail_the_pairing_check(smoke):
     assert checks["config_differs_only_in_free_cache_engine"] is False
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("relative, ok", [(0.0, True), (0.2, True), (0.21, False), (1.4, False), (None, False)])
 def test_updated_lora_is_judged_with_the_stated_tolerance(smoke, relative, ok):
     comparison = {**smoke["update_comparison"], "relative_difference": relative, "bit_identical": False}
     assert _checks(smoke, copy.deepcopy(smoke["groups"]), comparison)["updated_lora_within_tolerance"] is ok
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("settled, ok", [(True, True), (None, True), (False, False)])
 def test_a_group_that_starts_before_memory_settled_fails_a_check(smoke, settled, ok):
     settling = {"before_group": {"retain": {"settled": settled}}}
@@ -234,6 +248,7 @@ def test_admission_rejects_a_drifted_rollout():
     assert result["decisions"][1]["behaviour_drift"] == pytest.approx(2.0)  # masked token ignored
 
 
+@pytest.mark.slow
 def test_initial_adapter_is_fixed_by_its_seed(smoke, tmp_path):
     config = smoke_config(tmp_path / "unused.json")
     model_path = common.prepare_model(config, tmp_path / "w").path
@@ -248,6 +263,7 @@ def test_initial_adapter_is_fixed_by_its_seed(smoke, tmp_path):
 # read_summary
 # ---------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_lifecycle_summary(smoke, record):
     summary = vmc.read_summary(smoke["path"], "lifecycle")
     assert summary["run_label"] == record["run_label"] and summary["evidence_level"] == "cpu_smoke"
@@ -269,6 +285,7 @@ def test_lifecycle_summary(smoke, record):
     assert summary["checks"] == record["system_decision"]["checks"] and summary["failed_checks"] == []
 
 
+@pytest.mark.slow
 def test_system_summary(smoke, record):
     summary = vmc.read_summary(smoke["path"], "system")
     assert summary["status"] == "pass"
@@ -286,6 +303,7 @@ def test_system_summary(smoke, record):
     assert "no KV cache" in summary["engine_description"]["release"]
 
 
+@pytest.mark.slow
 def test_read_summary_refuses_unknown_pages_and_other_records(smoke, tmp_path):
     with pytest.raises(ConfigError):
         vmc.read_summary(smoke["path"], "everything")
@@ -299,6 +317,7 @@ def test_read_summary_refuses_unknown_pages_and_other_records(smoke, tmp_path):
 # Write-once, invalid input, failures
 # ---------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_second_run_with_the_same_output_refuses_to_overwrite(smoke, capsys):
     path = Path(smoke["path"])
     before = path.read_bytes()
@@ -328,6 +347,7 @@ def test_invalid_config_is_refused_before_any_work(tmp_path, change, message):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_failed_stage_writes_no_record_and_logs_the_error(tmp_path, monkeypatch, capsys):
     def broken(self, examples):
         raise RuntimeError("injected update failure")
@@ -400,6 +420,7 @@ def test_preflight_of_the_verl_backend_checks_tokenizer_and_vocabulary(tmp_path)
 # Memory between groups, and the command line a device script calls
 # ---------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_group_that_starts_before_device_memory_settled_is_recorded_as_such(tmp_path):
     readings = itertools.chain([2048.0], itertools.repeat(9000.0))  # the baseline, then memory that never comes back
     config = smoke_config(tmp_path / "unsettled.json", run_label="cpu_smoke_unsettled", memory_settle_timeout_s=0.01)
@@ -414,6 +435,7 @@ def test_a_group_that_starts_before_device_memory_settled_is_recorded_as_such(tm
     assert record["system_decision"]["status"] == "checks_failed"
 
 
+@pytest.mark.integration
 def test_the_device_script_command_runs_on_cpu_with_the_tiny_model(tmp_path):
     """What a GPU device script calls (with --device cuda and the real model there), on CPU here."""
     import subprocess
@@ -438,6 +460,7 @@ def test_the_device_script_command_runs_on_cpu_with_the_tiny_model(tmp_path):
     assert help_text.returncode == 0 and "--model-source" in help_text.stdout
 
 
+@pytest.mark.slow
 def test_the_record_names_its_numbers_as_the_reported_figures_do(record):
     """The registry divides a real_gpu record's `comparable` numbers by the reported figures of the same name."""
     from tools.core.reported import reported_for

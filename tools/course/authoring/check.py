@@ -15,7 +15,7 @@ from typing import Callable, Iterable
 import nbformat
 from nbformat import NotebookNode
 
-from tools.core.catalog import Chapter, load_catalog
+from tools.core.catalog import NOTEBOOKS_DIR, Chapter, load_catalog
 from tools.course.cells import (
     COURSE_METADATA_VERSION,
     KNOWN_TAGS,
@@ -29,6 +29,7 @@ from tools.course.cells import (
     role,
     tags,
 )
+from tools.course.layout import CourseLayout
 
 NBGRADER_MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION", "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS")
 
@@ -242,10 +243,10 @@ def rule_no_template_left(notebook, chapter):
 
 def template_left_in_grading(root: Path, chapter: Chapter) -> list[Problem]:
     """TEMPLATE: placeholders left in the chapter's hidden tests, mutants or catalog entry."""
-    from tools.course.layout import hidden_tests_path, mutants_dir
     from tools.course.authoring.scaffold import TEMPLATE_MARKER
 
-    files = [hidden_tests_path(root, chapter), *sorted(mutants_dir(root, chapter).glob("*"))]
+    layout = CourseLayout(root)
+    files = [layout.hidden_tests(chapter.slug), *sorted(layout.mutants(chapter.slug).glob("*"))]
     problems = [Problem(str(path.relative_to(root)), "file", "still holds a TEMPLATE: placeholder of `new-chapter`")
                 for path in files if path.is_file() and TEMPLATE_MARKER.search(path.read_text(encoding="utf-8"))]
     if TEMPLATE_MARKER.search(chapter.gpu_stage):
@@ -292,7 +293,7 @@ def check_course(root: Path) -> list[Problem]:
         listed.add(path.resolve())
         problems.extend(check_notebook(path, chapter, root))
         problems.extend(template_left_in_grading(root, chapter))
-    for path in sorted((root / "notebooks").glob("*.ipynb")):
+    for path in sorted((root / NOTEBOOKS_DIR).glob("*.ipynb")):
         if path.resolve() not in listed:
             problems.append(Problem(str(path.relative_to(root)), "file", "is not an implemented chapter in notebooks/catalog.toml"))
     return problems

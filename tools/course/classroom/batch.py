@@ -48,6 +48,9 @@ from tools.course.classroom.feedback import (
     write_student_feedback,
 )
 from tools.course.classroom.report import score_summary, write_class_report
+from tools.course.grader.build import render_source_notebook
+from tools.course.layout import CourseLayout, NbgraderCourse
+from tools.course.nbgrader_cli import course_id as read_course_id, run_nbgrader
 from tools.course.classroom.sandbox import (
     HostIsolation,
     Limits,
@@ -60,8 +63,6 @@ from tools.course.classroom.sandbox import (
 )
 from tools.course.classroom.slot import GradingSlot
 from tools.course.classroom.trusted import trusted_spec
-from tools.course.grader.build import GRADING_DIR, render_source_notebook
-from tools.course.nbgrader_cli import run_nbgrader
 from tools.errors import ConfigError, RecordExistsError
 
 BATCH_SCHEMA = "class-autograde/v1"
@@ -136,13 +137,9 @@ class BatchReport:
 # ---------------------------------------------------------------------------
 
 def course_paths(course: Path, slug: str) -> dict[str, Path]:
-    return {
-        "config": course / "nbgrader_config.py",
-        "source": course / "source" / slug / f"{slug}.ipynb",
-        "release": course / "release" / slug / f"{slug}.ipynb",
-        "gradebook": course / "gradebook.db",
-        "submitted": course / "submitted",
-    }
+    folders = NbgraderCourse(course)
+    return {"config": folders.config, "source": folders.source(slug), "release": folders.release(slug),
+            "gradebook": folders.gradebook, "submitted": folders.submitted_root}
 
 
 def check_inputs(root: Path, chapter: Chapter, course: Path) -> None:
@@ -221,23 +218,23 @@ def make_template(course: Path, slug: str, batch_dir: Path) -> Path:
     starts from (no other student's grades, no other chapter's hidden tests)."""
     from nbgrader.api import Gradebook
 
-    template = batch_dir / "template" / "gradebook.db"
-    template.parent.mkdir(mode=0o700)
-    shutil.copy(course / "gradebook.db", template)
-    with Gradebook(f"sqlite:///{template}") as book:
+    template = NbgraderCourse(batch_dir / "template")
+    template.folder.mkdir(mode=0o700)
+    shutil.copy(NbgraderCourse(course).gradebook, template.gradebook)
+    with Gradebook(template.gradebook_url) as book:
         for student in list(book.students):
             book.remove_student(student.id)
         for assignment in list(book.assignments):
             if assignment.name != slug:
                 book.remove_assignment(assignment.name)
-    return template
+    return template.gradebook
 
 
 def existing_extensions(course: Path, slug: str) -> dict:
     """Extensions granted in the course gradebook, so that late penalties are computed as nbgrader would."""
     from nbgrader.api import Gradebook
 
-    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as book:
+    with Gradebook(NbgraderCourse(course).gradebook_url) as book:
         assignment = book.find_assignment(slug)
         return {submission.student.id: submission.extension for submission in assignment.submissions
                 if submission.extension}
@@ -280,22 +277,23 @@ def slot_trusted_spec(slot: GradingSlot, context: WorkerContext) -> dict | None:
     folder = slot.dir / "trusted-cwd"
     if not folder.is_dir():
         folder.mkdir(mode=0o700)
-        copy_regular_files(context.course / "source" / context.slug, folder, skip_suffix=".ipynb")
+        copy_regular_files(NbgraderCourse(context.course).source_dir(context.slug), folder, skip_suffix=".ipynb")
     return trusted_spec(context.source, folder)
 
 
 def prepare_private_course(submission: Submission, private: Path, context: WorkerContext) -> None:
     """The submission's own nbgrader course: the template gradebook (with the student's extension, if
     any), the config, the assignment's source and the submitted files."""
+    own, course = NbgraderCourse(private), NbgraderCourse(context.course)
     private.mkdir(mode=0o700)
-    shutil.copy(context.template, private / "gradebook.db")
-    shutil.copy(context.course / "nbgrader_config.py", private / "nbgrader_config.py")
-    shutil.copytree(context.course / "source" / context.slug, private / "source" / context.slug)
-    copy_regular_files(submission.folder, private / "submitted" / submission.student / context.slug)
+    shutil.copy(context.template, own.gradebook)
+    shutil.copy(course.config, own.config)
+    shutil.copytree(course.source_dir(context.slug), own.source_dir(context.slug))
+    copy_regular_files(submission.folder, own.submission_dir(submission.student, context.slug))
     if submission.student in context.extensions:
         from nbgrader.api import Gradebook
 
-        with Gradebook(f"sqlite:///{private / 'gradebook.db'}") as book:
+        with Gradebook(own.gradebook_url) as book:
             book.update_or_create_student(submission.student)
             book.add_submission(context.slug, submission.student, extension=context.extensions[submission.student])
 
@@ -332,7 +330,7 @@ def grade_in_worker(submission: Submission, index: int, slot: GradingSlot, conte
     prepare_private_course(submission, private, context)
     # The kernel starts in its own folder: give it what nbgrader would put next to the notebook,
     # the student's other files overwritten by the assignment's own.
-    for source in (submission.folder, context.course / "source" / context.slug):
+    for source in (submission.folder, NbgraderCourse(context.course).source_dir(context.slug)):
         copy_regular_files(source, kernel.home, skip_suffix=".ipynb", owner=slot.uid)
     log_path = folder / "autograde.log"
     request = {"id": index, "course": str(private), "slug": context.slug, "student": submission.student,
@@ -352,7 +350,7 @@ def grade_in_worker(submission: Submission, index: int, slot: GradingSlot, conte
     seconds = round(time.monotonic() - started, 2)
     timings = submission_timings(started, prepared, result.marks, kernel_report, time.monotonic())
     worker = {"slot": slot.dir.name, **result.worker}
-    autograded = private / "autograded" / submission.student / context.slug / f"{context.slug}.ipynb"
+    autograded = NbgraderCourse(private).autograded(submission.student, context.slug)
     status, reason = result.status, result.reason
     if status == "graded" and not autograded.is_file():
         status, reason = "failed", "nbgrader wrote no autograded notebook"
@@ -402,7 +400,7 @@ def copy_regular_files(source: Path, target: Path, *, skip_suffix: str | None = 
 def _worker_grades(worker: Path, slug: str, student: str) -> tuple:
     from nbgrader.api import Gradebook
 
-    with Gradebook(f"sqlite:///{worker / 'gradebook.db'}") as book:
+    with Gradebook(NbgraderCourse(worker).gradebook_url) as book:
         submission = book.find_submission(slug, student)
         notebooks = {}
         for notebook in submission.notebooks:
@@ -432,7 +430,7 @@ def merge_result(course: Path, slug: str, student: str, worker: Path) -> dict[st
     from sqlalchemy.exc import SAWarning
 
     timestamp, notebooks = _worker_grades(worker, slug, student)
-    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as book, warnings.catch_warnings():
+    with Gradebook(NbgraderCourse(course).gradebook_url) as book, warnings.catch_warnings():
         # nbgrader's add_submission builds related rows before adding them to the session, which
         # SQLAlchemy 2 reports on autoflush; `nbgrader autograde` prints the same warning. The
         # rows are written (the scores are read back below).
@@ -460,8 +458,8 @@ def merge_result(course: Path, slug: str, student: str, worker: Path) -> dict[st
 
 
 def copy_autograded(course: Path, worker: Path, slug: str, student: str) -> None:
-    source = worker / "autograded" / student / slug
-    target = course / "autograded" / student / slug
+    source = NbgraderCourse(worker).autograded_dir(student, slug)
+    target = NbgraderCourse(course).autograded_dir(student, slug)
     if target.exists():
         shutil.rmtree(target)
     shutil.copytree(source, target)
@@ -470,24 +468,6 @@ def copy_autograded(course: Path, worker: Path, slug: str, student: str) -> None
 # ---------------------------------------------------------------------------
 # The batch
 # ---------------------------------------------------------------------------
-
-def _course_config(course: Path):
-    from traitlets.config.loader import PyFileConfigLoader
-
-    if not (course / "nbgrader_config.py").is_file():
-        raise ConfigError(f"{course / 'nbgrader_config.py'} does not exist; "
-                          "--course-dir must be an nbgrader course folder")
-    return PyFileConfigLoader("nbgrader_config.py", path=str(course)).load_config()
-
-
-def _course_id(course: Path) -> str:
-    return str(_course_config(course).CourseDirectory.get("course_id", "default_course"))
-
-
-def course_cell_timeout(course: Path) -> int:
-    """`Execute.timeout` of the course's nbgrader config (nbgrader's default, 30 s, when unset)."""
-    return int(_course_config(course).Execute.get("timeout", 30))
-
 
 def _batch_root(masks: list[dict], host: HostIsolation) -> Path:
     """A private temporary folder for the workers, outside every folder hidden from submissions,
@@ -542,7 +522,8 @@ def autograde_chapter(root: Path, chapter: Chapter, *, course: Path | None = Non
     measuring what the grading boundary costs (`classroom.benchmark`), never for grading a class."""
     from tqdm import tqdm
 
-    course = (course or root / GRADING_DIR).resolve()
+    layout = CourseLayout(root)
+    course = (course or layout.grading).resolve()
     limits = limits or Limits()
     if not isinstance(jobs, int) or jobs < 1:
         raise ConfigError(f"--jobs must be a positive whole number, got {jobs!r}")
@@ -552,7 +533,7 @@ def autograde_chapter(root: Path, chapter: Chapter, *, course: Path | None = Non
     if require_isolation and not host.namespaces:
         raise ConfigError(f"isolation required but unavailable: {host.reason}")
     label = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{os.getpid()}"
-    output_dir = (output_dir or root / "build" / "grading" / "autograde" / chapter.slug / label).resolve()
+    output_dir = (output_dir or layout.autograde_output(chapter.slug, label)).resolve()
     record = output_dir / f"autograde_{chapter.slug}.json"
     if record.exists():
         raise RecordExistsError(f"{record} already exists; records are write-once, choose another --output-dir")
@@ -588,7 +569,7 @@ def autograde_chapter(root: Path, chapter: Chapter, *, course: Path | None = Non
         release = read_notebook(course_paths(course, chapter.slug)["release"])
         cells, exercises = grade_cells(source), exercises_of(source)
         secrets = course_secret_lines(root, chapter, source, release, read_notebook(chapter.notebook_path(root)))
-        feedback = FeedbackContext(cells, exercises, secrets, _course_id(course), source, HtmlGuard(release),
+        feedback = FeedbackContext(cells, exercises, secrets, read_course_id(course), source, HtmlGuard(release),
                                    feedback_size_limit(limits))
         template = make_template(course, chapter.slug, batch_dir)
         context = WorkerContext(course, chapter.slug, template, limits, log_dir, existing_extensions(course, chapter.slug),
@@ -742,7 +723,7 @@ def _finish(future, submission: Submission, course: Path, chapter: Chapter, feed
 
 
 def _write_feedback(course: Path, chapter: Chapter, result: WorkerResult, results, feedback: FeedbackContext) -> dict:
-    autograded = result.course_dir / "autograded" / result.student / chapter.slug / f"{chapter.slug}.ipynb"
+    autograded = NbgraderCourse(result.course_dir).autograded(result.student, chapter.slug)
     return write_student_feedback(course, chapter, result.student, autograded, result.course_dir, feedback.cells,
                                   feedback.exercises, results, feedback.secrets, feedback.course_id, result.enforced,
                                   source=feedback.source, guard=feedback.guard, max_bytes=feedback.max_bytes)

@@ -28,11 +28,8 @@ from pathlib import Path
 
 from tools.core.catalog import Chapter
 from tools.course.cells import read_notebook, write_notebook
-from tools.course.grader.build import (
-    GRADING_DIR,
-    build_source_notebook,
-    reference_source,
-)
+from tools.course.grader.build import build_source_notebook, reference_source
+from tools.course.layout import CourseLayout, NbgraderCourse
 from tools.course.nbgrader_cli import run_nbgrader, venv_environment
 
 HOG = """import os
@@ -52,12 +49,12 @@ def load_average() -> list[float]:
 def class_of_copies(root: Path, chapter: Chapter, folder: Path, copies: int, extra: dict | None = None) -> Path:
     """An nbgrader course holding the chapter's release and `copies` reference submissions (`s000`, ...);
     `extra` adds `student -> {exercise: source}` submissions on top of the reference."""
-    course = folder / "course"
-    course.mkdir(parents=True)
-    shutil.copy(root / GRADING_DIR / "nbgrader_config.py", course / "nbgrader_config.py")
-    write_notebook(build_source_notebook(root, chapter), course / "source" / chapter.slug / f"{chapter.slug}.ipynb")
-    run_nbgrader(course, ["generate_assignment", chapter.slug, "--force"])
-    release = read_notebook(course / "release" / chapter.slug / f"{chapter.slug}.ipynb")
+    course = NbgraderCourse(folder / "course")
+    course.folder.mkdir(parents=True)
+    shutil.copy(CourseLayout(root).config_template, course.config)
+    write_notebook(build_source_notebook(root, chapter), course.source(chapter.slug))
+    run_nbgrader(course.folder, ["generate_assignment", chapter.slug, "--force"])
+    release = read_notebook(course.release(chapter.slug))
     chapter_notebook = read_notebook(chapter.notebook_path(root))
     reference = {cell.metadata["nbgrader"]["grade_id"]: reference_source(chapter_notebook, cell.metadata["nbgrader"]["grade_id"])
                  for cell in release.cells if cell.metadata.get("nbgrader", {}).get("solution")}
@@ -69,8 +66,8 @@ def class_of_copies(root: Path, chapter: Chapter, folder: Path, copies: int, ext
             grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
             if grade_id in sources:
                 cell.source = sources[grade_id]
-        write_notebook(submission, course / "submitted" / student / chapter.slug / f"{chapter.slug}.ipynb")
-    return course
+        write_notebook(submission, course.submission(student, chapter.slug))
+    return course.folder
 
 
 def _timed_command(command: list[str], cwd: Path) -> float:
@@ -150,7 +147,7 @@ def bench_cpu_hog(root: Path, chapter: Chapter, repeats: int = 2) -> dict:
                                        output_dir=Path(temp) / f"alone-out{repeat}")
             result["alone_s"].append(report.outcomes[0].seconds)
             if first is None:
-                source = read_notebook(alone / "source" / chapter.slug / f"{chapter.slug}.ipynb")
+                source = read_notebook(NbgraderCourse(alone).source(chapter.slug))
                 first = next(cell.metadata["nbgrader"]["grade_id"] for cell in source.cells
                              if cell.metadata.get("nbgrader", {}).get("solution"))
                 reference = reference_source(read_notebook(chapter.notebook_path(root)), first)

@@ -35,7 +35,7 @@ from nbformat import NotebookNode
 
 from tools.course.cells import read_notebook
 from tools.course.grader.build import BEGIN_HIDDEN, END_HIDDEN
-from tools.course.layout import hidden_tests_path
+from tools.course.layout import CourseLayout, NbgraderCourse
 from tools.errors import FeedbackLeakError, GradingError
 
 FEEDBACK_SCHEMA = "course-feedback/v1"
@@ -129,7 +129,7 @@ def course_secret_lines(root: Path, chapter, source: NotebookNode, *public: Note
             notebooks.append(read_notebook(path))
     seen = normalize("\n".join(cell.source for notebook in notebooks for cell in notebook.cells))
     lines = [line for code in hidden_sources(source).values() for line in code.splitlines()]
-    folder = hidden_tests_path(root, chapter).parent
+    folder = CourseLayout(root).hidden_tests(chapter.slug).parent
     for path in sorted(folder.glob("*.py")) if folder.is_dir() else []:
         lines += [line for line in path.read_text(encoding="utf-8").splitlines()
                   if not line.startswith(("# %% hidden", "# hint:"))]
@@ -411,7 +411,8 @@ def generate_feedback_html(course_dir: Path, slug: str, student: str, notebook: 
     from nbgrader.coursedir import CourseDirectory
     from traitlets.config import Config
 
-    autograded = course_dir / "autograded" / student / slug / f"{slug}.ipynb"
+    folders = NbgraderCourse(course_dir)
+    autograded = folders.autograded(student, slug)
     if autograded.exists():
         autograded.unlink()
     autograded.write_text(nbformat.writes(notebook), encoding="utf-8")
@@ -422,7 +423,7 @@ def generate_feedback_html(course_dir: Path, slug: str, student: str, notebook: 
     converter = GenerateFeedback(coursedir=coursedir, config=config)
     converter.force = True
     converter.start()
-    return (course_dir / "feedback" / student / slug / f"{slug}.html").read_text(encoding="utf-8")
+    return (folders.feedback_dir(student, slug) / f"{slug}.html").read_text(encoding="utf-8")
 
 
 class FeedbackUnsafeError(FeedbackLeakError):
@@ -476,7 +477,7 @@ def write_student_feedback(course: Path, chapter, student: str, autograded_path:
                                                f"{max_bytes / 2 ** 20:.0f} MiB; feedback not rendered"}
         autograded = read_notebook(autograded_path)
         own_secrets = secrets_for(secrets, autograded)
-        db_url = f"sqlite:///{course / 'gradebook.db'}"
+        db_url = NbgraderCourse(course).gradebook_url
         if guard is not None and guard.allowed is None:
             trusted_page = sanitize_notebook(guard.release, cells, results, own_secrets, source)
             guard.learn(generate_feedback_html(work_dir, slug, student, trusted_page, db_url, course_id))
@@ -484,8 +485,8 @@ def write_student_feedback(course: Path, chapter, student: str, autograded_path:
         document = generate_feedback_html(work_dir, slug, student, learner, db_url, course_id)
         record = feedback_record(chapter=chapter.id, slug=slug, student=student, exercises=exercises,
                                  results=results, autograded=autograded, enforced=enforced)
-        html_path, json_path = write_feedback(course / "feedback" / student / slug, slug, document, record, own_secrets,
-                                              guard)
+        html_path, json_path = write_feedback(NbgraderCourse(course).feedback_dir(student, slug), slug, document, record,
+                                              own_secrets, guard)
     except FeedbackLeakError as error:
         return {"written": False, "error": str(error)}
     except Exception as error:  # recorded per student: the grade stands, the feedback is reported missing

@@ -24,7 +24,8 @@ from tools.course.classroom.feedback import (
     grade_cells,
     write_student_feedback,
 )
-from tools.course.nbgrader_cli import gradebook_scores, run_nbgrader
+from tools.course.layout import NbgraderCourse
+from tools.course.nbgrader_cli import course_id, gradebook_scores, run_nbgrader
 from tools.errors import ConfigError
 
 
@@ -52,16 +53,15 @@ def _previous_limits(path: Path) -> dict | None:
 
 def regenerate_feedback(root: Path, chapter: Chapter, course: Path) -> FeedbackRun:
     """Rewrite `feedback/<student>/<slug>/` for every student with an autograded notebook."""
-    from tools.course.classroom.batch import _course_id
-
     slug = chapter.slug
     check_inputs(root, chapter, course)
     paths = course_paths(course, slug)
     if not paths["release"].is_file():
         raise ConfigError(f"{paths['release']} does not exist; release and autograde the chapter first")
-    students = sorted(path.parent.parent.name for path in (course / "autograded").glob(f"*/{slug}/{slug}.ipynb"))
+    folders = NbgraderCourse(course)
+    students = folders.autograded_students(slug)
     if not students:
-        raise ConfigError(f"no autograded notebooks of {slug} under {course / 'autograded'}; "
+        raise ConfigError(f"no autograded notebooks of {slug} under {folders.autograded_root}; "
                           f"run `python -m tools.course grading autograde --chapter {chapter.id}` first")
     source, release = read_notebook(paths["source"]), read_notebook(paths["release"])
     cells, exercises = grade_cells(source), exercises_of(source)
@@ -69,16 +69,16 @@ def regenerate_feedback(root: Path, chapter: Chapter, course: Path) -> FeedbackR
     guard = HtmlGuard(release)
     run = FeedbackRun()
     for student in students:
-        previous = course / "feedback" / student / slug / f"{slug}.json"
+        previous = folders.feedback_dir(student, slug) / f"{slug}.json"
         limits = _previous_limits(previous)
         with tempfile.TemporaryDirectory(prefix="feedback-") as temp:
             work = Path(temp)
-            copy = work / "autograded" / student / slug / f"{slug}.ipynb"
+            copy = NbgraderCourse(work).autograded(student, slug)
             copy.parent.mkdir(parents=True)
-            shutil.copyfile(course / "autograded" / student / slug / f"{slug}.ipynb", copy)
+            shutil.copyfile(folders.autograded(student, slug), copy)
             results = cell_results(cells, gradebook_scores(course, slug, student))
             outcome = write_student_feedback(course, chapter, student, copy, work, cells, exercises, results, secrets,
-                                             _course_id(course), None, source=source, guard=guard)
+                                             course_id(course), None, source=source, guard=guard)
         if outcome["written"]:
             if limits is not None:
                 _keep_limits(Path(outcome["json"]), limits)

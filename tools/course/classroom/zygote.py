@@ -21,7 +21,6 @@ import pathlib
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from typing import Any
 

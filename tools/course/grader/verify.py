@@ -31,15 +31,10 @@ from nbformat import NotebookNode
 
 from tools.core.catalog import Chapter
 from tools.course.cells import read_notebook, write_notebook
-from tools.course.grader.build import (
-    GRADING_DIR,
-    build_source_notebook,
-    load_mutants,
-    mutants_dir,
-    reference_source,
-)
+from tools.course.grader.build import build_source_notebook, load_mutants, reference_source
 from tools.course.grader.oracle import run_oracle
-from tools.course.nbgrader_cli import gradebook_scores, run_nbgrader
+from tools.course.layout import CourseLayout, NbgraderCourse
+from tools.course.nbgrader_cli import course_cell_timeout, gradebook_scores, run_nbgrader
 from tools.errors import GradingError
 
 MIN_MUTANTS = 5
@@ -236,15 +231,17 @@ class PreparedChapter:
 
 def prepare_course(root: Path, chapter: Chapter, course: Path, log_path: Path) -> PreparedChapter:
     """Copy the config, write the source notebook and run `nbgrader generate_assignment`."""
+    layout, folders = CourseLayout(root), NbgraderCourse(course)
     chapter_notebook = read_notebook(chapter.notebook_path(root))
-    mutants = load_mutants(mutants_dir(root, chapter), chapter_notebook)
+    mutants = load_mutants(layout.mutants(chapter.slug), chapter_notebook)
     if len(mutants) < MIN_MUTANTS:
-        raise GradingError(f"{chapter.id}: {len(mutants)} mutant(s) in {mutants_dir(root, chapter)}, need >= {MIN_MUTANTS}")
+        raise GradingError(f"{chapter.id}: {len(mutants)} mutant(s) in {layout.mutants(chapter.slug)}, "
+                           f"need >= {MIN_MUTANTS}")
     source = build_source_notebook(root, chapter)
-    shutil.copy(root / GRADING_DIR / "nbgrader_config.py", course / "nbgrader_config.py")
-    write_notebook(source, course / "source" / chapter.slug / f"{chapter.slug}.ipynb")
+    shutil.copy(layout.config_template, folders.config)
+    write_notebook(source, folders.source(chapter.slug))
     run_nbgrader(course, ["generate_assignment", chapter.slug, "--force"], log_path)
-    release = read_notebook(course / "release" / chapter.slug / f"{chapter.slug}.ipynb")
+    release = read_notebook(folders.release(chapter.slug))
     return PreparedChapter(course, source, release, chapter_notebook, mutants)
 
 
@@ -254,7 +251,7 @@ def autograde_planted(prepared: PreparedChapter, slug: str, submissions: list[Su
     if not submissions:
         return {}
     for submission in submissions:
-        write_notebook(submission.notebook, prepared.course / "submitted" / submission.student / slug / f"{slug}.ipynb")
+        write_notebook(submission.notebook, NbgraderCourse(prepared.course).submission(submission.student, slug))
     run_nbgrader(prepared.course, ["autograde", slug, "--force"], log_path)
     return {submission.student: gradebook_scores(prepared.course, slug, submission.student)
             for submission in submissions}
@@ -275,13 +272,6 @@ def oracle_planted(prepared: PreparedChapter, submissions: list[Submission], cel
     return {student: result.scores for student, result in results.items()}, partial
 
 
-def course_cell_timeout(root: Path) -> int:
-    from traitlets.config.loader import PyFileConfigLoader
-
-    config = PyFileConfigLoader("nbgrader_config.py", path=str(root / GRADING_DIR)).load_config()
-    return int(config.Execute.get("timeout", 30))
-
-
 def verify_chapter(root: Path, chapter: Chapter, *, full: bool = False, endless_loop: bool = True,
                    log_dir: Path | None = None, progress: Callable[[str], None] | None = None) -> VerifyReport:
     """Grade the planted submissions of `chapter` and judge every score.
@@ -289,7 +279,7 @@ def verify_chapter(root: Path, chapter: Chapter, *, full: bool = False, endless_
     `endless_loop=False` leaves the endless-loop submission out of a full run (it waits for the
     whole per-cell timeout; one chapter proves it for the course)."""
     say = progress or (lambda _: None)
-    log_dir = log_dir or root / "build" / "grading"
+    log_dir = log_dir or CourseLayout(root).grading_logs
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"verify_{chapter.slug}.log"
     log_path.write_text("", encoding="utf-8")
@@ -305,7 +295,8 @@ def verify_chapter(root: Path, chapter: Chapter, *, full: bool = False, endless_
         nbgrader_scores = autograde_planted(prepared, chapter.slug, by_nbgrader, log_path)
         nbgrader_seconds = time.perf_counter() - started
         started = time.perf_counter()
-        oracle_scores, partial = oracle_planted(prepared, by_oracle, course_cell_timeout(root), own_exercise_only=not full)
+        oracle_scores, partial = oracle_planted(prepared, by_oracle, course_cell_timeout(prepared.course),
+                                                own_exercise_only=not full)
         oracle_seconds = time.perf_counter() - started
         source = prepared.source
     exercise_of = {_meta(cell)["grade_id"]: cell.metadata.get("course", {}).get("exercise")

@@ -27,7 +27,8 @@ from pathlib import Path
 
 from tools.core.catalog import Chapter
 from tools.course.cells import read_notebook, write_notebook
-from tools.course.grader.build import GRADING_DIR, build_source_notebook, reference_source
+from tools.course.grader.build import build_source_notebook, reference_source
+from tools.course.layout import CourseLayout, NbgraderCourse
 from tools.course.nbgrader_cli import run_nbgrader
 
 BENCH_SCHEMA = "course-bench/v1"
@@ -41,12 +42,12 @@ def _timed(function, *args, **kwargs):
 
 def _course_with_copies(root: Path, chapter: Chapter, folder: Path, copies: int) -> Path:
     """An nbgrader course holding the chapter's release and `copies` reference submissions."""
-    course = folder / "course"
-    course.mkdir(parents=True)
-    shutil.copy(root / GRADING_DIR / "nbgrader_config.py", course / "nbgrader_config.py")
-    write_notebook(build_source_notebook(root, chapter), course / "source" / chapter.slug / f"{chapter.slug}.ipynb")
-    run_nbgrader(course, ["generate_assignment", chapter.slug, "--force"])
-    release = read_notebook(course / "release" / chapter.slug / f"{chapter.slug}.ipynb")
+    course = NbgraderCourse(folder / "course")
+    course.folder.mkdir(parents=True)
+    shutil.copy(CourseLayout(root).config_template, course.config)
+    write_notebook(build_source_notebook(root, chapter), course.source(chapter.slug))
+    run_nbgrader(course.folder, ["generate_assignment", chapter.slug, "--force"])
+    release = read_notebook(course.release(chapter.slug))
     chapter_notebook = read_notebook(chapter.notebook_path(root))
     submission = copy.deepcopy(release)
     for cell in submission.cells:
@@ -54,8 +55,8 @@ def _course_with_copies(root: Path, chapter: Chapter, folder: Path, copies: int)
         if meta.get("solution"):
             cell.source = reference_source(chapter_notebook, meta["grade_id"])
     for index in range(copies):
-        write_notebook(submission, course / "submitted" / f"s{index:03d}" / chapter.slug / f"{chapter.slug}.ipynb")
-    return course
+        write_notebook(submission, course.submission(f"s{index:03d}", chapter.slug))
+    return course.folder
 
 
 def _cpu_seconds() -> float:

@@ -14,6 +14,7 @@ from pathlib import Path
 from tools.errors import ConfigError
 from tools.core.paths import resolve_project_root
 from tools.core.preflight import preflight_report
+from tools.course.runs.result_records import profile_gpu_records
 
 PROFILES_PATH = Path("environment/profiles.toml")
 
@@ -81,9 +82,7 @@ def _gpu_count_check(profile: Profile) -> list[dict]:
 
 def _unverified_check(profile: Profile, root: Path) -> list[dict]:
     """A warning while no committed real_gpu record shows a course run in this profile."""
-    from tools.course.runs.registry import profile_gpu_records
-
-    if not profile.requires_cuda or profile_gpu_records(root, profile):
+    if not profile.requires_cuda or profile_gpu_records(root, profile.name):
         return []
     return [{"name": "profile_verified", "ok": False, "severity": "warning",
              "detail": "no real_gpu record of this profile's chapters is committed yet: no course run has verified it",

@@ -7,90 +7,16 @@ record says so; cpu_smoke records are listed apart from GPU evidence.
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
 from pathlib import Path
 
 from tools.core.catalog import Chapter, load_catalog
 from tools.core.environment import read_pins
-from tools.core.records import sha256_file
 from tools.core.reported import ReportedFigure, load_reported, measured_over_reported
 from tools.course.runs.profiles import Profile, load_profiles
+from tools.course.runs.result_records import RESULTS_DIR, RecordRef, discover_records
 from tools.experiments.registry import all_experiments, device_steps
-from tools.errors import UpstreamRecordError
 
-RESULTS_DIR = Path("benchmarks/results")
 REGISTRY_PATH = RESULTS_DIR / "REGISTRY.md"
-
-
-@dataclass(frozen=True)
-class RecordRef:
-    """A record found under benchmarks/results, with what the registry shows of it."""
-
-    path: str
-    sha256: str
-    schema_version: str
-    chapters: tuple[str, ...]
-    stage: str
-    run_label: str
-    run_mode: str
-    evidence_level: str | None
-    headline: str
-    comparable: tuple[tuple[str, float], ...] = ()
-
-    @property
-    def is_gpu(self) -> bool:
-        return self.evidence_level == "real_gpu"
-
-    def link(self) -> str:
-        name = Path(self.path).name
-        relative = Path(self.path).relative_to(RESULTS_DIR)
-        return f"[{name}]({relative.as_posix()}) `sha256:{self.sha256[:12]}`"
-
-
-def headline(record: dict) -> str:
-    """One line of what a record concluded, read from its own fields."""
-    if isinstance(record.get("registry_headline"), str):
-        return record["registry_headline"]
-    decision = record.get("decision")
-    if isinstance(decision, dict):
-        decision = decision.get("decision") or decision.get("status")
-    parts = []
-    if decision:
-        parts.append(f"decision: {decision}")
-    if record.get("status"):
-        parts.append(f"status: {record['status']}")
-    checks = record.get("system_decision", {}).get("checks") if isinstance(record.get("system_decision"), dict) else None
-    if isinstance(checks, dict) and checks:
-        passed = sum(1 for value in checks.values() if value is True)
-        parts.append(f"checks {passed}/{len(checks)} true")
-    weights = record.get("model", {}).get("weights") if isinstance(record.get("model"), dict) else None
-    if weights:
-        parts.append(f"weights: {weights}")
-    return "; ".join(parts) or "recorded (no decision field)"
-
-
-def discover_records(root: Path) -> list[RecordRef]:
-    """Every course record (a JSON object with schema_version and run_label) under benchmarks/results."""
-    found = []
-    for path in sorted((root / RESULTS_DIR).rglob("*.json")):
-        try:
-            record = json.loads(path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as error:
-            raise UpstreamRecordError(f"{path} is not a readable JSON record ({error}); records are write-once: "
-                                      "restore it from git, or move it out of benchmarks/results") from None
-        if not isinstance(record, dict) or "schema_version" not in record or "run_label" not in record:
-            continue
-        chapters = record.get("chapters") or ([record["chapter"]] if record.get("chapter") else [])
-        found.append(RecordRef(
-            path=str(path.relative_to(root)), sha256=sha256_file(path), schema_version=str(record["schema_version"]),
-            chapters=tuple(str(c) for c in chapters), stage=str(record.get("stage", "")),
-            run_label=str(record["run_label"]), run_mode=str(record.get("run_mode", "")),
-            evidence_level=record.get("evidence_level"), headline=headline(record),
-            comparable=tuple((str(k), float(v)) for k, v in (record.get("comparable") or {}).items()
-                             if isinstance(v, (int, float)) and not isinstance(v, bool)),
-        ))
-    return found
 
 
 def _cell(text: str) -> str:
@@ -131,13 +57,6 @@ def _reported_cell(chapter: Chapter, reported: list[ReportedFigure], records: li
                 text += f"; ours ÷ reported = {ratio:.2f} (`{record.run_label}`)"
         parts.append(text)
     return "<br>".join(parts)
-
-
-def profile_gpu_records(root: Path, profile: Profile, records: list[RecordRef] | None = None) -> list[RecordRef]:
-    """Committed real_gpu records of the chapters that name `profile`."""
-    served = {chapter.id for chapter in load_catalog(root) if profile.name in chapter.profiles}
-    records = discover_records(root) if records is None else records
-    return [record for record in records if record.is_gpu and served & set(record.chapters)]
 
 
 def profile_state(profile: Profile, chapters: list[Chapter], records: list[RecordRef],

@@ -19,12 +19,10 @@ from typing import Iterator
 
 from tools.core.catalog import Chapter
 from tools.course.cells import read_notebook, tags, write_notebook
+from tools.course.layout import CourseLayout
 from tools.errors import ConfigError, LabelLockedError, NotebookExecutionError
 from tools.core.paths import default_results_dir
 from tools.core.runs import validate_run_label, validate_run_mode
-
-RUNS_DIR = Path("build/runs")
-LOCKS_DIR = Path("build/locks")
 
 
 @dataclass
@@ -69,7 +67,7 @@ def _pid_alive(pid: int) -> bool:
 @contextmanager
 def label_lock(root: Path, label: str) -> Iterator[Path]:
     """Hold `build/locks/<label>.lock` for the duration of a run; refuse if another run holds it."""
-    lock = root / LOCKS_DIR / f"{label}.lock"
+    lock = CourseLayout(root).run_lock(label)
     lock.parent.mkdir(parents=True, exist_ok=True)
     try:
         fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
@@ -194,7 +192,7 @@ def run_chapters(root: Path, chapters: list[Chapter], *, run_mode: str, label: s
     from tqdm import tqdm
 
     run_mode, label, folder = resolve_run_settings(root, run_mode, label, results_dir)
-    output_dir = root / RUNS_DIR / label
+    output_dir = CourseLayout(root).run_dir(label)
     with label_lock(root, label):
         output_dir.mkdir(parents=True, exist_ok=True)
         outcomes = []

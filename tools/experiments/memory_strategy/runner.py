@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import torch
 from torch import nn
@@ -152,7 +152,7 @@ def run_memory_strategy(model_factory: Callable[[], nn.Module], strategy: str, w
         estimate = estimate_activation_bytes(model.config, batch_size=workload.batch_size,
                                              seq_len=workload.seq_len, strategy=strategy)
     finally:
-        del optimizer, model, input_ids, eval_ids
+        optimizer = model = input_ids = eval_ids = None  # drop the references before freeing device memory
         free_device_memory(torch)
     verification = verify_execution_path(evidence, strategy)
     steps = evidence.pop("steps")
