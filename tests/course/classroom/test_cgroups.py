@@ -101,8 +101,16 @@ def test_v1_and_v2_groups_get_memory_tasks_and_cpu_limits_and_an_equal_weight(tm
     assert read("pids", "pids.max") == "32"
     assert (read("cpu", "cpu.cfs_quota_us"), read("cpu", "cpu.cfs_period_us"), read("cpu", "cpu.shares")) == \
         ("50000", "100000", "1024")
-    assert (batch.dirs["cpu"] / "cpu.shares").read_text(encoding="utf-8") == "2048"
+    assert (batch.dirs["cpu"] / "cpu.shares").read_text(encoding="utf-8") == "1024"  # one submission runs
     assert sorted(Path(path).parent.name for path in group.procs_files) == ["sub", "sub", "sub"]
+    other = batch.submission("other", limits)
+    assert (batch.dirs["cpu"] / "cpu.shares").read_text(encoding="utf-8") == "2048"  # two run: two processes' weight
+    monkeypatch.setattr(cgroups, "_remove_dir", lambda folder: None)
+    monkeypatch.setattr(cgroups.SubmissionCgroup, "read_usage", lambda self: {})
+    other.remove()
+    assert (batch.dirs["cpu"] / "cpu.shares").read_text(encoding="utf-8") == "1024"
+    monkeypatch.undo()
+    monkeypatch.setattr(Path, "mkdir", mkdir_with_files)
 
     real_mkdir(tmp_path / "v2", parents=True)
     batch = BatchCgroups(CgroupHost("v2", "test", {"unified": str(tmp_path / "v2")}), slots=2)
@@ -112,6 +120,7 @@ def test_v1_and_v2_groups_get_memory_tasks_and_cpu_limits_and_an_equal_weight(tm
     assert (folder / "pids.max").read_text(encoding="utf-8") == "32"
     assert (folder / "cpu.max").read_text(encoding="utf-8") == "50000 100000"
     assert (folder / "cpu.weight").read_text(encoding="utf-8") == "100"
+    assert (batch.dirs["unified"] / "cpu.weight").read_text(encoding="utf-8") == "100"
     assert (batch.dirs["unified"] / "cgroup.subtree_control").read_text(encoding="utf-8") == "+memory +pids +cpu"
     assert group.procs_files == [str(folder / "cgroup.procs")]
 

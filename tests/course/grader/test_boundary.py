@@ -60,6 +60,12 @@ def uses_setup(items):
 def pure(values):
     return list(values)
 
+def noisy(x):
+    import sys
+    print("learner says", x)
+    print("a warning", file=sys.stderr)
+    return x * 2
+
 def grads_seen(model, tensor):
     return [float(p.grad.flatten()[0]) for p in model.parameters()] + [float(tensor.grad[0])]
 '''
@@ -78,7 +84,7 @@ def proxies():
     learner["SETUP_ITEMS"] = ["a", "b"]
     trusted = {"SETUP_ITEMS": ["a", "b"]}
     names = ["append_and_total", "scale_", "train_step", "nll", "checked", "module_out", "uses_setup", "pure",
-             "grads_seen", "missing"]
+             "grads_seen", "noisy", "missing"]
     return learner_proxies(names, InProcessChannel(learner), shared_names(trusted)), trusted
 
 
@@ -186,6 +192,13 @@ def test_gradients_through_the_learners_function_come_back_on_the_arguments(prox
     backward_through(functions["nll"], logits, select=["nll"], reduce="square_sum")
     backward_through(namespace["nll"], local, select=["nll"], reduce="square_sum")
     assert torch.allclose(logits.grad, local.grad)
+
+
+def test_what_the_learners_function_prints_shows_with_the_tests_output(proxies):
+    functions, _ = proxies
+    outputs = run_cell("x = noisy(2)\nprint('test says', x)", {"noisy": functions["noisy"]})
+    assert outputs == [{"output_type": "stream", "name": "stdout", "text": "learner says 2\ntest says 4\n"},
+                       {"output_type": "stream", "name": "stderr", "text": "a warning\n"}]
 
 
 def test_a_proxy_is_callable_and_named_like_the_function(proxies):

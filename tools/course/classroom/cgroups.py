@@ -27,7 +27,7 @@ import os
 import secrets
 import signal
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 CONTROLLERS = ("memory", "pids", "cpu")
@@ -163,6 +163,8 @@ class SubmissionCgroup:
     dirs: dict  # v2: {"unified": dir}; v1: {controller: dir}
     limits: CgroupLimits
     usage: dict | None = None
+    name: str = ""
+    batch: "BatchCgroups | None" = field(default=None, repr=False)
 
     @property
     def procs_files(self) -> list[str]:
@@ -227,10 +229,13 @@ class SubmissionCgroup:
         self.usage = {**self.read_usage(), "processes_killed_after": killed}
         for folder in self.dirs.values():
             _remove_dir(Path(folder))
+        if self.batch is not None:
+            self.batch.finished(self)
         return self.usage
 
     def describe(self) -> dict:
-        return {"version": self.version, **asdict(self.limits)}
+        return {"version": self.version, "memory_bytes": self.limits.memory_bytes, "max_tasks": self.limits.max_tasks,
+                "cpus": self.limits.cpus}
 
 
 def _int_or_none(path: Path) -> int | None:
@@ -276,13 +281,17 @@ class BatchCgroups:
     """The parent group of one batch in each hierarchy, and one child group per submission."""
 
     def __init__(self, host: CgroupHost, slots: int = 1):
-        """`slots`: submissions graded at once; the batch's group weighs as much as that many processes of
-        the host, so that its kernels together get what as many plain kernels would."""
+        """`slots`: submissions graded at once. The batch's group always weighs as much as the submissions
+        it runs at the moment (one process of the host each, `_reweigh`): a submission gets what a plain
+        kernel would, whether it runs alone or beside others, and one that spins many processes only
+        shares its own weight among them."""
         if host.version is None:
             raise ValueError("no cgroups on this host")
         self.host = host
         self.name = f"course-grading-{os.getpid()}-{secrets.token_hex(4)}"
         self.dirs: dict[str, Path] = {}
+        self.slots = slots
+        self.active: set[str] = set()
         try:
             for key, base in host.bases.items():
                 folder = Path(base) / self.name
@@ -290,17 +299,28 @@ class BatchCgroups:
                 self.dirs[key] = folder
             if host.version == "v2":
                 _write(self.dirs["unified"] / "cgroup.subtree_control", " ".join(f"+{c}" for c in CONTROLLERS))
-                _write(self.dirs["unified"] / "cpu.weight", str(min(CPU_WEIGHT_V2 * slots, 10_000)))
-            else:
-                _write(self.dirs["cpu"] / "cpu.shares", str(CPU_SHARES_V1 * slots))
+            self._reweigh()
         except BaseException:
             self.close()
             raise
 
+    def _reweigh(self) -> None:
+        count = max(len(self.active), 1)
+        if self.host.version == "v2":
+            _write(self.dirs["unified"] / "cpu.weight", str(min(CPU_WEIGHT_V2 * count, 10_000)))
+        else:
+            _write(self.dirs["cpu"] / "cpu.shares", str(CPU_SHARES_V1 * count))
+
+    def finished(self, group: "SubmissionCgroup") -> None:
+        """A submission's group was removed: the batch weighs one process less."""
+        self.active.discard(group.name)
+        if self.dirs:
+            self._reweigh()
+
     def submission(self, name: str, limits: CgroupLimits) -> SubmissionCgroup:
         """A new child group with `limits` applied (OSError when the host refuses a limit)."""
         dirs = {}
-        group = SubmissionCgroup(self.host.version, dirs, limits)
+        group = SubmissionCgroup(self.host.version, dirs, limits, name=name, batch=self)
         try:
             for key, parent in self.dirs.items():
                 folder = parent / name
@@ -314,6 +334,8 @@ class BatchCgroups:
             for folder in dirs.values():
                 _remove_dir(Path(folder))
             raise
+        self.active.add(name)
+        self._reweigh()
         return group
 
     def close(self) -> None:

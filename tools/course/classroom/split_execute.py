@@ -5,9 +5,10 @@ nbgrader's `Autograde` keeps the gradebook, the restored cells, the checksums an
 
 * a **test cell** (a grade cell whose grade id and source are those of the trusted source notebook)
   runs in the trusted grader process (`tools.course.classroom.trusted`), never in the learner's kernel;
-  meanwhile the kernel runs one serving cell of ours (`learner_server.serve`) that answers the calls the
-  test makes to the learner's functions. The test's outputs (plus what the learner's code printed while
-  serving, as text) become the cell's outputs, which nbgrader then scores;
+  meanwhile the kernel runs one serving cell of ours (`learner_server.serve`, kept across consecutive
+  test cells) that answers the calls the test makes to the learner's functions. The test's outputs
+  (with what the learner's code printed during each call, as text) become the cell's outputs, which
+  nbgrader then scores;
 * every other code cell (the shared setup, the learner's solutions, the learner's own cells) runs in the
   kernel, as nbgrader would run it. The setup cells also ran in the trusted process, once per worker.
 
@@ -40,8 +41,6 @@ SERVE_CELL = ("__import__('tools.course.classroom.learner_server', fromlist=['se
               ".serve({port}, {token!r}, globals())")
 SERVE_END_GRACE_S = 5.0
 """How long the kernel's serving cell may take to end after the test cell is done before it is interrupted."""
-LEARNER_TEXT_CHARS = 20_000
-"""What a test cell shows of what the learner's code printed while serving it."""
 STOP_FACTOR = 2
 """Past this many caps of output the kernel is stopped."""
 TIMEOUT_NAMES = ("CellTimeoutError", "CellTimeout")
@@ -66,6 +65,7 @@ class SplitExecute(Execute):
         self._capped_in: str | None = None
         self._dead: str | None = None  # why the kernel is gone, once it is
         self._solution_seen = False
+        self._serving: tuple | None = None  # (task, cell, token) of a serving cell kept for the next test cell
 
     # -- which side ------------------------------------------------------------
     def _grade_id(self, cell: NotebookNode) -> str | None:
@@ -158,64 +158,88 @@ class SplitExecute(Execute):
             cell.outputs.append(nbformat.v4.new_output("error", ename="DeadKernelError", evalue=self._dead,
                                                        traceback=[]))
 
-    async def _execute_test_cell(self, cell: NotebookNode, cell_index: int, execution_count: int | None) -> None:
-        if self.trusted is None:
-            raise GradingError("no trusted grader process for the test cells")
-        await run_hook(self.on_cell_start, cell=cell, cell_index=cell_index)
+    def _next_is_test_cell(self, cell_index: int) -> bool:
+        """Whether the next code cell to run after `cell_index` is a test cell (the serving cell then stays)."""
+        for cell in self.nb.cells[cell_index + 1:]:
+            if cell.cell_type == "code" and cell.source.strip():
+                return self.is_test_cell(cell)
+        return False
+
+    def _get_timeout(self, cell: NotebookNode | None) -> int | None:
+        if cell is not None and cell.get("metadata", {}).get("course_serving"):
+            return None  # a serving cell spans test cells: each has its own limit on the trusted side
+        return super()._get_timeout(cell)
+
+    async def _start_serving(self, cell_index: int) -> tuple:
         token = secrets.token_hex(16)
-        if self._dead is not None:  # the test still runs; each call of a learner's function fails at once
-            result = await asyncio.to_thread(self.trusted.run, cell.source, float(self.timeout or 30), token, True)
-            cell.outputs = [nbformat.from_dict(output) for output in result["outputs"]]
-            self.code_cells_executed += 1
-            return
         port = await asyncio.to_thread(lambda: self.trusted.port)  # the trusted child may still be starting
-        serving = nbformat.v4.new_code_cell(SERVE_CELL.format(port=port, token=token))
-        serve = asyncio.ensure_future(super().async_execute_cell(serving, cell_index, store_history=False))
-        test = asyncio.ensure_future(asyncio.to_thread(self.trusted.run, cell.source, float(self.timeout or 30), token))
-        try:
-            await asyncio.wait([serve, test], return_when=asyncio.FIRST_COMPLETED)
-            if serve.done() and not test.done():  # nothing serves the test's calls any more: say so, do not wait
-                self.trusted.kernel_gone(token)
-            result = await test
-        finally:
-            self.nb.cells[cell_index] = cell  # nbclient put the serving cell in the test cell's place
-        if result["kernel"] != "done" and not serve.done():
+        serving = nbformat.v4.new_code_cell(SERVE_CELL.format(port=port, token=token),
+                                            metadata={"course_serving": True})
+        execute = super().async_execute_cell
+        original = self.nb.cells[cell_index]
+
+        async def serve_in_place_of_nothing():
+            try:
+                return await execute(serving, cell_index, store_history=False)
+            finally:  # nbclient puts the cell it ran at `cell_index`: the test cell goes back there
+                self.nb.cells[cell_index] = original
+
+        return asyncio.ensure_future(serve_in_place_of_nothing()), serving, token
+
+    async def _end_serving(self, serve, serving: NotebookNode, kernel: str, cell: NotebookNode) -> None:
+        """Let the serving cell end (interrupt it if the kernel is not done); a kernel that does not end it
+        within a cell's time is stopped. Its errors go to the record, never to a test's outputs."""
+        if kernel != "done" and not serve.done():
             await self._interrupt()
-        try:
-            await asyncio.wait_for(asyncio.shield(serve), SERVE_END_GRACE_S)
-        except asyncio.TimeoutError:
-            await self._interrupt()
-        except Exception:  # noqa: BLE001, S110 - the serving cell's own failure (a dead kernel) is not the test's
-            pass
-        try:
-            await serve
-        except Exception:  # noqa: BLE001, S110 - as above; the kernel's errors are in the record (serving_errors)
-            pass
-        self.nb.cells[cell_index] = cell
+        for wait_s in (SERVE_END_GRACE_S, float(self.timeout or 30)):
+            try:
+                await asyncio.wait_for(asyncio.shield(serve), wait_s)
+                break
+            except asyncio.TimeoutError:
+                await self._interrupt()
+            except Exception:  # noqa: BLE001, S110 - the serving cell's own failure (a dead kernel) is not the test's
+                break
+        if not serve.done():
+            self._dead = "the learner's kernel did not stop serving when interrupted"
+            self.report["kernel_stopped_unresponsive"] = True
+            await self._stop_kernel()
+            serve.cancel()
         failed = [f"{output.get('ename')}: {output.get('evalue', '')[:200]}" for output in serving.outputs
                   if output.get("output_type") == "error"]
         if failed and len(self.report.setdefault("serving_errors", [])) < 5:  # for the instructor's record only
-            self.report["serving_errors"].append({"cell": self._grade_id(cell), "kernel": result["kernel"],
-                                                  "error": failed[0]})
-        cell.outputs = learner_text(serving.outputs) + [nbformat.from_dict(output) for output in result["outputs"]]
+            self.report["serving_errors"].append({"cell": self._grade_id(cell), "kernel": kernel, "error": failed[0]})
+
+    async def _execute_test_cell(self, cell: NotebookNode, cell_index: int, execution_count: int | None) -> None:
+        """Run a test cell on the trusted side while the kernel's serving cell answers its calls. The serving
+        cell stays for the next cell when that is a test cell too (one kernel round trip per run of tests)."""
+        if self.trusted is None:
+            raise GradingError("no trusted grader process for the test cells")
+        await run_hook(self.on_cell_start, cell=cell, cell_index=cell_index)
+        timeout = float(self.timeout or 30)
+        if self._dead is not None:  # the test still runs; each call of a learner's function fails at once
+            result = await asyncio.to_thread(self.trusted.run, cell.source, timeout, secrets.token_hex(16), True)
+        else:
+            if self._serving is None or self._serving[0].done():
+                self._serving = await self._start_serving(cell_index)
+            serve, serving, token = self._serving
+            keep = self._next_is_test_cell(cell_index)
+            test = asyncio.ensure_future(asyncio.to_thread(self.trusted.run, cell.source, timeout, token, False, keep))
+            try:
+                await asyncio.wait([serve, test], return_when=asyncio.FIRST_COMPLETED)
+                if serve.done() and not test.done():  # nothing serves the test's calls any more: say so, do not wait
+                    self.trusted.kernel_gone(token)
+                result = await test
+            finally:
+                self.nb.cells[cell_index] = cell  # nbclient puts the serving cell in the test cell's place
+            if result["kernel"] != "kept" or serve.done():
+                self._serving = None
+                await self._end_serving(serve, serving, result["kernel"], cell)
+                self.nb.cells[cell_index] = cell
+        cell.outputs = [nbformat.from_dict(output) for output in result["outputs"]]
         self.code_cells_executed += 1
         if execution_count:
             cell["execution_count"] = execution_count
         await run_hook(self.on_cell_complete, cell=cell, cell_index=cell_index)
-
-
-def learner_text(outputs: list) -> list[NotebookNode]:
-    """What the learner's code printed while serving a test cell, as plain stream text only (never a value,
-    a display or an error: those could pass for the test's own result)."""
-    found = []
-    for name in ("stdout", "stderr"):
-        text = "".join(output.get("text", "") for output in outputs
-                       if output.get("output_type") == "stream" and output.get("name") == name)
-        if text:
-            if len(text) > LEARNER_TEXT_CHARS:
-                text = text[:LEARNER_TEXT_CHARS] + "\n[output cut]\n"
-            found.append(nbformat.v4.new_output("stream", name=name, text=text))
-    return found
 
 
 def use_split_execute(config, trusted, test_cells: dict[str, str], report: dict, output_bytes: int,

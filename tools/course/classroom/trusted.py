@@ -82,7 +82,15 @@ class KernelLink:
         self.gone: set[bytes] = set()  # cells whose serving ended (the notice may come before the cell)
 
     def begin(self, token: str) -> None:
-        self.token, self.connection, self.status = token.encode("ascii"), None, "waiting"
+        """A new test cell: the kept connection when the worker kept its serving cell (same token), else a
+        new one to wait for."""
+        token_bytes = token.encode("ascii")
+        if self.status == "kept" and self.connection is not None and token_bytes == self.token:
+            self.status = "connected"
+            return
+        if self.connection is not None:
+            self.connection.close()
+        self.token, self.connection, self.status = token_bytes, None, "waiting"
 
     def kernel_gone(self, token: str) -> None:
         self.gone.add(token.encode("ascii"))
@@ -143,14 +151,18 @@ class KernelLink:
             self.status = "broken"
             raise BoundaryError(f"the learner's kernel did not answer: {error.__class__.__name__}: {error}") from None
 
-    def end(self) -> str:
-        """Tell the kernel's serving cell to end; return how the cell ended on the kernel's side."""
+    def end(self, keep: bool = False) -> str:
+        """Tell the kernel's serving cell to end, or with `keep` keep it (and the connection) for the next
+        test cell; return how the cell ended on the kernel's side ("done", "kept", "not connected", ...)."""
         if self.connection is None and self.status == "waiting":
             try:
                 self.connection = self._accept(ACCEPT_GRACE_S)
             except KernelGone:
                 self.connection = None
             self.status = "connected" if self.connection is not None else "not connected"
+        if keep and self.status == "connected" and self.token not in self.gone:
+            self.status = "kept"
+            return self.status
         if self.connection is not None:
             try:
                 if self.status == "connected":
@@ -183,7 +195,7 @@ def serve_submission(control: socket.socket, namespace: dict, shared: dict, exer
         link.begin(request["token"])
         started = time.monotonic()
         outputs = run_cell(request["source"], trusted, float(request["timeout"]))
-        kernel = link.end()
+        kernel = link.end(bool(request.get("keep")))
         _json_frame(control, {"outputs": outputs, "kernel": kernel, "seconds": round(time.monotonic() - started, 3)})
 
 
@@ -286,13 +298,15 @@ class TrustedSubmission:
         hello = _read_json(control)
         self.port, self.pid = int(hello["port"]), int(hello["pid"])
 
-    def run(self, source: str, timeout_s: float, token: str, kernel_gone: bool = False) -> dict:
+    def run(self, source: str, timeout_s: float, token: str, kernel_gone: bool = False, keep: bool = False) -> dict:
         """Run one test cell; `{"outputs", "kernel", "seconds"}` (GradingError if the child is gone). With
-        `kernel_gone` no kernel serves it: each call of a learner's function fails at once."""
+        `kernel_gone` no kernel serves it: each call of a learner's function fails at once. With `keep` the
+        kernel's serving cell is kept for the next test cell (`"kernel": "kept"`)."""
         try:
             if kernel_gone:
                 self.kernel_gone(token)
-            _json_frame(self.control, {"op": "run", "source": source, "timeout": timeout_s, "token": token})
+            _json_frame(self.control, {"op": "run", "source": source, "timeout": timeout_s, "token": token,
+                                       "keep": keep})
             return _read_json(self.control)
         except (OSError, ValueError) as error:
             raise GradingError(f"the trusted grader process ended: {error.__class__.__name__}: {error}") from None
@@ -329,8 +343,8 @@ class LazyTrusted:
     def port(self) -> int:
         return self._get().port
 
-    def run(self, source: str, timeout_s: float, token: str, kernel_gone: bool = False) -> dict:
-        return self._get().run(source, timeout_s, token, kernel_gone)
+    def run(self, source: str, timeout_s: float, token: str, kernel_gone: bool = False, keep: bool = False) -> dict:
+        return self._get().run(source, timeout_s, token, kernel_gone, keep)
 
     def kernel_gone(self, token: str) -> None:
         if self.submission is not None:

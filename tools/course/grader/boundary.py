@@ -249,16 +249,29 @@ def _same_plain(left, right) -> bool:
 # The learner's side
 # ---------------------------------------------------------------------------
 
-def _outcome(function: Callable, args: tuple, kwargs: dict) -> dict:
-    """Run the learner's function; the result (or exception) and the arguments' state, as plain data.
-    KeyboardInterrupt (the grader interrupting a call past its time) ends the serving instead."""
+LEARNER_PRINT_CHARS = 20_000
+"""What one call of a learner's function may print (stdout and stderr each) that the test's output shows."""
+
+
+def _outcome(function: Callable, args: tuple, kwargs: dict, after=None) -> dict:
+    """Run the learner's function (then `after(value)`, e.g. a backward pass); the result (or exception),
+    the arguments' state and what the call printed, as plain data. KeyboardInterrupt (the grader
+    interrupting a call past its time) ends the serving instead."""
+    stdout, stderr = _Capped(LEARNER_PRINT_CHARS), _Capped(LEARNER_PRINT_CHARS)
     try:
-        value = function(*args, **kwargs)
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            value = function(*args, **kwargs)
+            if after is not None:
+                after(value)
     except KeyboardInterrupt:
         raise
     except BaseException as error:  # noqa: BLE001 - its class crosses back (SystemExit as a generic error)
-        return {"raised": exception_record(error)["exception"], "state": state_of((args, kwargs))}
-    return {"value": value, "state": state_of((args, kwargs))}
+        outcome = {"raised": exception_record(error)["exception"]}
+    else:
+        outcome = {"value": value}
+    outcome.update(state=state_of((args, kwargs)), stdout=stdout.text() if stdout.tell() else "",
+                   stderr=stderr.text() if stderr.tell() else "")
+    return outcome
 
 
 def _encode_reply(reply: Any, limit: int) -> bytes:
@@ -310,16 +323,10 @@ def serve_request(payload: bytes, namespace: dict, limit: int = MAX_REPLY_BYTES)
                 mirror(case, grads)
         return _encode_reply({"many": [_outcome(function, args, kwargs) for args, kwargs in request["cases"]]}, limit)
     if request["op"] == "gradient":
-        args, kwargs = request["args"], request["kwargs"]
-        try:
-            value = function(*args, **kwargs)
+        def backward(value):
             _loss(_select(value, request["select"]), request["reduce"], request.get("weights")).backward()
-        except KeyboardInterrupt:
-            raise
-        except BaseException as error:  # noqa: BLE001 - the learner's function or result refuses backward
-            return _encode_reply({"raised": exception_record(error)["exception"], "state": state_of((args, kwargs))},
-                                 limit)
-        return _encode_reply({"value": value, "state": state_of((args, kwargs))}, limit)
+
+        return _encode_reply(_outcome(function, request["args"], request["kwargs"], backward), limit)
     raise BoundaryError(f"unknown request {request['op']!r}")
 
 
@@ -427,6 +434,9 @@ class LearnerFunction:
             except Exception as error:  # noqa: BLE001 - a malformed state from the learner's side
                 raise BoundaryError(f"{self.__name__}: the arguments' new state could not be applied: {error}") \
                     from None
+        for name, stream in (("stdout", sys.stdout), ("stderr", sys.stderr)):
+            if isinstance(outcome.get(name), str) and outcome[name]:
+                stream.write(outcome[name])  # what the learner's code printed shows with the test's own output
         if "raised" in outcome:
             raise rebuild_exception(outcome["raised"])
         if "value" not in outcome:
