@@ -44,7 +44,9 @@ $(BROWSER_STAMP): environment/browser-test.txt $(STAMP)
 
 browser-deps: $(BROWSER_STAMP)
 
+# The lab models are built (once, cached under build/lab_models) before any chapter needs them.
 run: setup
+	$(PY) -m tools.models lab-build
 	$(PY) -m tools.course run --run-mode cpu_smoke $(RUN_ARGS)
 
 # Two workers on a 2-core machine; tests sharing a module fixture stay on one worker (tests/conftest.py).

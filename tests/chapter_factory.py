@@ -55,11 +55,13 @@ def toy_cells() -> list:
         code('''
             def test_add_rates():
                 assert add_rates(1, 2) == 3
+                assert add_rates(0.5, 0.25) == 0.75
             test_add_rates()
             ''', "visible-tests", "raises-exception", exercise="add_rates", points=1),
         code('''
             def test_halve():
                 assert halve(4) == 2
+                assert halve(-1) == -0.5
             test_halve()
             ''', "visible-tests", "raises-exception", exercise="halve", points=1),
         markdown("🛑 STOP HERE", "stop-here"),
@@ -99,7 +101,8 @@ status = "implemented"
 
 TOY_HIDDEN = '''
 # %% hidden exercise=add_rates points=1 name=rejects_nan
-# hint: non-finite rates are invalid input.
+# hint: non-finite rates are invalid input; finite ones are summed.
+assert add_rates(2, 0.5) == 2.5
 try:
     add_rates(float("nan"), 1)
 except ValueError:

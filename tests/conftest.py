@@ -120,3 +120,13 @@ def tiny_model(tiny_model_dir):
 def fresh_tiny_model(tiny_model):
     """A private copy of the tiny model for one test, which may train or edit it."""
     return copy.deepcopy(tiny_model)
+
+
+@pytest.fixture(scope="session")
+def lab_models() -> dict[str, Path]:
+    """`{"lab": folder, "lab-teacher": folder}`: the lab models, built once (about 1-2 minutes each on one
+    core) and cached under build/lab_models by recipe hash, so a later session only checks them. Load one
+    with `tools.models.loading.load_causal_lm(folder)` (a fresh copy per test that trains it)."""
+    from tools.models.lab import build_lab_models
+
+    return build_lab_models()

@@ -2,12 +2,13 @@
 
     errors                         every error class the tools raise on purpose
     core                           run modes and labels, paths, catalog, write-once records, preflight
-    models | data | measure        the course's models; fixed inputs; resource sampling and timing
+    data                           fixed inputs built in code (the arithmetic tasks)
+    models | measure               the course's models (the lab models learn the data's tasks); resource sampling and timing
     experiments.<name>             one subpackage per GPU experiment (verl closure, memory strategies, ...)
     chapters | course              what notebooks call; the command line, grading and batch runs
 
 Dependency rule (checked by tests/repo/test_layers.py): a module imports only from a lower layer or from
-its own subpackage. Packages of one layer do not import each other (models, data and measure are
+its own subpackage. Packages of one layer do not import each other (models and measure are
 independent, and so are the experiments). Library code never prints unless a caller asks it to.
 
 Facades keep the names the course and its seeds use (`tools.project_runtime`,

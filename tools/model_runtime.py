@@ -31,9 +31,8 @@ from tools.models.cache import (  # noqa: F401
     MODEL_SOURCES,
     default_cache_dir,
     download_command,
-    expected_model_path,
     find_local_model,
     model_cache_check,
     random_init_folder,
 )
-from tools.models.loading import load_causal_lm, model_identity, resolve_model, sampling_generation_kwargs  # noqa: F401
+from tools.models.loading import expected_model_path, load_causal_lm, model_identity, resolve_model, sampling_generation_kwargs  # noqa: F401

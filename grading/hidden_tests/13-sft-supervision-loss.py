@@ -67,6 +67,8 @@ _cases = [
     (_ok, True),
     (_ok, 2.5),
 ]
+_valid = build_sft_example(_ok + [{"role": "user", "content": "Again"}, {"role": "assistant", "content": ""}], TOKENIZER)
+assert len(_valid["assistant_spans"]) == 2 and _valid["truncated_supervised_tokens"] == 0, _valid  # a valid call
 for _messages, _max_length in _cases:
     try:
         build_sft_example(_messages, TOKENIZER, max_length=_max_length)
@@ -130,6 +132,8 @@ _cases = [
     (_logits, torch.tensor([[-100, 5, 1, 1]])),
     (_logits, torch.tensor([[-100, -7, 1, 1]])),
 ]
+_valid = shifted_token_nll(_logits, torch.tensor([[9, 4, -100, 0]]))  # a label in column 0 is never a target
+assert _valid["supervised_tokens"] == 2 and _valid["unpredicted_labels"] == 1, _valid
 for _bad_logits, _bad_labels in _cases:
     try:
         shifted_token_nll(_bad_logits, _bad_labels)
@@ -197,6 +201,8 @@ _cases = [
     (torch.ones(6), torch.ones(6, dtype=torch.bool), "token"),
     (_nll, torch.zeros(2, 3, dtype=torch.bool), "sample"),
 ]
+_valid = reduce_sft_loss(_nll, torch.tensor([[True, False, False], [False, False, False]]), "sample")  # a valid call
+assert _valid["empty_samples"] == [1] and _valid["sample_weights"] == [1.0, 0.0], _valid
 for _bad_nll, _bad_mask, _mode in _cases:
     try:
         reduce_sft_loss(_bad_nll, _bad_mask, _mode)
@@ -227,6 +233,8 @@ _messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "conte
 _snapshot = copy.deepcopy(_messages)
 _example = build_sft_example(_messages, TOKENIZER, max_length=40)
 assert _messages == _snapshot
+_rendered = TOKENIZER(TOKENIZER.apply_chat_template(_messages, tokenize=False), add_special_tokens=False)["input_ids"]
+assert _example["input_ids"] == list(_rendered[:40]), "the ids of this conversation, cut to max_length"
 assert type(_example["input_ids"]) is list and type(_example["labels"]) is list
 assert all(type(value) is int for value in _example["input_ids"] + _example["labels"])
 assert type(_example["supervised_tokens"]) is int and type(_example["truncated_supervised_tokens"]) is int
@@ -255,7 +263,25 @@ _conversations = st.tuples(st.booleans(), st.lists(st.sampled_from(["user", "ass
 _lengths = st.one_of(st.none(), st.integers(1, 70))
 _calls = st.one_of(st.tuples(_conversations, st.just(TOKENIZER), _lengths),
                    st.tuples(st.tuples(_conversations, st.just(TOKENIZER)), st.fixed_dictionaries({"max_length": _lengths})))
-reference.agrees("build_sft_example", _calls, cases=50, check_inputs=False)
+def _messages_of(*args, **kwargs):
+    return args[0]
+
+
+def _length_of(*args, **kwargs):
+    return args[2] if len(args) > 2 else kwargs.get("max_length")
+
+
+reference.agrees("build_sft_example", _calls, cases=50, check_inputs=False, clauses={
+    "a system turn first": lambda *a, **k: _messages_of(*a, **k)[0]["role"] == "system",
+    "several assistant replies": lambda *a, **k: sum(m["role"] == "assistant" for m in _messages_of(*a, **k)) > 1,
+    "an empty reply": lambda *a, **k: any(m["role"] == "assistant" and m["content"] == "" for m in _messages_of(*a, **k)),
+    "a user turn last": lambda *a, **k: _messages_of(*a, **k)[-1]["role"] == "user",
+    "a max_length that cuts the conversation": lambda *a, **k: _length_of(*a, **k) is not None and _length_of(*a, **k) < 30,
+    "no max_length": lambda *a, **k: _length_of(*a, **k) is None,
+    "max_length by keyword": lambda *a, **k: "max_length" in k,
+    "non-ASCII content": lambda *a, **k: any(not m["content"].isascii() for m in _messages_of(*a, **k)),
+    "an extra message key": lambda *a, **k: any("name" in m for m in _messages_of(*a, **k)),
+})
 
 # %% hidden exercise=build_sft_example points=1 name=generated_invalid_conversations_raise_as_the_reference
 # hint: check every message and every argument before rendering: non-list or empty conversations, non-dict messages, missing keys, unknown or miscased roles, non-text contents, a late system turn, an assistant or system turn first, no assistant turn, and a max_length that is not None or a positive int (bools, floats, text) each give a ValueError.
@@ -272,7 +298,39 @@ _valid = st.sampled_from([[{"role": "user", "content": "Hi"}, {"role": "assistan
 _messages = st.one_of(st.lists(st.one_of(_good, _good, _good, _bad), max_size=4), _valid, _valid, st.none(),
                       st.just(()), st.tuples(_good, _good), st.just("user: hi"), st.just({"role": "user", "content": "Hi"}))
 _lengths = st.one_of(st.none(), st.integers(-2, 30), st.booleans(), st.sampled_from([2.5, "8", 8.0, float("nan")]))
-reference.agrees("build_sft_example", st.tuples(_messages, st.just(TOKENIZER), _lengths), cases=150, check_inputs=False)
+from tools.course.grader.clauses import dicts, is_bool
+
+
+def _roles(messages):
+    return [m.get("role") for m in dicts(messages)]
+
+
+def _well_formed(messages):
+    return isinstance(messages, list) and all(
+        isinstance(m, dict) and m.get("role") in ("system", "user", "assistant") and isinstance(m.get("content"), str)
+        for m in messages)
+
+
+_orders = st.permutations([{"role": "system", "content": "S"}, {"role": "user", "content": "Hi"},
+                           {"role": "assistant", "content": "Hello"}, {"role": "user", "content": "More"}])  # any turn order
+reference.agrees("build_sft_example", st.one_of(st.tuples(_messages, st.just(TOKENIZER), _lengths),
+                                                st.tuples(_orders, st.just(TOKENIZER), st.none())), cases=200,
+                 check_inputs=False, clauses={
+    "messages not a list (a tuple, a dict, a str, None)": lambda m, t, n: not isinstance(m, list),
+    "no message": lambda m, t, n: isinstance(m, (list, tuple)) and len(m) == 0,
+    "a message that is not a dict": lambda m, t, n: isinstance(m, list) and any(not isinstance(x, dict) for x in m),
+    "a message without role or content": lambda m, t, n: any("role" not in x or "content" not in x for x in dicts(m)),
+    "an unknown or miscased role": lambda m, t, n: any(
+        "role" in x and x["role"] not in ("system", "user", "assistant") for x in dicts(m)),
+    "content that is not a str": lambda m, t, n: any("content" in x and not isinstance(x["content"], str) for x in dicts(m)),
+    "a system turn after the first position": lambda m, t, n: _well_formed(m) and "system" in _roles(m)[1:],
+    "an assistant turn before any user turn": lambda m, t, n: _well_formed(m) and [r for r in _roles(m) if r != "system"][
+        :1] == ["assistant"],
+    "no assistant turn": lambda m, t, n: _well_formed(m) and bool(m) and "assistant" not in _roles(m),
+    "a max_length that is a bool": lambda m, t, n: is_bool(n),
+    "a max_length < 1": lambda m, t, n: type(n) is int and n < 1,
+    "a max_length that is not an int": lambda m, t, n: n is not None and not isinstance(n, int),
+})
 
 # %% hidden exercise=shifted_token_nll points=1 name=generated_valid_logits_and_labels_match_the_reference
 # hint: on any valid batch (float16, bfloat16, float32 or float64 logits, nan and infinities among them, int8 to int64 labels with ignored positions, a custom or default ignore_index, a vocabulary of one) the float32 losses, the bool mask and the two Python int counts are exactly the reference's.
@@ -304,7 +362,24 @@ _calls = st.tuples(st.integers(1, 2), st.integers(2, 4), st.integers(1, 4)).flat
     st.sampled_from([torch.int64, torch.int32, torch.int16, torch.int8]),
     st.sampled_from([-100, -100, -1]), st.sampled_from(["default", "positional", "keyword"]), st.booleans(),
 ).map(lambda drawn: _call(*drawn)))
-reference.agrees("shifted_token_nll", _calls, cases=100)
+def _tensors(*args, **kwargs):
+    ignore = args[2] if len(args) > 2 else kwargs.get("ignore_index", -100)
+    return args[0], args[1], ignore
+
+
+reference.agrees("shifted_token_nll", _calls, cases=100, clauses={
+    "nan or inf in the logits": lambda *a, **k: not bool(torch.isfinite(_tensors(*a, **k)[0].float()).all()),
+    "nan or inf at an ignored position": lambda *a, **k: any(
+        not bool(torch.isfinite(_tensors(*a, **k)[0][b, t].float()).all())
+        for b, t in (_tensors(*a, **k)[1][:, 1:] == _tensors(*a, **k)[2]).nonzero().tolist()),
+    "a custom ignore_index": lambda *a, **k: _tensors(*a, **k)[2] != -100,
+    "ignore_index by keyword": lambda *a, **k: "ignore_index" in k,
+    "half-precision logits": lambda *a, **k: _tensors(*a, **k)[0].dtype in (torch.float16, torch.bfloat16),
+    "narrow integer labels": lambda *a, **k: _tensors(*a, **k)[1].dtype in (torch.int8, torch.int16, torch.int32),
+    "a vocabulary of one": lambda *a, **k: _tensors(*a, **k)[0].shape[-1] == 1,
+    "a supervised label in column 0": lambda *a, **k: bool((_tensors(*a, **k)[1][:, 0] != _tensors(*a, **k)[2]).any()),
+    "logits that require grad": lambda *a, **k: _tensors(*a, **k)[0].requires_grad,
+})
 
 # %% hidden exercise=shifted_token_nll points=1 name=generated_invalid_logits_and_labels_raise_as_the_reference
 # hint: check both tensors and ignore_index before computing: logits that are not a 3-D floating tensor (integer, bool, complex, lists, 2-D or 4-D, an empty vocabulary), labels that are not a 2-D integer tensor (float, bool, lists), batch or time sizes that differ, a single position, a target outside the vocabulary, and an ignore_index that is a bool, a float or text each give a ValueError.
@@ -320,7 +395,41 @@ _labels = st.sampled_from([torch.tensor([[-100, 1, 2]]), torch.tensor([[-100, 1,
                            torch.tensor([[-100, 4, 1]]), torch.tensor([[-100, -5, 1]]), torch.tensor([[-100]]),
                            torch.tensor([[-100, 1, 2], [0, 0, 0]]), [[-100, 1, 2]], None])
 _ignore = st.sampled_from([-100, -100, -1, True, False, -100.0, "-100", None])
-reference.agrees("shifted_token_nll", st.tuples(_logits, _labels, _ignore), cases=150)
+from tools.course.grader.clauses import is_bool
+
+
+def _tensor(value):
+    return isinstance(value, torch.Tensor)
+
+
+def _good_logits(value):
+    return _tensor(value) and value.dim() == 3 and value.is_floating_point() and value.shape[-1] >= 1
+
+
+def _good_labels(value):
+    return _tensor(value) and value.dim() == 2 and not value.is_floating_point() and value.dtype != torch.bool
+
+
+_valid = st.tuples(st.sampled_from([torch.zeros(1, 3, 4), torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(0))]),
+                   st.sampled_from([[[-100, 1, 3], [7, -100, 0]], [[2, 2, 2], [-100, -100, 1]]]), st.sampled_from([-100, 2])
+                   ).map(lambda d: (d[0], torch.tensor(d[1])[:d[0].shape[0]], d[2]))
+reference.agrees("shifted_token_nll", st.one_of(st.tuples(_logits, _labels, _ignore), _valid), cases=200, clauses={
+    "logits not a tensor": lambda lg, lb, ig: not _tensor(lg),
+    "logits not 3-D": lambda lg, lb, ig: _tensor(lg) and lg.dim() != 3,
+    "logits of an integer, bool or complex dtype": lambda lg, lb, ig: _tensor(lg) and not lg.is_floating_point(),
+    "an empty vocabulary": lambda lg, lb, ig: _tensor(lg) and lg.dim() == 3 and lg.shape[-1] == 0,
+    "labels not a tensor": lambda lg, lb, ig: not _tensor(lb),
+    "labels not 2-D": lambda lg, lb, ig: _tensor(lb) and lb.dim() != 2,
+    "labels of a float or bool dtype": lambda lg, lb, ig: _tensor(lb) and (lb.is_floating_point() or lb.dtype == torch.bool),
+    "batch or time sizes that differ": lambda lg, lb, ig: _good_logits(lg) and _good_labels(lb) and tuple(
+        lg.shape[:2]) != tuple(lb.shape),
+    "a single position": lambda lg, lb, ig: _good_labels(lb) and lb.shape[1] < 2,
+    "a supervised target outside the vocabulary": lambda lg, lb, ig: _good_logits(lg) and _good_labels(lb) and tuple(
+        lg.shape[:2]) == tuple(lb.shape) and bool(((lb[:, 1:] < 0) | (lb[:, 1:] >= lg.shape[-1]))[
+        lb[:, 1:] != (ig if type(ig) is int else -100)].any()),
+    "an ignore_index that is a bool": lambda lg, lb, ig: is_bool(ig),
+    "an ignore_index that is not an int": lambda lg, lb, ig: not isinstance(ig, int),
+})
 
 # %% hidden exercise=reduce_sft_loss points=1 name=generated_valid_losses_and_masks_match_the_reference
 # hint: on any valid float64 batch (nan or inf outside and inside the mask, empty samples, both modes given by position, by keyword or by default) the loss is a 0-dim tensor of the input's dtype, the weights a tensor, the sample weights and per-sample losses Python floats (or None), all exactly the reference's.
@@ -347,7 +456,20 @@ _calls = st.tuples(st.integers(1, 3), st.integers(1, 4)).flatmap(lambda dims: st
     st.lists(st.booleans(), min_size=dims[0] * dims[1], max_size=dims[0] * dims[1]),
     st.sampled_from(["token", "sample"]), st.sampled_from(["default", "positional", "keyword"]), st.booleans(),
 ).map(lambda drawn: _call(*drawn)))
-reference.agrees("reduce_sft_loss", _calls, cases=150)
+def _parts(*args, **kwargs):
+    mode = args[2] if len(args) > 2 else kwargs.get("mode", "token")
+    return args[0], args[1], mode
+
+
+reference.agrees("reduce_sft_loss", _calls, cases=150, clauses={
+    "sample mode": lambda *a, **k: _parts(*a, **k)[2] == "sample",
+    "mode by keyword": lambda *a, **k: "mode" in k,
+    "a sample without a supervised token": lambda *a, **k: bool((~_parts(*a, **k)[1]).all(dim=1).any()),
+    "nan or inf outside the mask": lambda *a, **k: not bool(torch.isfinite(_parts(*a, **k)[0][~_parts(*a, **k)[1]]).all()),
+    "nan or inf inside the mask": lambda *a, **k: not bool(torch.isfinite(_parts(*a, **k)[0][_parts(*a, **k)[1]]).all()),
+    "samples with different supervised counts": lambda *a, **k: len(set(_parts(*a, **k)[1].sum(dim=1).tolist())) > 1,
+    "a token_nll that requires grad": lambda *a, **k: _parts(*a, **k)[0].requires_grad,
+})
 
 # %% hidden exercise=reduce_sft_loss points=1 name=generated_invalid_losses_and_masks_raise_as_the_reference
 # hint: check the mode and both tensors before computing: a mode other than exactly "token" or "sample" (case, spaces, None, bools, lists), a token_nll that is not a 2-D floating tensor (integer, bool, 1-D, 3-D, lists), a mask that is not a bool tensor of the same shape (float, int, uint8, lists), and a mask without any True each give a ValueError.
@@ -362,4 +484,21 @@ _mask = st.sampled_from([torch.tensor([[True, False, True], [False, False, True]
                          torch.ones(2, 3, dtype=torch.uint8), torch.ones(2, 2, dtype=torch.bool),
                          [[True, False, True], [False, False, True]], None])
 _mode = st.sampled_from(["token", "sample", "mean", "TOKEN", " token", "sample ", None, 0, True, ["token"]])
-reference.agrees("reduce_sft_loss", st.tuples(_nll, _mask, _mode), cases=150)
+def _is_tensor(value):
+    return isinstance(value, torch.Tensor)
+
+
+_valid = st.tuples(st.sampled_from([torch.ones(2, 3, dtype=torch.float64), torch.arange(6.0).reshape(2, 3)]),
+                   st.sampled_from([torch.tensor([[True, False, True], [False, False, True]]),
+                                    torch.tensor([[False, False, False], [True, True, False]])]),
+                   st.sampled_from(["token", "sample"]))
+reference.agrees("reduce_sft_loss", st.one_of(st.tuples(_nll, _mask, _mode), _valid), cases=200, clauses={
+    "a mode other than exactly token or sample": lambda nll, mask, mode: mode not in ("token", "sample"),
+    "token_nll not a tensor": lambda nll, mask, mode: not _is_tensor(nll),
+    "token_nll not 2-D": lambda nll, mask, mode: _is_tensor(nll) and nll.dim() != 2,
+    "token_nll not floating": lambda nll, mask, mode: _is_tensor(nll) and not nll.is_floating_point(),
+    "a mask that is not a tensor": lambda nll, mask, mode: not _is_tensor(mask),
+    "a mask that is not bool": lambda nll, mask, mode: _is_tensor(mask) and mask.dtype != torch.bool,
+    "shapes that differ": lambda nll, mask, mode: _is_tensor(nll) and _is_tensor(mask) and nll.shape != mask.shape,
+    "a mask without any True": lambda nll, mask, mode: _is_tensor(mask) and mask.dtype == torch.bool and not bool(mask.any()),
+})

@@ -36,6 +36,8 @@ _good = lora.architecture("tiny")
 _bad_configs = [dict(_good, hidden_size=0), dict(_good, num_key_value_heads=True), dict(_good, intermediate_size=128.0),
                 dict(_good, num_hidden_layers=-2), dict(_good, head_dim=0), dict(_good, head_dim=16.0),
                 {k: v for k, v in _good.items() if k != "num_key_value_heads"}, list(_good.items()), None]
+_valid = lora_trainable_count(dict(_good, head_dim=None), ["q_proj"], 8)  # the valid config every case breaks
+assert _valid["total"] == 2 * 8 * (64 + 64), _valid
 for _bad in _bad_configs:
     try:
         lora_trainable_count(_bad, ["q_proj"], 8)
@@ -60,6 +62,7 @@ assert lora_trainable_count(dict(_good, num_attention_heads=6, head_dim=8, num_k
 _tiny = lora.architecture("tiny")
 for _targets, _rank in ((["q_proj", "Q_PROJ"], 8), (("v_proj", "v_proj"), 8), ("q_proj", 8), ({"q_proj"}, 8),
                         ([], 8), (["embed_tokens"], 8), (["q_proj"], 0), (["q_proj"], True), (["q_proj"], 8.0)):
+    assert lora_trainable_count(_tiny, ("v_proj", "q_proj"), 1)["per_layer"] == {"q_proj": 128, "v_proj": 96}
     try:
         lora_trainable_count(_tiny, _targets, _rank)
     except ValueError:
@@ -96,7 +99,18 @@ _targets = st.lists(st.sampled_from(QWEN2_LINEAR), min_size=1, max_size=7, uniqu
 _shapes = st.sampled_from([list, tuple])
 reference.agrees("lora_trainable_count",
                  st.tuples(_configs, st.tuples(_targets, _shapes).map(lambda drawn: drawn[1](drawn[0])),
-                           st.integers(1, 64)), cases=120)
+                           st.integers(1, 64)), cases=120, clauses={
+    "head_dim absent": lambda config, targets, rank: "head_dim" not in config,
+    "head_dim None": lambda config, targets, rank: "head_dim" in config and config["head_dim"] is None,
+    "head_dim given, heads * head_dim != hidden_size": lambda config, targets, rank: isinstance(
+        config.get("head_dim"), int) and config["head_dim"] * config["num_attention_heads"] != config["hidden_size"],
+    "grouped-query heads (kv < heads)": lambda config, targets, rank: config["num_key_value_heads"] < config[
+        "num_attention_heads"],
+    "an extra config key": lambda config, targets, rank: "vocab_size" in config,
+    "targets as a tuple": lambda config, targets, rank: isinstance(targets, tuple),
+    "targets not in QWEN2_LINEAR order": lambda config, targets, rank: list(targets) != sorted(targets, key=QWEN2_LINEAR.index),
+    "all seven modules": lambda config, targets, rank: len(targets) == 7,
+})
 
 # %% hidden exercise=lora_trainable_count points=1 name=agrees_with_reference_on_generated_invalid_counts
 # hint: broken configs (missing, zero, bool, float or text entries, heads that do not divide), bad targets and bad ranks: the same ValueError.
@@ -109,7 +123,50 @@ _configs = st.one_of(st.dictionaries(_keys, _values, max_size=6), st.just(lora.a
 _targets = st.one_of(st.lists(st.sampled_from(QWEN2_LINEAR + ("lm_head", "", "Q_PROJ")), max_size=4),
                      st.sampled_from(["q_proj", None, {"q_proj"}, [["q_proj"]], ("q_proj", 1)]))
 _ranks = st.one_of(st.integers(-2, 6), st.booleans(), st.sampled_from([1.0, "8", None]))
-reference.agrees("lora_trainable_count", st.tuples(_configs, _targets, _ranks), cases=200)
+from tools.course.grader.clauses import is_bool, keys, values
+
+_valid = st.tuples(st.just(lora.architecture("tiny")), st.lists(st.sampled_from(QWEN2_LINEAR), min_size=1, max_size=7,
+                                                                unique=True), st.integers(1, 6))
+_required = ["hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "num_hidden_layers"]
+
+
+def _entries(config):
+    return {k: v for k, v in config.items() if k in _required or k == "head_dim"} if isinstance(config, dict) else {}
+
+
+def _ints(config):
+    return {k: v for k, v in _entries(config).items() if type(v) is int and v >= 1}
+
+
+_heads = st.builds(lambda heads, kv, head_dim: dict(lora.architecture("tiny"), num_attention_heads=heads, num_key_value_heads=kv,
+                                                    **({} if head_dim == "absent" else {"head_dim": head_dim})),
+                   st.integers(1, 8), st.integers(1, 8), st.sampled_from(["absent", None, 8, 12]))  # divisible or not
+reference.agrees("lora_trainable_count", st.one_of(st.tuples(_configs, _targets, _ranks), _valid,
+                                                   st.tuples(_heads, st.just(["k_proj"]), st.just(2))), cases=250, clauses={
+    "config not a dict": lambda config, targets, rank: not isinstance(config, dict),
+    "a required entry missing": lambda config, targets, rank: isinstance(config, dict) and bool(set(_required) - set(config)),
+    "an entry that is a bool": lambda config, targets, rank: any(is_bool(v) for v in _entries(config).values()),
+    "an entry that is a float": lambda config, targets, rank: any(isinstance(v, float) for v in _entries(config).values()),
+    "an entry that is a str": lambda config, targets, rank: any(isinstance(v, str) for v in _entries(config).values()),
+    "an entry < 1": lambda config, targets, rank: any(
+        type(v) is int and v < 1 for v in _entries(config).values()),
+    "a required entry None": lambda config, targets, rank: any(
+        v is None for k, v in _entries(config).items() if k != "head_dim"),
+    "hidden_size not a multiple of the heads (no head_dim)": lambda config, targets, rank: set(_required) <= set(
+        _ints(config)) and _ints(config).get("head_dim") is None and config["hidden_size"] % config[
+        "num_attention_heads"] != 0,
+    "heads not a multiple of the kv heads": lambda config, targets, rank: {"num_attention_heads", "num_key_value_heads"} <= set(
+        _ints(config)) and config["num_attention_heads"] % config["num_key_value_heads"] != 0,
+    "targets not a list or tuple": lambda config, targets, rank: not isinstance(targets, (list, tuple)),
+    "no target": lambda config, targets, rank: isinstance(targets, (list, tuple)) and not targets,
+    "a target that is not a Qwen2 linear name": lambda config, targets, rank: any(
+        t not in QWEN2_LINEAR for t in values(targets) if isinstance(t, str)) or any(
+        not isinstance(t, str) for t in values(targets)),
+    "a repeated target": lambda config, targets, rank: isinstance(targets, list) and len(set(map(repr, targets))) < len(targets),
+    "a rank that is a bool": lambda config, targets, rank: is_bool(rank),
+    "a rank < 1": lambda config, targets, rank: type(rank) is int and rank < 1,
+    "a rank that is not an int": lambda config, targets, rank: not isinstance(rank, int),
+})
 
 # %% hidden exercise=frozen_base_report points=1 name=names_every_changed_base_tensor_sorted
 # hint: every base tensor whose hash changed is listed, sorted by name, and the decision is base_changed even when adapters changed too.
@@ -163,6 +220,7 @@ _ok = {"w": torch.zeros(1)}
 for _args in (({"w": torch.zeros(1)}, {"v": torch.zeros(1)}), ({}, {}), (_ok, {"w": [0.0]}), ([("w", torch.zeros(1))], _ok),
               ({"": torch.zeros(1)}, {"": torch.zeros(1)}), ({1: torch.zeros(1)}, {1: torch.zeros(1)}),
               (_ok, _ok, ()), (_ok, _ok, "lora_A"), (_ok, _ok, ("lora_A", "")), (_ok, _ok, ["lora_A"])):
+    assert frozen_base_report(_ok, {"w": torch.ones(1)}, ("lora_A",))["changed_base"] == ["w"]  # a valid call
     try:
         frozen_base_report(*_args)
     except ValueError:
@@ -217,7 +275,29 @@ _markers = st.sampled_from([None, ("lora_A", "lora_B", "lora_magnitude_vector", 
 _calls = st.tuples(st.lists(st.sampled_from(_names), min_size=1, max_size=6, unique=True), _value_lists,
                    st.lists(st.sampled_from(_edits), min_size=1, max_size=6), _markers).map(
     lambda d: _snapshots(d[0], d[1], d[2]) + (() if d[3] is None else (d[3],)))
-reference.agrees("frozen_base_report", _calls, cases=120)
+def _markers(call):
+    return call[2] if len(call) > 2 else ADAPTER_MARKERS
+
+
+def _changed(before, after, *markers):
+    return [name for name in before if before[name].dtype != after[name].dtype or before[name].shape != after[name].shape
+            or not torch.equal(before[name].view(-1).view(torch.uint8) if before[name].numel() else before[name],
+                               after[name].reshape(-1).view(torch.uint8) if after[name].numel() and
+                               after[name].dtype == before[name].dtype else before[name])]
+
+
+reference.agrees("frozen_base_report", _calls, cases=120, clauses={
+    "custom markers": lambda *call: len(call) > 2,
+    "a marker in the middle of a name": lambda *call: any(
+        marker in name and not name.endswith(marker) for name in call[0] for marker in _markers(call)),
+    "a NaN kept bit for bit": lambda *call: any(torch.isnan(t).any() for t in call[0].values()),
+    "a cast tensor": lambda *call: any(call[0][n].dtype != call[1][n].dtype for n in call[0]),
+    "a reshaped tensor": lambda *call: any(call[0][n].shape != call[1][n].shape for n in call[0]),
+    "a zero turned into -0.0": lambda *call: any(
+        bool(((call[0][n] == 0) & torch.signbit(call[1][n].reshape(call[0][n].shape) if call[1][n].numel() == call[0][
+            n].numel() else call[0][n])).any()) and call[0][n].dtype == call[1][n].dtype for n in call[0]),
+    "no adapter tensor": lambda *call: not any(marker in name for name in call[0] for marker in _markers(call)),
+})
 
 # %% hidden exercise=frozen_base_report points=1 name=agrees_with_reference_on_generated_invalid_snapshots
 # hint: snapshots that are not dicts, are empty, hold non-tensors or name different tensors, and bad markers: the same ValueError.
@@ -226,8 +306,33 @@ _values = st.sampled_from([torch.zeros(2), torch.ones(2), [0.0, 0.0], 0.0, None,
 _dicts = st.one_of(st.dictionaries(st.sampled_from(["w", "w.lora_A.x", "", "v"]), _values, max_size=3),
                    st.sampled_from([None, [], "w", (("w", torch.zeros(2)),)]))
 _markers = st.sampled_from([("lora_A",), (), ("",), "lora_A", ["lora_A"], ("lora_A", 1), None])
-reference.agrees("frozen_base_report", st.one_of(st.tuples(_dicts, _dicts), st.tuples(_dicts, _dicts, _markers)),
-                 cases=150)
+from tools.course.grader.clauses import keys, values
+
+_valid_names = st.lists(st.sampled_from(["w", "w.lora_A.x", "v", "m.lora_B.y"]), min_size=1, max_size=3, unique=True)
+_valid = _valid_names.flatmap(lambda names: st.tuples(
+    st.just({name: torch.zeros(2) for name in names}),
+    st.fixed_dictionaries({name: st.sampled_from([torch.zeros(2), torch.ones(2)]) for name in names})))
+
+
+def _tensors_only(snapshot):
+    return all(isinstance(v, torch.Tensor) for v in values(snapshot))
+
+
+reference.agrees("frozen_base_report", st.one_of(st.tuples(_dicts, _dicts), st.tuples(_dicts, _dicts, _markers), _valid),
+                 cases=200, clauses={
+    "a snapshot that is not a dict": lambda before, after, *m: not isinstance(before, dict) or not isinstance(after, dict),
+    "an empty snapshot": lambda before, after, *m: before == {} or after == {},
+    "snapshots naming different tensors": lambda before, after, *m: isinstance(before, dict) and isinstance(
+        after, dict) and set(before) != set(after),
+    "an empty name": lambda before, after, *m: "" in keys(before) or "" in keys(after),
+    "a value that is not a tensor (a list, a float, None, a numpy array)": lambda before, after, *m: not (
+        _tensors_only(before) and _tensors_only(after)),
+    "markers that are not a tuple": lambda before, after, *m: bool(m) and not isinstance(m[0], tuple),
+    "empty markers or an empty marker": lambda before, after, *m: bool(m) and isinstance(m[0], tuple) and (
+        not m[0] or "" in m[0]),
+    "a marker that is not a str": lambda before, after, *m: bool(m) and isinstance(m[0], tuple) and any(
+        not isinstance(x, str) for x in m[0]),
+})
 
 # %% hidden exercise=judge_merge points=1 name=thresholds_are_inclusive
 # hint: a drift exactly at a threshold takes the better band (accept at 1e-5 in float32, accept at 2**-7 and tune at 2**-4 in bfloat16).
@@ -284,6 +389,7 @@ for _args in ((torch.ones(2), torch.ones(2), "float16"), (torch.ones(2), torch.o
               (torch.ones(2, dtype=torch.long), torch.ones(2, dtype=torch.long), "float32"),
               (torch.ones(0), torch.ones(0), "float32"), ([1.0, 2.0], torch.ones(2), "float32"),
               (torch.ones(2), None, "bfloat16")):
+    assert judge_merge(torch.ones(2), torch.ones(2) * 1.25, "bfloat16")["decision"] == "reject"  # a valid call
     try:
         judge_merge(*_args)
     except ValueError:
@@ -326,7 +432,23 @@ _calls = st.builds(_logits, st.sampled_from([(1,), (3,), (2, 3), (1, 2, 2)]),
                    st.sampled_from([None] * 6 + [float("nan"), float("inf")]),
                    st.sampled_from([torch.float64, torch.float32, torch.bfloat16, torch.float16]),
                    st.sampled_from(["float32", "bfloat16"]))
-reference.agrees("judge_merge", _calls, cases=150)
+def _drift(unmerged, merged, dtype):
+    if not torch.isfinite(merged).all():
+        return math.inf
+    scale = max(1.0, unmerged.double().abs().max().item())
+    return (merged.double() - unmerged.double()).abs().max().item() / scale
+
+
+reference.agrees("judge_merge", _calls, cases=150, clauses={
+    "a NaN or infinity in the merged logits": lambda u, m, d: not bool(torch.isfinite(m).all()),
+    "bfloat16 drift in the tune band": lambda u, m, d: d == "bfloat16" and 2 ** -7 < _drift(u, m, d) <= 2 ** -4,
+    "a drift exactly at a threshold": lambda u, m, d: _drift(u, m, d) in ((1e-5,) if d == "float32" else (2 ** -7, 2 ** -4)),
+    "float32 drift above 1e-5 (no tune band)": lambda u, m, d: d == "float32" and 1e-5 < _drift(u, m, d) <= 2 ** -4,
+    "logits scale above 1": lambda u, m, d: u.double().abs().max().item() > 1,
+    "logits all below 1 in size": lambda u, m, d: u.double().abs().max().item() < 1,
+    "tensors in float16 or bfloat16": lambda u, m, d: u.dtype in (torch.float16, torch.bfloat16),
+    "a tensor of more than one dimension": lambda u, m, d: u.dim() > 1,
+})
 
 # %% hidden exercise=judge_merge points=1 name=agrees_with_reference_on_generated_invalid_logits
 # hint: wrong dtype names, non-tensors, integer or empty tensors, shape mismatches and non-finite unmerged logits: the same ValueError.
@@ -335,4 +457,23 @@ _tensors = st.sampled_from([torch.ones(2), torch.ones(2, dtype=torch.float64), t
                             torch.ones(2, dtype=torch.int64), torch.ones(0), torch.tensor([1.0, float("nan")]),
                             torch.tensor([float("inf"), 0.0]), [1.0, 1.0], None, 1.0])
 _dtypes = st.sampled_from(["float32", "bfloat16", "float16", "fp32", "Float32", None, torch.float32])
-reference.agrees("judge_merge", st.tuples(_tensors, _tensors, _dtypes), cases=150)
+_valid = st.tuples(st.sampled_from([torch.zeros(3), torch.ones(2, 2) * 3]), st.sampled_from([0.0, 1e-3, 0.1, 1.0])).map(
+    lambda drawn: (drawn[0], drawn[0] + drawn[1])).flatmap(
+    lambda pair: st.tuples(st.just(pair[0]), st.just(pair[1]), st.sampled_from(["float32", "bfloat16"])))
+
+
+def _floating(value):
+    return isinstance(value, torch.Tensor) and value.is_floating_point()
+
+
+reference.agrees("judge_merge", st.one_of(st.tuples(_tensors, _tensors, _dtypes), _valid), cases=200, clauses={
+    "a dtype name other than float32 and bfloat16": lambda u, m, d: d not in ("float32", "bfloat16"),
+    "a dtype given as a torch.dtype": lambda u, m, d: isinstance(d, torch.dtype),
+    "logits that are not a tensor": lambda u, m, d: not isinstance(u, torch.Tensor) or not isinstance(m, torch.Tensor),
+    "integer logits": lambda u, m, d: any(isinstance(t, torch.Tensor) and not t.is_floating_point() for t in (u, m)),
+    "empty logits": lambda u, m, d: any(isinstance(t, torch.Tensor) and t.numel() == 0 for t in (u, m)),
+    "shapes that differ": lambda u, m, d: _floating(u) and _floating(m) and u.shape != m.shape,
+    "non-finite unmerged logits": lambda u, m, d: _floating(u) and u.numel() > 0 and not bool(torch.isfinite(u).all()),
+    "non-finite merged logits only (valid: reject)": lambda u, m, d: _floating(u) and _floating(m) and bool(
+        torch.isfinite(u).all()) and not bool(torch.isfinite(m).all()),
+})

@@ -68,6 +68,9 @@ for _bad in _bad_inputs:
         raise AssertionError(f"accepted an invalid micro-batch list ({len(_bad) if hasattr(_bad, '__len__') else _bad})")
     assert all(_parameter.grad is not None and bool((_parameter.grad == 7.0).all()) for _parameter in _model.parameters()), (
         "a refused call changed .grad: validate before the first backward")
+_valid = accumulate_gradients(_model, [_good, make_batch([[4, 5, 6, 7]], [1])])  # the valid call the cases above break
+assert _valid["micro_batch_tokens"] == [2, 3] and _valid["supervised_tokens"] == 5, _valid
+assert not all(bool((_parameter.grad == 7.0).all()) for _parameter in _model.parameters()), "the old .grad was kept"
 
 # %% hidden exercise=accumulate_gradients points=1 name=inputs_mode_and_frozen_parameters_respected
 # hint: do not write into the batches, do not switch train/eval mode, and report only parameters that require gradients.
@@ -103,9 +106,19 @@ def _micro_batch_lists(draw):
     return batches
 
 
+def _supervised(batch):
+    return int((batch["labels"][:, 1:] != -100).sum())
+
+
 reference.agrees("accumulate_gradients",
                  st.tuples(st.integers(0, 30).map(lambda seed: ToyCausalLM(seed=seed)), _micro_batch_lists()),
-                 cases=60, check_inputs=False)
+                 cases=60, check_inputs=False, clauses={
+    "several micro-batches": lambda model, batches: len(batches) > 1,
+    "micro-batches of different widths": lambda model, batches: len({b["input_ids"].shape[1] for b in batches}) > 1,
+    "micro-batches with different supervised counts": lambda model, batches: len(set(map(_supervised, batches))) > 1,
+    "a micro-batch without supervision": lambda model, batches: any(_supervised(b) == 0 for b in batches),
+    "a supervised label in column 0": lambda model, batches: any(bool((b["labels"][:, 0] != -100).any()) for b in batches),
+})
 
 # %% hidden exercise=accumulate_gradients points=2 name=generated_invalid_micro_batches_agree_with_reference
 # hint: every broken micro-batch list is refused with ValueError, whichever micro-batch is broken and however.
@@ -123,23 +136,64 @@ _defects = {
     "list_labels": lambda batch: {**batch, "labels": batch["labels"].tolist()},
     "not_a_dict": lambda batch: list(batch.values()),
     "unsupervised": lambda batch: {**batch, "labels": torch.full_like(batch["labels"], -100)},
+    "valid": lambda batch: batch,
 }
 
 
-@st.composite
-def _broken(draw):
-    batches = [make_batch([[1, 2, 3, 4], [5, 6, 7, 8]], [1, 2]) for _ in range(draw(st.integers(1, 3)))]
-    kind = draw(st.sampled_from(sorted(_defects)))
-    where = draw(st.integers(0, len(batches) - 1))
+from tools.course.grader.clauses import each_of
+
+
+def _broken(kind, rng):
+    """Valid micro-batches, or ones where one (or, for "unsupervised", every) micro-batch has this defect."""
+    batches = [make_batch([[1, 2, 3, 4], [5, 6, 7, 8]], [1, 2]) for _ in range(rng.randint(1, 3))]
+    where = rng.randrange(len(batches))
     if kind == "unsupervised":
         batches = [_defects[kind](batch) for batch in batches]
     else:
         batches[where] = _defects[kind](batches[where])
-    return batches if draw(st.integers(0, 9)) else tuple(batches)
+    return _MODEL, batches if rng.random() < 0.9 or kind == "valid" else tuple(batches)
 
 
-reference.agrees("accumulate_gradients", st.tuples(st.just(ToyCausalLM(seed=3)), _broken()), cases=50,
-                 check_inputs=False)
+_MODEL = ToyCausalLM(seed=3)
+
+
+def _dict_batches(batches):
+    return [b for b in batches if isinstance(b, dict)]
+
+
+def _bad_tensor(batch, key):
+    value = batch.get(key)
+    return not isinstance(value, torch.Tensor) or value.is_floating_point() or value.dtype == torch.bool
+
+
+reference.agrees("accumulate_gradients", each_of(sorted(_defects), _broken, variants=6), cases=6 * len(_defects),
+                 check_inputs=False, clauses={
+    "micro_batches a tuple": lambda model, batches: isinstance(batches, tuple),
+    "a micro-batch that is not a dict": lambda model, batches: any(not isinstance(b, dict) for b in batches),
+    "a missing key": lambda model, batches: any(
+        set(b) < {"input_ids", "attention_mask", "labels"} for b in _dict_batches(batches)),
+    "an extra key": lambda model, batches: any(set(b) - {"input_ids", "attention_mask", "labels"} for b in _dict_batches(
+        batches)),
+    "float labels": lambda model, batches: any(isinstance(b.get("labels"), torch.Tensor) and b["labels"].is_floating_point()
+                                               for b in _dict_batches(batches)),
+    "bool input_ids": lambda model, batches: any(isinstance(b.get("input_ids"), torch.Tensor) and b[
+        "input_ids"].dtype == torch.bool for b in _dict_batches(batches)),
+    "labels that are not a tensor": lambda model, batches: any(
+        "labels" in b and not isinstance(b["labels"], torch.Tensor) for b in _dict_batches(batches)),
+    "a mask of another shape": lambda model, batches: any(isinstance(b.get("attention_mask"), torch.Tensor) and b[
+        "attention_mask"].shape != b["input_ids"].shape for b in _dict_batches(batches)),
+    "fewer than two positions": lambda model, batches: any(
+        b["input_ids"].dim() == 2 and b["input_ids"].shape[1] < 2 for b in _dict_batches(batches)),
+    "no row": lambda model, batches: any(b["input_ids"].shape[0] == 0 for b in _dict_batches(batches)),
+    "one-dimensional tensors": lambda model, batches: any(b["input_ids"].dim() == 1 for b in _dict_batches(batches)),
+    "no supervised token in the whole batch (N == 0)": lambda model, batches: isinstance(batches, list) and all(
+        isinstance(b, dict) and isinstance(b.get("labels"), torch.Tensor) and b["labels"].dim() == 2
+        and not bool((b["labels"][:, 1:] != -100).any()) for b in batches),
+    "the defect in a later micro-batch": lambda model, batches: isinstance(batches, list) and len(batches) > 1 and (
+        not isinstance(batches[-1], dict) or set(batches[-1]) != {"input_ids", "attention_mask", "labels"}
+        or _bad_tensor(batches[-1], "labels") or _bad_tensor(batches[-1], "input_ids")
+        or batches[-1]["input_ids"].shape != batches[0]["input_ids"].shape),
+})
 
 # %% hidden exercise=effective_update_check points=1 name=every_failure_reported_once_in_order
 # hint: keep every code that applies, in the documented order, each once, however many steps fail.
@@ -220,6 +274,8 @@ _bad_calls = [
     lambda: effective_update_check(_good, min_loss_decrease=True),
     lambda: effective_update_check(_good, min_loss_decrease="0.001"),
 ]
+_valid = effective_update_check({**_good, "loss_after": 1.9995}, min_loss_decrease=1e-3)  # the call the cases above break
+assert _valid["failures"] == ["loss_not_lower"] and _valid["steps"] == 1, _valid
 for _number, _call in enumerate(_bad_calls):
     try:
         _call()
@@ -232,14 +288,17 @@ for _number, _call in enumerate(_bad_calls):
 from hypothesis import strategies as st
 
 _numbers = st.one_of(st.integers(-3, 3), st.floats(-4, 4, allow_nan=False), st.sampled_from([0.0, float("nan"), float("inf")]))
-_rates = st.one_of(st.sampled_from([0.0, 0.1, 0.3, 0.1 + 0.2, 1e-3, 1e-3 * (1 + 1e-12)]), st.integers(0, 2))
+_rates = st.one_of(st.sampled_from([0.0, 0.1, 0.3, 0.1 + 0.2, 1e-3, 1e-3 * (1 + 1e-12), 1e-4, 1e-4 * (1 + 1e-6), 1e-12]),
+                   st.integers(0, 2))
 
 
 @st.composite
 def _observations(draw):
     steps = draw(st.integers(1, 4))
     planned = draw(st.lists(_rates, min_size=steps, max_size=steps))
-    applied = draw(st.one_of(st.just(list(planned)), st.lists(_rates, min_size=0, max_size=5)))
+    drift = draw(st.sampled_from([1e-12, 1e-6]))
+    applied = draw(st.one_of(st.just(list(planned)), st.lists(_rates, min_size=0, max_size=5),
+                             st.just([rate * (1 + drift) if rate else 1e-12 * drift for rate in planned])))
     observation = {"sha256_before": draw(st.sampled_from(["a", "b"])), "sha256_after": draw(st.sampled_from(["a", "b"])),
                    "grad_norms": draw(st.lists(_numbers, min_size=steps, max_size=steps)),
                    "loss_before": draw(_numbers), "loss_after": draw(_numbers), "planned_lr": planned, "applied_lr": applied}
@@ -248,7 +307,23 @@ def _observations(draw):
     return (observation, draw(st.sampled_from([1e-3, 0.5, 1, 2.0, 1e-9])))
 
 
-reference.agrees("effective_update_check", _observations(), cases=150)
+def _pairs(observation, *threshold):
+    return list(zip(observation["applied_lr"], observation["planned_lr"]))
+
+
+reference.agrees("effective_update_check", _observations(), cases=200, clauses={
+    "a rate equal to its plan only within rounding": lambda *call: any(
+        a != p and math.isclose(a, p, rel_tol=1e-9, abs_tol=0.0) for a, p in _pairs(*call)),
+    "a rate off its plan by under 1e-9 absolutely but beyond 1e-9 relatively": lambda *call: any(
+        abs(a - p) <= 1e-9 and not math.isclose(a, p, rel_tol=1e-9, abs_tol=0.0) for a, p in _pairs(*call)),
+    "applied rates of another length": lambda o, *t: len(o["applied_lr"]) != len(o["planned_lr"]),
+    "a NaN or infinite norm": lambda o, *t: any(not math.isfinite(n) for n in o["grad_norms"]),
+    "a zero norm": lambda o, *t: any(n == 0 for n in o["grad_norms"]),
+    "a NaN or infinite loss": lambda o, *t: not (math.isfinite(o["loss_before"]) and math.isfinite(o["loss_after"])),
+    "unchanged fingerprints": lambda o, *t: o["sha256_before"] == o["sha256_after"],
+    "a custom min_loss_decrease": lambda o, *t: bool(t),
+    "int losses and norms": lambda o, *t: type(o["loss_before"]) is int and any(type(n) is int for n in o["grad_norms"]),
+})
 
 # %% hidden exercise=effective_update_check points=2 name=generated_invalid_observations_agree_with_reference
 # hint: one broken field anywhere (a bool, a string, a missing key, a wrong length, a bad threshold): ValueError, like the reference.
@@ -256,7 +331,8 @@ from hypothesis import strategies as st
 
 _fields = {"sha256_before": ["", None, 1, True], "sha256_after": ["", b"ab", 0], "grad_norms": [[], None, [True], ["x"], (1.0,), 1.0],
            "loss_before": [None, True, "1", [1.0]], "loss_after": [False, "nan", None], "planned_lr": [[-1.0], [True], [float("inf")], [0.1, 0.1, 0.1], None],
-           "applied_lr": [[float("nan")], [-0.5], ["0.1"], 0.1, None], "min_loss_decrease": [0, -1, True, float("nan"), "1e-3", None]}
+           "applied_lr": [[float("nan")], [-0.5], ["0.1"], 0.1, None, [True, 0.2], [0.1, float("inf")]],
+           "min_loss_decrease": [0, -1, True, float("nan"), float("inf"), "1e-3", None], "valid": [None]}
 
 
 @st.composite
@@ -265,6 +341,8 @@ def _broken_observation(draw):
                    "loss_after": 1.0, "planned_lr": [0.1, 0.2], "applied_lr": [0.1, 0.2]}
     field = draw(st.sampled_from(sorted(_fields)))
     value = draw(st.sampled_from(_fields[field]))
+    if field == "valid":
+        return (observation,) if draw(st.booleans()) else (observation, draw(st.sampled_from([1e-3, 0.5, 2])))
     if field == "min_loss_decrease":
         return (observation, value)
     if draw(st.integers(0, 5)) == 0:
@@ -274,7 +352,36 @@ def _broken_observation(draw):
     return (observation,)
 
 
-reference.agrees("effective_update_check", _broken_observation(), cases=80)
+from tools.course.grader.clauses import is_bool, not_a_number, not_finite, values
+
+_keys = ["sha256_before", "sha256_after", "grad_norms", "loss_before", "loss_after", "planned_lr", "applied_lr"]
+
+
+def _bad_rates(rates):
+    return not isinstance(rates, list) or any(is_bool(r) or not_a_number(r) or not_finite(r) or r < 0 for r in rates)
+
+
+reference.agrees("effective_update_check", _broken_observation(), cases=150, clauses={
+    "a missing key": lambda o, *t: any(k not in o for k in _keys),
+    "a bad fingerprint": lambda o, *t: any(k in o and (not isinstance(o[k], str) or not o[k]) for k in _keys[:2]),
+    "grad_norms not a non-empty list of numbers": lambda o, *t: "grad_norms" in o and (
+        not isinstance(o["grad_norms"], list) or not o["grad_norms"] or any(
+            is_bool(n) or not_a_number(n) for n in o["grad_norms"])),
+    "a loss that is a bool": lambda o, *t: any(is_bool(o.get(k)) for k in ("loss_before", "loss_after")),
+    "a loss that is not a number": lambda o, *t: any(k in o and not_a_number(o[k]) for k in ("loss_before", "loss_after")),
+    "a bad planned rate list": lambda o, *t: "planned_lr" in o and _bad_rates(o["planned_lr"]),
+    "a bad applied rate list": lambda o, *t: "applied_lr" in o and _bad_rates(o["applied_lr"]),
+    "a bool applied rate": lambda o, *t: any(is_bool(r) for r in values(o.get("applied_lr"))),
+    "an infinite applied rate": lambda o, *t: any(not_finite(r) and r > 0 for r in values(o.get("applied_lr"))
+                                                  if not is_bool(r) and not not_a_number(r)),
+    "planned_lr of another length than grad_norms": lambda o, *t: isinstance(o.get("planned_lr"), list) and isinstance(
+        o.get("grad_norms"), list) and len(o["planned_lr"]) != len(o["grad_norms"]),
+    "a min_loss_decrease that is a bool": lambda o, *t: bool(t) and is_bool(t[0]),
+    "a min_loss_decrease <= 0": lambda o, *t: bool(t) and not is_bool(t[0]) and isinstance(t[0], (int, float)) and t[0] <= 0,
+    "an infinite min_loss_decrease": lambda o, *t: bool(t) and not_finite(t[0]) and t[0] == t[0],
+    "a NaN min_loss_decrease": lambda o, *t: bool(t) and not_finite(t[0]) and t[0] != t[0],
+    "a min_loss_decrease that is not a number": lambda o, *t: bool(t) and not_a_number(t[0]),
+})
 
 # %% hidden exercise=isolated_evaluation points=1 name=forward_runs_in_eval_mode_without_gradients
 # hint: call model.eval() and run every forward pass under torch.no_grad().
@@ -297,8 +404,9 @@ _batches = [make_batch([[1, 2, 3, 4]], [1])]
 _model = ToyCausalLM(seed=22)
 _optimizer = torch.optim.SGD(_model.parameters(), lr=0.1)
 _model.train()
-isolated_evaluation(_model, _batches, _optimizer, [], [])
+_result = isolated_evaluation(_model, _batches, _optimizer, [], ["x"])
 assert _model.training is True, "a model evaluated during training must go back to train mode"
+assert _result["supervised_tokens"] == 3 and _result["state_unchanged"] is True, _result
 _model.eval()
 isolated_evaluation(_model, _batches, _optimizer, [], [])
 assert _model.training is False, "a model that was in eval mode must stay in eval mode"
@@ -410,6 +518,8 @@ for _number, _call in enumerate(_bad_calls):
         continue
     raise AssertionError(f"invalid input number {_number} was accepted")
 assert _model.calls_seen == 0, "a refused call ran the model: validate everything first"
+_valid = isolated_evaluation(_model, [_good], _optimizer, ["b", "a"], ["a", "c", "b"])  # the call the cases above break
+assert _valid["leaked"] == ["a", "b"] and _valid["isolated"] is False and _valid["supervised_tokens"] == 2, _valid
 
 # %% hidden exercise=isolated_evaluation points=2 name=generated_evaluations_agree_with_reference
 # hint: any model (with or without dropout, trained a step or not), batches and hash lists, valid or not: the same report or the same error.
@@ -437,4 +547,14 @@ def _evaluations(draw):
     return model, batches, optimizer, draw(hashes), draw(hashes)
 
 
-reference.agrees("isolated_evaluation", _evaluations(), cases=60, check_inputs=False)
+reference.agrees("isolated_evaluation", _evaluations(), cases=60, check_inputs=False, clauses={
+    "a model in eval mode": lambda model, *rest: not model.training,
+    "a model with dropout in train mode": lambda model, *rest: model.training and any(
+        isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules()),
+    "an optimizer with state": lambda model, batches, optimizer, *rest: bool(optimizer.state),
+    "a leaked hash": lambda model, batches, optimizer, train, evaluated: bool(set(train) & set(evaluated) - {""}),
+    "an empty hash (refused)": lambda model, batches, optimizer, train, evaluated: "" in train + evaluated,
+    "no supervised position at all (refused)": lambda model, batches, *rest: all(
+        not bool((b["labels"][:, 1:] != -100).any()) for b in batches),
+    "several batches": lambda model, batches, *rest: len(batches) > 1,
+})

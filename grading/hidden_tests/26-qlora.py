@@ -47,6 +47,7 @@ assert nf4_quantise(_weight.to(torch.float16), 8)["codes"].dtype == torch.uint8
 for _args in ((torch.tensor([1, 2]),), (torch.tensor([1.0], dtype=torch.float64),), (torch.zeros(0),),
               (torch.tensor([1.0, float("inf")]),), ([1.0, 2.0],), (torch.ones(4), 0), (torch.ones(4), True),
               (torch.ones(4), 2.0), (torch.ones(4), -64)):
+    assert nf4_quantise(torch.tensor([-2.0, 0.0, 1.0]), 2)["absmax"].tolist() == [2.0, 1.0]  # a valid call
     try:
         nf4_quantise(*_args)
     except ValueError:
@@ -70,8 +71,38 @@ def _weights(draw):
     return tensor.to(dtype)
 
 
-reference.agrees("nf4_quantise", st.tuples(_weights(), st.one_of(st.integers(-1, 7), st.sampled_from([64, True, 2.0]))),
-                 cases=120)
+from tools.course.grader.clauses import is_bool
+
+_others = st.sampled_from([torch.tensor([1, 2]), torch.tensor([True]), [1.0, 2.0], None, torch.tensor(3.5)])
+_valid = st.tuples(_weights().filter(lambda w: w.numel() and w.dtype != torch.float64 and bool(torch.isfinite(w).all())),
+                   st.integers(1, 5))
+
+
+def _tensor(weight):
+    return isinstance(weight, torch.Tensor)
+
+
+def _blocks_of(weight, blocksize):
+    return -(-weight.numel() // blocksize)
+
+
+reference.agrees("nf4_quantise", st.one_of(
+    st.tuples(st.one_of(_weights(), _others), st.one_of(st.integers(-1, 7), st.sampled_from([64, True, 2.0]))), _valid),
+    cases=160, clauses={
+    "a weight that is not a tensor": lambda w, b: not _tensor(w),
+    "an integer or bool tensor": lambda w, b: _tensor(w) and not w.is_floating_point(),
+    "a float64 tensor": lambda w, b: _tensor(w) and w.dtype == torch.float64,
+    "an empty tensor": lambda w, b: _tensor(w) and w.numel() == 0,
+    "a nan or inf element": lambda w, b: _tensor(w) and w.is_floating_point() and not bool(torch.isfinite(w).all()),
+    "a blocksize that is a bool": lambda w, b: is_bool(b),
+    "a blocksize < 1": lambda w, b: type(b) is int and b < 1,
+    "a float blocksize": lambda w, b: isinstance(b, float),
+    "a 0-dim tensor": lambda w, b: _tensor(w) and w.dim() == 0,
+    "a short last block": lambda w, b: _tensor(w) and type(b) is int and b >= 1 and w.numel() % b != 0,
+    "a block of zeros": lambda w, b: _tensor(w) and w.is_floating_point() and type(b) is int and b >= 1 and any(
+        not bool(w.reshape(-1)[i:i + b].any()) for i in range(0, w.numel(), b)),
+    "half-precision weights": lambda w, b: _tensor(w) and w.dtype in (torch.bfloat16, torch.float16),
+})
 
 # %% hidden exercise=nf4_reconstruct points=1 name=dequantised_is_the_level_times_the_block_absmax
 # hint: look up NF4_LEVELS by code and multiply by the absmax of the element's own block (repeat each absmax blocksize times, in order).
@@ -129,6 +160,8 @@ _bad_cases = [
     (_good, torch.tensor([[1.0, float("nan")], [0.0, 0.0]])),
     (_good, torch.ones(2, 2, dtype=torch.float64)),
 ]
+_valid = nf4_reconstruct(_good, torch.zeros(2, 2))  # the valid call every case above breaks in one place
+assert _valid["relative_error"] == math.inf and _valid["worst_block"] == 1, _valid
 for _quantised, _weight in _bad_cases:
     try:
         nf4_reconstruct(_quantised, _weight)
@@ -141,32 +174,83 @@ for _quantised, _weight in _bad_cases:
 from hypothesis import strategies as st
 
 
-@st.composite
-def _cases(draw):
-    count, blocksize = draw(st.integers(1, 20)), draw(st.integers(1, 6))
-    values = draw(st.lists(st.floats(-5, 5, width=32), min_size=count, max_size=count))
-    weight = torch.tensor(values, dtype=torch.float32).reshape(draw(st.sampled_from([(count,), (1, count)])))
-    weight = weight.to(draw(st.sampled_from([torch.float32, torch.bfloat16, torch.float16])))
+from tools.course.grader.clauses import each_of
+
+_damages = [None] * 12 + ["absmax_length", "code_range", "weight_shape", "zero_absmax", "codes_dtype", "blocksize",
+                          "missing_key", "extra_key", "shape_list", "absmax_dtype", "negative_absmax", "weight_dtype",
+                          "weight_nan", "not_a_dict", "weight_list"]
+
+
+def _cases(damage, rng):
+    """A quantisation of a random tensor (by the reference), valid or with this one damage."""
+    count, blocksize = rng.randint(1, 20), rng.randint(1, 6)
+    values = [rng.uniform(-5, 5) for _ in range(count)]
+    weight = torch.tensor(values, dtype=torch.float32).reshape(rng.choice([(count,), (1, count)]))
+    weight = weight.to(rng.choice([torch.float32, torch.bfloat16, torch.float16]))
     quantised = reference("nf4_quantise")(weight, blocksize)
-    damage = draw(st.sampled_from([None, None, None, "absmax_length", "code_range", "weight_shape", "zero_absmax",
-                                   "codes_dtype", "blocksize"]))
     if damage == "absmax_length":
         quantised["absmax"] = torch.cat([quantised["absmax"], torch.ones(1)])
     elif damage == "code_range":
         quantised["codes"] = quantised["codes"].clone()
-        quantised["codes"].view(-1)[0] = draw(st.sampled_from([15, 16, 255]))
+        quantised["codes"].view(-1)[0] = rng.choice([15, 16, 255])
     elif damage == "weight_shape":
-        weight = weight.reshape(-1)[: max(count - 1, 1)]
+        weight = weight.reshape(-1)[: max(count - 1, 1)] if count > 1 else weight.reshape(1, 1, 1)
     elif damage == "zero_absmax":
         quantised["absmax"] = torch.zeros_like(quantised["absmax"])
     elif damage == "codes_dtype":
         quantised["codes"] = quantised["codes"].to(torch.int32)
     elif damage == "blocksize":
-        quantised["blocksize"] = draw(st.sampled_from([0, blocksize + 1, True]))
+        quantised["blocksize"] = rng.choice([0, blocksize + 1, True])
+    elif damage == "missing_key":
+        del quantised[rng.choice(sorted(quantised))]
+    elif damage == "extra_key":
+        quantised["dtype"] = "nf4"
+    elif damage == "shape_list":
+        quantised["shape"] = list(quantised["shape"])
+    elif damage == "absmax_dtype":
+        quantised["absmax"] = quantised["absmax"].double()
+    elif damage == "negative_absmax":
+        quantised["absmax"] = -quantised["absmax"] - 1
+    elif damage == "weight_dtype":
+        weight = weight.double()
+    elif damage == "weight_nan":
+        weight = weight.clone()
+        weight.view(-1)[-1] = float("nan")
+    elif damage == "not_a_dict":
+        quantised = list(quantised.items())
+    elif damage == "weight_list":
+        weight = weight.tolist()
     return quantised, weight
 
 
-reference.agrees("nf4_reconstruct", _cases(), cases=120)
+_keys = {"codes", "absmax", "shape", "blocksize"}
+
+
+def _whole(quantised):
+    return isinstance(quantised, dict) and set(quantised) == _keys
+
+
+reference.agrees("nf4_reconstruct", each_of(list(enumerate(_damages)), lambda entry, rng: _cases(entry[1], rng),
+                                            variants=4), cases=4 * len(_damages), clauses={
+    "quantised not a dict": lambda q, w: not isinstance(q, dict),
+    "a missing key": lambda q, w: isinstance(q, dict) and bool(_keys - set(q)),
+    "an extra key": lambda q, w: isinstance(q, dict) and bool(set(q) - _keys),
+    "codes not uint8": lambda q, w: _whole(q) and q["codes"].dtype != torch.uint8,
+    "a code above 15": lambda q, w: _whole(q) and bool((q["codes"].long() > 15).any()),
+    "a shape given as a list": lambda q, w: _whole(q) and isinstance(q["shape"], list),
+    "a blocksize that is a bool or < 1": lambda q, w: _whole(q) and (is_bool(q["blocksize"]) or q["blocksize"] < 1),
+    "a blocksize that does not match the absmax count": lambda q, w: _whole(q) and not is_bool(q["blocksize"]) and q[
+        "blocksize"] >= 1 and q["absmax"].numel() != -(-q["codes"].numel() // q["blocksize"]),
+    "absmax not float32": lambda q, w: _whole(q) and q["absmax"].dtype != torch.float32,
+    "a negative absmax": lambda q, w: _whole(q) and bool((q["absmax"] < 0).any()),
+    "an all-zero absmax (valid)": lambda q, w: _whole(q) and not bool(q["absmax"].any()),
+    "a weight that is not a tensor": lambda q, w: not isinstance(w, torch.Tensor),
+    "a weight of another shape": lambda q, w: _whole(q) and isinstance(w, torch.Tensor) and tuple(w.shape) != tuple(
+        q["shape"]),
+    "a float64 weight": lambda q, w: isinstance(w, torch.Tensor) and w.dtype == torch.float64,
+    "a nan in the weight": lambda q, w: isinstance(w, torch.Tensor) and not bool(torch.isfinite(w).all()),
+    "half-precision weights": lambda q, w: isinstance(w, torch.Tensor) and w.dtype in (torch.bfloat16, torch.float16),
+})
 
 # %% hidden exercise=nf4_memory_account points=1 name=codes_take_half_a_byte_rounded_up_per_tensor
 # hint: ceil(n / 2) bytes of codes for each tensor on its own, and one float32 per block, the last block counted whole.
@@ -212,6 +296,7 @@ for _args, _kwargs in (((((3, 0),), 0), {}), ((((3, True),), 0), {}), (([()], 0)
                        (([(3, 3)], 0), {"blocksize": 0}), (([(3, 3)], 0), {"blocksize": False}),
                        (([(3, 3)], 0), {"double_quant": 1}), (([(3, 3)], 0), {"dq_blocksize": 0}),
                        (([9], 0), {})):
+    assert nf4_memory_account([(3, 3)], 1, blocksize=4)["code_bytes"] == 5  # a valid call
     try:
         nf4_memory_account(*_args, **_kwargs)
     except ValueError:
@@ -228,8 +313,34 @@ _counts = st.one_of(st.integers(0, 10 ** 9), st.sampled_from([-1, True, 2.5]))
 _settings = st.fixed_dictionaries({}, optional={"blocksize": st.one_of(st.integers(-1, 300), st.just(True)),
                                                 "double_quant": st.sampled_from([False, True, 0, 1]),
                                                 "dq_blocksize": st.one_of(st.integers(-1, 300), st.just(False))})
+from tools.course.grader.clauses import is_bool
+
+
+def _dims(shapes):
+    return [d for shape in shapes for d in shape]
+
+
 reference.agrees("nf4_memory_account", st.tuples(st.tuples(st.lists(_shape, max_size=4), _counts), _settings),
-                 cases=150)
+                 cases=150, clauses={
+    "no quantised tensor": lambda shapes, kept, **k: shapes == [],
+    "an empty shape": lambda shapes, kept, **k: any(len(shape) == 0 for shape in shapes),
+    "a shape given as a list": lambda shapes, kept, **k: any(isinstance(shape, list) and shape for shape in shapes),
+    "a dimension that is a bool": lambda shapes, kept, **k: any(is_bool(d) for d in _dims(shapes)),
+    "a dimension < 1": lambda shapes, kept, **k: any(type(d) is int and d < 1 for d in _dims(shapes)),
+    "a float dimension": lambda shapes, kept, **k: any(isinstance(d, float) for d in _dims(shapes)),
+    "kept_parameters a bool": lambda shapes, kept, **k: is_bool(kept),
+    "kept_parameters negative or a float": lambda shapes, kept, **k: not is_bool(kept) and (
+        not isinstance(kept, int) or kept < 0),
+    "a blocksize that is a bool or < 1": lambda shapes, kept, **k: "blocksize" in k and (
+        is_bool(k["blocksize"]) or k["blocksize"] < 1),
+    "double_quant given as 0 or 1": lambda shapes, kept, **k: "double_quant" in k and not is_bool(k["double_quant"]),
+    "double quantisation": lambda shapes, kept, **k: k.get("double_quant") is True,
+    "a bad dq_blocksize while double_quant is False": lambda shapes, kept, **k: "dq_blocksize" in k and k.get(
+        "double_quant") is not True and (is_bool(k["dq_blocksize"]) or k["dq_blocksize"] < 1),
+    "an odd element count (a half byte rounded up)": lambda shapes, kept, **k: any(
+        all(type(d) is int and d >= 1 for d in shape) and shape and __import__("math").prod(shape) % 2 == 1
+        for shape in shapes),
+})
 
 # %% hidden exercise=trainable_report points=1 name=groups_are_sorted_and_count_elements
 # hint: three disjoint groups, names sorted; a scalar (empty shape) has one element; the share is a float.
@@ -285,6 +396,8 @@ for _args in (([_row], "fp16"), ([_row], None), ([], "bfloat16"), ((_row,), "bfl
               ([{**_row, "shape": 2}], "bfloat16"), ([{**_row, "storage": "int8"}], "bfloat16"),
               ([{**_row, "requires_grad": 0}], "bfloat16"), ([{**_row, "dtype": "nf4"}], "bfloat16"),
               ([{"name": "w", "shape": [2], "storage": "nf4"}], "bfloat16")):
+    assert trainable_report([_row, {**_row, "name": "lora_A", "storage": "float32", "requires_grad": True}], "float16")[
+        "verdict"] == "qlora"  # a valid call
     try:
         trainable_report(*_args)
     except ValueError:
@@ -305,5 +418,36 @@ _rows = st.fixed_dictionaries({
     "storage": st.sampled_from(["nf4", "nf4", "float32", "bfloat16", "float16", "int8"]),
     "requires_grad": st.sampled_from([True, False, False, 1]),
 })
-reference.agrees("trainable_report", st.tuples(st.lists(_rows, max_size=6),
-                                               st.sampled_from(["bfloat16", "float32", "float16", "fp32"])), cases=150)
+_malformed = st.sampled_from([{"name": "", "shape": [2], "storage": "nf4", "requires_grad": False},
+                              {"name": 7, "shape": [2], "storage": "nf4", "requires_grad": False},
+                              {"name": "w", "shape": [2], "storage": "nf4"},
+                              {"name": "w", "shape": [2], "storage": "nf4", "requires_grad": False, "dtype": "nf4"},
+                              {"name": "w", "shape": 2, "storage": "nf4", "requires_grad": False}, ("w", [2]), None])
+_tables = st.one_of(st.lists(_rows, max_size=6), st.lists(st.one_of(_rows, _malformed), min_size=1, max_size=3),
+                    st.lists(_rows, min_size=1, max_size=2).map(tuple))
+reference.agrees("trainable_report", st.tuples(_tables, st.sampled_from(["bfloat16", "float32", "float16", "fp32"])),
+                 cases=200, clauses={
+    "an empty table": lambda rows, dtype: rows == [],
+    "a table given as a tuple": lambda rows, dtype: isinstance(rows, tuple),
+    "a row that is not a dict": lambda rows, dtype: any(not isinstance(r, dict) for r in rows),
+    "a row with a missing or extra key": lambda rows, dtype: any(
+        isinstance(r, dict) and set(r) != {"name", "shape", "storage", "requires_grad"} for r in rows),
+    "an empty or non-str name": lambda rows, dtype: any(
+        isinstance(r, dict) and (not isinstance(r.get("name"), str) or r.get("name") == "") for r in rows),
+    "a repeated name": lambda rows, dtype: len([r.get("name") for r in rows if isinstance(r, dict)]) > len(
+        {repr(r.get("name")) for r in rows if isinstance(r, dict)}),
+    "a shape with a bool or a 0": lambda rows, dtype: any(
+        isinstance(r, dict) and isinstance(r.get("shape"), (list, tuple)) and any(d is True or d == 0 for d in r["shape"])
+        for r in rows),
+    "a shape that is not a list or tuple": lambda rows, dtype: any(
+        isinstance(r, dict) and "shape" in r and not isinstance(r["shape"], (list, tuple)) for r in rows),
+    "a scalar (empty shape)": lambda rows, dtype: any(isinstance(r, dict) and r.get("shape") == [] for r in rows),
+    "an unknown storage": lambda rows, dtype: any(isinstance(r, dict) and r.get("storage") == "int8" for r in rows),
+    "requires_grad given as 1": lambda rows, dtype: any(isinstance(r, dict) and r.get("requires_grad") == 1 and not
+                                                        isinstance(r.get("requires_grad"), bool) for r in rows),
+    "an unknown compute dtype": lambda rows, dtype: dtype == "fp32",
+    "a 4-bit tensor that trains": lambda rows, dtype: any(
+        isinstance(r, dict) and r.get("storage") == "nf4" and r.get("requires_grad") is True for r in rows),
+    "an adapter stored in 4 bits": lambda rows, dtype: any(
+        isinstance(r, dict) and "lora_" in str(r.get("name")) and r.get("storage") == "nf4" for r in rows),
+})

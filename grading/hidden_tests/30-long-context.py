@@ -54,6 +54,7 @@ import copy
 _before = copy.deepcopy(_examples)
 _packed = pack_examples(_examples, 8, 0)
 assert _examples == _before, "pack_examples changed its input"
+assert _packed["rows"] == [[0, 1]] and _packed["labels"] == [[-100, 2, 3, -100, 5, -100, -100, -100]], _packed
 _packed["input_ids"][0][0] = 99
 assert _examples[0]["input_ids"][0] == 1, "the packed rows share lists with the input"
 
@@ -73,7 +74,10 @@ _bad_calls = [
     lambda: pack_examples([_ok, {"input_ids": (1, 2), "labels": (1, 2)}], 4, 0),
     lambda: pack_examples([_ok, ["input_ids", "labels"]], 4, 0),
     lambda: pack_examples([_ok, {"input_ids": [1, 2.0], "labels": [1, 2]}], 4, 0),
+    lambda: pack_examples([_ok, {"input_ids": [1, 2], "labels": [1, True]}], 4, 0),
 ]
+_valid = pack_examples([_ok, {"input_ids": [3], "labels": [3]}, _ok], 4, 7)  # the valid call the cases above break
+assert _valid["rows"] == [[0, 1], [2]] and _valid["input_ids"][1] == [1, 2, 7, 7], _valid
 for _number, _call in enumerate(_bad_calls):
     try:
         _call()
@@ -98,7 +102,30 @@ def _packing_inputs(draw):
     return examples, row_length, draw(st.integers(0, 5))
 
 
-reference.agrees("pack_examples", _packing_inputs(), cases=150)
+def _first_fit_rows(examples, row_length, pad_id):
+    free, rows = [], 0
+    for example in examples:
+        length = len(example["input_ids"])
+        for index, room in enumerate(free):
+            if length <= room:
+                free[index] -= length
+                break
+        else:
+            free.append(row_length - length)
+    return free
+
+
+reference.agrees("pack_examples", _packing_inputs(), cases=150, clauses={
+    "an example that fills an earlier gap": lambda examples, row_length, pad_id: any(
+        len(e["input_ids"]) <= row_length - sum(len(x["input_ids"]) for x in examples[:i]) % row_length
+        for i, e in enumerate(examples[2:], start=2)) and len(_first_fit_rows(examples, row_length, pad_id)) > 1,
+    "an example as long as a row": lambda examples, row_length, pad_id: any(
+        len(e["input_ids"]) == row_length for e in examples),
+    "a row without padding": lambda *call: 0 in _first_fit_rows(*call),
+    "a one-token example": lambda examples, row_length, pad_id: any(len(e["input_ids"]) == 1 for e in examples),
+    "a pad_id other than 0": lambda examples, row_length, pad_id: pad_id != 0,
+    "several rows": lambda *call: len(_first_fit_rows(*call)) > 1,
+})
 
 # %% hidden exercise=pack_examples points=2 name=generated_invalid_examples_agree_with_reference
 # hint: one broken example anywhere, or a broken row_length or pad_id: ValueError, like the reference.
@@ -106,17 +133,24 @@ from hypothesis import strategies as st
 
 _breaks = [("row_length", 0), ("row_length", -3), ("row_length", True), ("row_length", 2.5), ("row_length", None),
            ("pad_id", -1), ("pad_id", True), ("pad_id", "0"), ("ids", [1, None]), ("ids", [1, -2]), ("ids", [1, False]),
-           ("labels", [1, -99]), ("labels", [1, 1.0]), ("length", 99), ("empty", None), ("keys", "labels"),
-           ("type", "tuple"), ("examples", "empty"), ("examples", "tuple")]
+           ("labels", [1, -99]), ("labels", [1, 1.0]), ("labels", [1, True]), ("labels", [False, 1]),
+           ("labels", [1, None]), ("ids", [1, 2.0]), ("length", 99), ("empty", None), ("keys", "labels"),
+           ("keys", "input_ids"), ("type", "tuple"), ("lists", "tuple"), ("lengths", None), ("examples", "empty"),
+           ("examples", "tuple")] + [("valid", n) for n in range(20)]
 
 
-@st.composite
-def _broken_packing(draw):
-    examples = [{"input_ids": [1, 2, 3], "labels": [-100, 2, 3]} for _ in range(draw(st.integers(1, 4)))]
+from tools.course.grader.clauses import each_of
+
+
+def _broken_packing(entry, rng):
+    """Valid examples, or ones with exactly this break."""
+    kind, value = entry
+    examples = [{"input_ids": [1, 2, 3], "labels": [-100, 2, 3]} for _ in range(rng.randint(1, 4))]
     row_length, pad_id = 8, 0
-    kind, value = draw(st.sampled_from(_breaks))
-    where = draw(st.integers(0, len(examples) - 1))
-    if kind == "row_length":
+    where = rng.randrange(len(examples))
+    if kind == "valid":
+        pass
+    elif kind == "row_length":
         row_length = value
     elif kind == "pad_id":
         pad_id = value
@@ -129,9 +163,13 @@ def _broken_packing(draw):
     elif kind == "empty":
         examples[where] = {"input_ids": [], "labels": []}
     elif kind == "keys":
-        examples[where] = {"input_ids": [1]}
+        examples[where] = {"input_ids": [1]} if value == "labels" else {"labels": [1]}
     elif kind == "type":
         examples[where] = tuple(examples[where].items())
+    elif kind == "lists":
+        examples[where] = {"input_ids": (1, 2), "labels": (1, 2)}
+    elif kind == "lengths":
+        examples[where] = {"input_ids": [1, 2], "labels": [1]}
     elif value == "empty":
         examples = []
     else:
@@ -139,7 +177,46 @@ def _broken_packing(draw):
     return examples, row_length, pad_id
 
 
-reference.agrees("pack_examples", _broken_packing(), cases=80)
+from tools.course.grader.clauses import dicts, is_bool
+
+
+def _examples(examples):
+    return dicts(examples)
+
+
+def _items(examples, key):
+    return [v for e in _examples(examples) if isinstance(e.get(key), (list, tuple)) for v in e[key]]
+
+
+reference.agrees("pack_examples", each_of(_breaks, _broken_packing, variants=2), cases=2 * len(_breaks), clauses={
+    "examples not a list": lambda examples, r, p: not isinstance(examples, list),
+    "no example": lambda examples, r, p: isinstance(examples, list) and not examples,
+    "an example that is not a dict": lambda examples, r, p: isinstance(examples, list) and any(
+        not isinstance(e, dict) for e in examples),
+    "an example without input_ids or labels": lambda examples, r, p: any(
+        "input_ids" not in e or "labels" not in e for e in _examples(examples)),
+    "ids or labels that are not lists": lambda examples, r, p: any(
+        isinstance(e.get("input_ids"), tuple) for e in _examples(examples)),
+    "ids and labels of different lengths": lambda examples, r, p: any(
+        isinstance(e.get("input_ids"), list) and isinstance(e.get("labels"), list) and len(e["input_ids"]) != len(
+            e["labels"]) for e in _examples(examples)),
+    "an empty example": lambda examples, r, p: any(e.get("input_ids") == [] for e in _examples(examples)),
+    "an example longer than the row": lambda examples, r, p: type(r) is int and any(
+        isinstance(e.get("input_ids"), list) and len(e["input_ids"]) > r for e in _examples(examples)),
+    "an id that is a bool": lambda examples, r, p: any(is_bool(v) for v in _items(examples, "input_ids")),
+    "an id that is a float or None": lambda examples, r, p: any(
+        v is None or isinstance(v, float) for v in _items(examples, "input_ids")),
+    "a negative id": lambda examples, r, p: any(type(v) is int and v < 0 for v in _items(examples, "input_ids")),
+    "a label that is a bool": lambda examples, r, p: any(is_bool(v) for v in _items(examples, "labels")),
+    "a label that is a float or None": lambda examples, r, p: any(
+        v is None or isinstance(v, float) for v in _items(examples, "labels")),
+    "a negative label other than -100": lambda examples, r, p: any(
+        type(v) is int and v < 0 and v != -100 for v in _items(examples, "labels")),
+    "a row_length that is a bool": lambda examples, r, p: is_bool(r),
+    "a row_length that is not an int >= 1": lambda examples, r, p: not is_bool(r) and (not isinstance(r, int) or r < 1),
+    "a pad_id that is a bool": lambda examples, r, p: is_bool(p),
+    "a pad_id that is not an int >= 0": lambda examples, r, p: not is_bool(p) and (not isinstance(p, int) or p < 0),
+})
 
 # %% hidden exercise=block_causal_mask points=1 name=mask_matches_the_definition
 # hint: True exactly when j <= i and no position in (j, i] restarts at 0; the padding tail is a segment of its own.
@@ -191,6 +268,8 @@ _bad = [[[0, 1, 2]], torch.tensor([0, 1, 2]), torch.tensor([[[0, 1]]]), torch.te
         torch.tensor([[True, False]]), torch.zeros((0, 3), dtype=torch.long), torch.zeros((2, 0), dtype=torch.long),
         torch.tensor([[1, 2, 3]]), torch.tensor([[0, 1, 2], [1, 0, 1]]), torch.tensor([[0, 2, 3]]),
         torch.tensor([[0, 1, 1]]), torch.tensor([[0, 1, 2, 1]]), torch.tensor([[0, -1]]), None]
+_valid = block_causal_mask(torch.tensor([[0, 1, 0]], dtype=torch.int32))  # a valid call beside the refused ones
+assert _valid[0, 0].tolist() == [[True, False, False], [True, True, False], [False, False, True]], _valid
 for _number, _value in enumerate(_bad):
     try:
         block_causal_mask(_value)
@@ -215,7 +294,14 @@ def _position_rows(draw):
     return (torch.tensor(result, dtype=draw(st.sampled_from([torch.int64, torch.int32]))),)
 
 
-reference.agrees("block_causal_mask", _position_rows(), cases=120)
+reference.agrees("block_causal_mask", _position_rows(), cases=120, clauses={
+    "several rows": lambda positions: positions.shape[0] > 1,
+    "one position": lambda positions: positions.shape[1] == 1,
+    "several segments in a row": lambda positions: bool((positions[:, 1:] == 0).any()),
+    "two restarts in a row (a one-token segment)": lambda positions: positions.shape[1] > 2 and bool(
+        ((positions[:, 1:-1] == 0) & (positions[:, 2:] == 0)).any()),
+    "int32 positions": lambda positions: positions.dtype == torch.int32,
+})
 
 # %% hidden exercise=block_causal_mask points=2 name=generated_invalid_positions_agree_with_reference
 # hint: any tensor of integers, valid or not (jumps, repeats, negative values, rows that do not start at 0), or another dtype: the same mask or ValueError.
@@ -239,7 +325,26 @@ def _any_positions(draw):
     return (tensor,)
 
 
-reference.agrees("block_causal_mask", _any_positions(), cases=120)
+def _valid_rows(tensor):
+    return isinstance(tensor, torch.Tensor) and tensor.dim() == 2 and not tensor.is_floating_point() and \
+        tensor.dtype != torch.bool and tensor.numel() > 0
+
+
+_segments = st.lists(st.lists(st.integers(1, 4), min_size=1, max_size=3), min_size=1, max_size=3).filter(
+    lambda rows: len({sum(row) for row in rows}) == 1)
+_layouts = _segments.map(lambda rows: (torch.tensor([[p for length in row for p in range(length)] for row in rows]),))
+reference.agrees("block_causal_mask", st.one_of(_any_positions(), _layouts), cases=160, clauses={
+    "a valid layout": lambda p: _valid_rows(p) and bool((p[:, 0] == 0).all()) and bool(
+        ((p[:, 1:] == 0) | (p[:, 1:] == p[:, :-1] + 1)).all()),
+    "not a tensor": lambda p: not isinstance(p, torch.Tensor),
+    "a float tensor": lambda p: isinstance(p, torch.Tensor) and p.is_floating_point(),
+    "a bool tensor": lambda p: isinstance(p, torch.Tensor) and p.dtype == torch.bool,
+    "not two dimensions": lambda p: isinstance(p, torch.Tensor) and p.dim() != 2,
+    "no row or no position": lambda p: isinstance(p, torch.Tensor) and p.dim() == 2 and p.numel() == 0,
+    "a row that does not start at 0": lambda p: _valid_rows(p) and bool((p[:, 0] != 0).any()),
+    "a jump, a repeat or a negative value": lambda p: _valid_rows(p) and p.shape[1] > 1 and bool(
+        ((p[:, 1:] != 0) & (p[:, 1:] != p[:, :-1] + 1)).any()),
+})
 
 # %% hidden exercise=waste_report points=1 name=rows_sorted_by_length_then_strategy
 # hint: sort by max_length ascending; at one length "packed" comes before "padded", whatever the input order.
@@ -283,7 +388,10 @@ _bad_runs = [[], (_ok,), [_ok, _ok], [{**_ok, "strategy": "wrapped"}], [{**_ok, 
              [{**_ok, "real_tokens": 10.0}], [{**_ok, "token_slots": 0, "real_tokens": 0}], [{**_ok, "seconds": 0}],
              [{**_ok, "seconds": -1.0}], [{**_ok, "seconds": float("nan")}], [{**_ok, "seconds": float("inf")}],
              [{**_ok, "seconds": True}], [{**_ok, "seconds": "1"}], [{**_ok, "extra": 1}],
-             [{key: value for key, value in _ok.items() if key != "seconds"}], [_ok, "run"], None]
+             [{key: value for key, value in _ok.items() if key != "seconds"}], [_ok, "run"], None,
+             [{**_ok, "token_slots": True, "real_tokens": 0}]]
+_valid = waste_report([_ok, {**_ok, "strategy": "packed", "real_tokens": 60, "seconds": None}])  # the call each case breaks
+assert _valid["packing_gain"] == {64: None} and _valid["rows"][0]["strategy"] == "packed", _valid
 for _number, _runs in enumerate(_bad_runs):
     try:
         waste_report(_runs)
@@ -300,6 +408,7 @@ import copy
 _before = copy.deepcopy(_runs)
 _report = waste_report(_runs)
 assert _runs == _before, "waste_report changed its input"
+assert [row["max_length"] for row in _report["rows"]] == [64, 128] and _report["packing_gain"] == {64: None, 128: None}
 assert _report["rows"][0] is not _runs[1]
 
 # %% hidden exercise=waste_report points=2 name=generated_runs_agree_with_reference
@@ -320,31 +429,103 @@ def _run_lists(draw):
     return (runs,)
 
 
-reference.agrees("waste_report", _run_lists(), cases=150)
+def _lengths_with_both(runs):
+    by_length = {}
+    for run in runs:
+        by_length.setdefault(run["max_length"], []).append(run)
+    return [group for group in by_length.values() if len(group) == 2]
+
+
+reference.agrees("waste_report", _run_lists(), cases=150, clauses={
+    "a length with one strategy only": lambda runs: any(
+        sum(r["max_length"] == run["max_length"] for r in runs) == 1 for run in runs),
+    "a length with both strategies measured": lambda runs: any(
+        all(r["seconds"] is not None for r in group) for group in _lengths_with_both(runs)),
+    "a length with both strategies, one unmeasured": lambda runs: any(
+        any(r["seconds"] is None for r in group) for group in _lengths_with_both(runs)),
+    "a padded run with no real token (gain None)": lambda runs: any(
+        r["strategy"] == "padded" and r["real_tokens"] == 0 and r["seconds"] is not None for r in runs),
+    "a run without padding": lambda runs: any(r["real_tokens"] == r["token_slots"] for r in runs),
+    "int seconds": lambda runs: any(type(r["seconds"]) is int for r in runs),
+    "runs not in sorted order": lambda runs: [(r["max_length"], r["strategy"]) for r in runs] != sorted(
+        (r["max_length"], r["strategy"]) for r in runs),
+})
 
 # %% hidden exercise=waste_report points=2 name=generated_invalid_runs_agree_with_reference
 # hint: one broken field in any run, or a repeated pair: ValueError, like the reference.
 from hypothesis import strategies as st
 
 _fields = {"strategy": ["", "Packed", None, 1], "max_length": [0, -8, True, 64.0, "64"], "real_tokens": [-1, 9999, 3.0, False],
-           "token_slots": [0, -1, 2.5, None], "seconds": [0, -0.5, float("nan"), float("inf"), True, "1.0"]}
+           "token_slots": [0, -1, 2.5, None, True], "seconds": [0, -0.5, float("nan"), float("inf"), True, "1.0"]}
 
 
-@st.composite
-def _broken_runs(draw):
-    runs = [{"strategy": strategy, "max_length": 64, "real_tokens": 32, "token_slots": 64, "seconds": 1.0}
-            for strategy in ("padded", "packed")]
-    kind = draw(st.sampled_from([*sorted(_fields), "repeat", "missing", "extra"]))
-    where = draw(st.integers(0, 1))
-    if kind == "repeat":
+from tools.course.grader.clauses import each_of
+
+_breaks = ([(field, value) for field in sorted(_fields) for value in _fields[field]]
+           + [("repeat", None), ("missing", None), ("extra", None), ("not_a_list", None), ("empty", None),
+              ("not_a_dict", None)] + [("valid", n) for n in range(16)])
+
+
+def _broken_runs(entry, rng):
+    """Valid runs, or runs with exactly this break (a token_slots of True comes with real_tokens 0)."""
+    kind, value = entry
+    runs = [{"strategy": strategy, "max_length": 64, "real_tokens": 32, "token_slots": 64,
+             "seconds": rng.choice([1.0, None, 3])} for strategy in ("padded", "packed")]
+    where = rng.randint(0, 1)
+    if kind == "valid":
+        runs[where]["max_length"] = rng.choice([16, 64, 128])
+    elif kind == "not_a_list":
+        return (tuple(runs),)
+    elif kind == "empty":
+        return ([],)
+    elif kind == "not_a_dict":
+        runs[where] = list(runs[where].items())
+    elif kind == "repeat":
         runs.append(dict(runs[where]))
     elif kind == "missing":
         del runs[where]["seconds"]
     elif kind == "extra":
         runs[where]["rows"] = 1
     else:
-        runs[where][kind] = draw(st.sampled_from(_fields[kind]))
+        runs[where][kind] = value
+        if kind == "token_slots" and value is True:
+            runs[where]["real_tokens"] = 0
     return (runs,)
 
 
-reference.agrees("waste_report", _broken_runs(), cases=80)
+from tools.course.grader.clauses import is_bool, not_a_number, not_finite
+
+_keys = {"strategy", "max_length", "real_tokens", "token_slots", "seconds"}
+
+
+def _dict_runs(runs):
+    return [r for r in runs if isinstance(r, dict)] if isinstance(runs, (list, tuple)) else []
+
+
+def _field(runs, key, test):
+    return any(key in r and test(r[key]) for r in _dict_runs(runs))
+
+
+reference.agrees("waste_report", each_of(_breaks, _broken_runs, variants=2), cases=2 * len(_breaks), clauses={
+    "runs not a list": lambda runs: not isinstance(runs, list),
+    "no run": lambda runs: runs == [],
+    "a run that is not a dict": lambda runs: isinstance(runs, list) and any(not isinstance(r, dict) for r in runs),
+    "a missing or extra key": lambda runs: any(set(r) != _keys for r in _dict_runs(runs)),
+    "an unknown strategy": lambda runs: _field(runs, "strategy", lambda v: v not in ("padded", "packed")),
+    **{f"a {key} that is a bool": (lambda key: lambda runs: _field(runs, key, is_bool))(key)
+       for key in ("max_length", "real_tokens", "token_slots", "seconds")},
+    **{f"a {key} that is not an int": (lambda key: lambda runs: _field(runs, key, lambda v: not isinstance(v, int)))(key)
+       for key in ("max_length", "real_tokens", "token_slots")},
+    "a max_length < 1": lambda runs: _field(runs, "max_length", lambda v: type(v) is int and v < 1),
+    "a negative real_tokens": lambda runs: _field(runs, "real_tokens", lambda v: type(v) is int and v < 0),
+    "a token_slots < 1": lambda runs: _field(runs, "token_slots", lambda v: type(v) is int and v < 1),
+    "real_tokens above token_slots": lambda runs: any(
+        type(r.get("real_tokens")) is int and type(r.get("token_slots")) is int and r["real_tokens"] > r["token_slots"]
+        for r in _dict_runs(runs)),
+    "seconds <= 0": lambda runs: _field(runs, "seconds", lambda v: not is_bool(v) and isinstance(v, (int, float)) and v <= 0),
+    "seconds not finite": lambda runs: _field(runs, "seconds", not_finite),
+    "seconds not a number": lambda runs: _field(runs, "seconds", lambda v: v is not None and not_a_number(v)),
+    "a repeated (strategy, max_length) pair": lambda runs: len(
+        [(r.get("strategy"), r.get("max_length")) for r in _dict_runs(runs)]) > len(
+        {(r.get("strategy"), repr(r.get("max_length"))) for r in _dict_runs(runs)}),
+})

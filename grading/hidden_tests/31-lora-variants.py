@@ -32,6 +32,7 @@ assert adapter_scaling("lora", 16, 3)["scaling"] == 16 / 3
 for _args in (("LoRA", 16, 8), ("lora ", 16, 8), ("qlora", 16, 8), (None, 16, 8), ("lora", 0, 8), ("lora", -1.0, 8),
               ("lora", float("nan"), 8), ("lora", True, 8), ("lora", "16", 8), ("lora", 16, 0), ("lora", 16, -3),
               ("lora", 16, 2.0), ("lora", 16, False), ("rslora", 16, True)):
+    assert adapter_scaling("rslora", 3, 9) == {"scaling": 1.0, "relative_update_size": 1.0}  # a valid call
     try:
         adapter_scaling(*_args)
     except ValueError:
@@ -42,7 +43,14 @@ for _args in (("LoRA", 16, 8), ("lora ", 16, 8), ("qlora", 16, 8), (None, 16, 8)
 # hint: any method, int or float alpha and rank: the same two floats.
 from hypothesis import strategies as st
 _alphas = st.one_of(st.integers(1, 256), st.floats(1e-3, 512, allow_nan=False, allow_infinity=False))
-reference.agrees("adapter_scaling", st.tuples(st.sampled_from(METHODS), _alphas, st.integers(1, 1024)), cases=150)
+reference.agrees("adapter_scaling", st.tuples(st.sampled_from(METHODS), _alphas, st.integers(1, 1024)), cases=150,
+                 clauses={
+    **{f"method {method}": (lambda method: lambda m, a, r: m == method)(method) for method in METHODS},
+    "an int alpha": lambda m, a, r: type(a) is int,
+    "a float alpha": lambda m, a, r: type(a) is float,
+    "rank 1": lambda m, a, r: r == 1,
+    "a rank that is not a perfect square": lambda m, a, r: int(r ** 0.5) ** 2 != r,
+})
 
 # %% hidden exercise=adapter_scaling points=1 name=agrees_with_reference_on_generated_invalid_variants
 # hint: wrong method names, non-positive, non-finite, bool or text alphas and ranks that are not ints >= 1: the same ValueError.
@@ -50,7 +58,19 @@ from hypothesis import strategies as st
 _methods = st.sampled_from(METHODS + ("LORA", "dora ", "", None, "lora_plus"))
 _alphas = st.one_of(st.integers(-3, 3), st.booleans(), st.sampled_from([float("nan"), float("inf"), "8", None, 0.0, 2.5]))
 _ranks = st.one_of(st.integers(-2, 4), st.booleans(), st.sampled_from([1.0, "4", None]))
-reference.agrees("adapter_scaling", st.tuples(_methods, _alphas, _ranks), cases=200)
+from tools.course.grader.clauses import below, is_bool, not_a_number, not_finite
+
+_valid = st.tuples(st.sampled_from(METHODS), st.integers(1, 64), st.integers(1, 64))
+reference.agrees("adapter_scaling", st.one_of(st.tuples(_methods, _alphas, _ranks), _valid), cases=200, clauses={
+    "an unknown or miscased method": lambda m, a, r: m not in METHODS,
+    "an alpha that is a bool": lambda m, a, r: is_bool(a),
+    "an alpha <= 0": lambda m, a, r: below(a, 0, or_equal=True),
+    "an alpha that is not finite": lambda m, a, r: not_finite(a),
+    "an alpha that is not a number": lambda m, a, r: not_a_number(a),
+    "a rank that is a bool": lambda m, a, r: is_bool(r),
+    "a rank < 1": lambda m, a, r: type(r) is int and r < 1,
+    "a rank that is not an int": lambda m, a, r: not isinstance(r, int),
+})
 
 # %% hidden exercise=dora_forward points=1 name=starts_as_the_base_layer
 # hint: with lora_B = 0 and magnitude = the row norms of weight, the output is exactly x @ weight.T + bias.
@@ -111,13 +131,16 @@ _cases = [(_x, _w, _a, _b, torch.ones(4), 1.0), (_x, _w, _a, torch.ones(4, 2), _
           (_x, _w.double(), _a, _b, _m, 1.0), (_x.long(), _w, _a, _b, _m, 1.0), (_x, _w, _a, _b, _m, True),
           (_x, _w, _a, _b, _m, float("nan")), (_x, _w, _a, _b, _m, "1"), (_x, _w, torch.ones(0, 4), torch.ones(3, 0), _m, 1.0),
           (_x, _w.reshape(12), _a, _b, _m, 1.0), ([[1.0] * 4], _w, _a, _b, _m, 1.0), (_x, _w, _a, _b, _m.reshape(3, 1), 1.0),
-          (_x, _w, _a, _b, _m, 1.0, torch.ones(3, dtype=torch.float64))]
-for _case in _cases:
+          (_x, _w, _a, _b, _m, 1.0, torch.ones(3, dtype=torch.float64)), (_x, _w, _a, _b, _m.double(), 1.0),
+          (torch.tensor(1.0), _w, _a, _b, _m, 1.0)]
+_valid = dora_forward(_x, _w, _a, _b, _m * 3, 0)  # the valid call every case above breaks in one place
+assert torch.allclose(_valid, torch.full((5, 3), 6.0)), _valid  # 4 / |row| = 2, times magnitude 3
+for _number, _case in enumerate(_cases):  # by position: comparing tuples of tensors with == would raise
     try:
         dora_forward(*_case)
     except ValueError:
         continue
-    raise AssertionError(f"case {_cases.index(_case)} accepted")
+    raise AssertionError(f"case {_number} accepted")
 
 # %% hidden exercise=dora_forward points=1 name=matches_peft_on_a_narrow_layer_with_bias
 # hint: framework check: on the tiny model's v_proj (64 -> 32, with a bias), your output equals peft's DoRA layer within 1e-5 of the output scale.
@@ -152,20 +175,67 @@ def _layer_call(out_features, in_features, rank, leading, seed, with_bias, scali
 _calls = st.builds(_layer_call, st.integers(1, 5), st.integers(1, 5), st.integers(1, 3),
                    st.sampled_from([(), (1,), (3,), (2, 2)]), st.integers(0, 10 ** 6), st.booleans(),
                    st.one_of(st.integers(-4, 8), st.floats(-3, 3, allow_nan=False)), st.sampled_from(["positional", "keyword"]))
-reference.agrees("dora_forward", _calls, cases=120)
+reference.agrees("dora_forward", _calls, cases=120, clauses={
+    "a bias": lambda *a, **k: len(a) > 6 or "bias" in k,
+    "the bias by keyword": lambda *a, **k: "bias" in k,
+    "a 1-D x": lambda *a, **k: a[0].dim() == 1,
+    "two leading dimensions": lambda *a, **k: a[0].dim() == 3,
+    "a zero scaling (the base layer)": lambda *a, **k: a[5] == 0,
+    "a negative scaling": lambda *a, **k: a[5] < 0,
+    "an int scaling": lambda *a, **k: type(a[5]) is int,
+    "rank 1": lambda *a, **k: a[2].shape[0] == 1,
+    "one output feature": lambda *a, **k: a[1].shape[0] == 1,
+})
 
 # %% hidden exercise=dora_forward points=1 name=agrees_with_reference_on_generated_invalid_layers
 # hint: wrong shapes, integer or mixed dtypes, non-tensors and bad scalings: the same ValueError.
 from hypothesis import strategies as st
 _x = st.sampled_from([torch.ones(2, 4), torch.ones(4), torch.ones(2, 3), torch.ones(2, 4, dtype=torch.float64),
-                      torch.ones(2, 4, dtype=torch.long), [[1.0] * 4]])
+                      torch.ones(2, 4, dtype=torch.long), [[1.0] * 4], torch.tensor(1.0)])
 _w = st.sampled_from([torch.ones(3, 4), torch.ones(4, 3), torch.ones(3, 4, dtype=torch.float64), torch.ones(12), None])
 _a = st.sampled_from([torch.ones(2, 4), torch.ones(2, 3), torch.ones(0, 4), torch.ones(2, 4, dtype=torch.int32)])
-_b = st.sampled_from([torch.ones(3, 2), torch.ones(2, 3), torch.ones(3, 1), torch.ones(3, 2, dtype=torch.float16)])
-_m = st.sampled_from([torch.ones(3), torch.ones(4), torch.ones(3, 1), 1.0])
+_b = st.sampled_from([torch.ones(3, 2), torch.ones(2, 3), torch.ones(3, 1), torch.ones(3, 2, dtype=torch.float16),
+                      torch.ones(3, 2, dtype=torch.long), [[1.0, 1.0]] * 3])
+_m = st.sampled_from([torch.ones(3), torch.ones(4), torch.ones(3, 1), 1.0, torch.ones(3, dtype=torch.float64)])
 _s = st.sampled_from([1.0, 2, True, float("inf"), float("nan"), "2", None, -0.5])
 _bias = st.sampled_from([None, torch.ones(3), torch.ones(4), torch.ones(3, dtype=torch.float64)])
-reference.agrees("dora_forward", st.tuples(_x, _w, _a, _b, _m, _s, _bias), cases=200)
+from tools.course.grader.clauses import is_bool, not_finite
+
+_valid = st.tuples(st.just(torch.ones(2, 4)), st.just(torch.ones(3, 4)), st.just(torch.ones(2, 4)), st.just(torch.ones(3, 2)),
+                   st.sampled_from([torch.ones(3), torch.arange(3.0) + 1, torch.ones(3, dtype=torch.float64)]),
+                   st.sampled_from([1.0, 2, -0.5]),
+                   st.sampled_from([None, torch.ones(3)]))
+_names = ["x", "weight", "lora_A", "lora_B", "magnitude"]
+
+
+def _tensors(call):
+    return dict(zip(_names + ["bias"], call[:5] + (call[6:7] if call[6] is not None else ())))
+
+
+def _all_floating(call):
+    return all(isinstance(t, torch.Tensor) and t.is_floating_point() for t in _tensors(call).values())
+
+
+reference.agrees("dora_forward", st.one_of(st.tuples(_x, _w, _a, _b, _m, _s, _bias), _valid), cases=250, clauses={
+    **{f"{name} not a floating tensor": (lambda name: lambda *call: not (
+        isinstance(_tensors(call).get(name), torch.Tensor) and _tensors(call)[name].is_floating_point()))(name)
+       for name in _names},
+    "the bias not of the inputs' dtype": lambda *call: call[6] is not None and _all_floating(call) and call[
+        6].dtype != call[0].dtype,
+    **{f"{name} of another dtype than x": (lambda name: lambda *call: _all_floating(call) and _tensors(call)[
+        name].dtype != call[0].dtype)(name) for name in _names[1:]},
+    "a 0-dim x": lambda *call: isinstance(call[0], torch.Tensor) and call[0].dim() == 0,
+    "a weight that is not 2-D": lambda *call: isinstance(call[1], torch.Tensor) and call[1].dim() != 2,
+    "a magnitude that is not 1-D": lambda *call: isinstance(call[4], torch.Tensor) and call[4].dim() != 1,
+    "rank 0": lambda *call: isinstance(call[2], torch.Tensor) and call[2].shape[0] == 0,
+    "shapes that do not fit": lambda *call: _all_floating(call) and len({t.dtype for t in _tensors(call).values()}) == 1 and (
+        call[1].dim() == 2 and (call[0].shape[-1:] != call[1].shape[1:] or call[2].shape[1:] != call[1].shape[1:]
+                                or call[3].shape != (call[1].shape[0], call[2].shape[0]))),
+    "a bias of another shape": lambda *call: isinstance(call[6], torch.Tensor) and tuple(call[6].shape) != (3,),
+    "a scaling that is a bool": lambda *call: is_bool(call[5]),
+    "a scaling that is not finite": lambda *call: not_finite(call[5]),
+    "a scaling that is not a number": lambda *call: not isinstance(call[5], (int, float)),
+})
 
 # %% hidden exercise=largest_rank_within_budget points=1 name=dora_pays_its_magnitude_once_per_layer
 # hint: DoRA adds out_features per adapted layer, once, whatever the rank: r * sum(in + out) + sum(out).
@@ -194,6 +264,7 @@ assert largest_rank_within_budget(36, [(10, 6), (10, 2)], "dora")["rank"] == 1
 # hint: rsLoRA changes the scaling only: its parameters and ranks are LoRA's.
 for _budget in (100, 1000, 4321):
     assert largest_rank_within_budget(_budget, [(7, 3), (5, 5)], "rslora") == largest_rank_within_budget(_budget, [(7, 3), (5, 5)])
+assert largest_rank_within_budget(109, [(7, 3), (5, 5)], "rslora") == {"rank": 5, "parameters": 100, "unused": 9}
 
 # %% hidden exercise=largest_rank_within_budget points=1 name=never_over_budget_and_never_leaves_a_rank_unused
 # hint: parameters <= budget, and one rank more would exceed it, for every method and budget.
@@ -212,6 +283,7 @@ for _method in METHODS:
 for _args in ((True, [(4, 4)]), (0, [(4, 4)]), (100.0, [(4, 4)]), (100, []), (100, [(4, 4, 4)]), (100, [(4, 0)]),
               (100, [(4, True)]), (100, [4, 4]), (100, [(4.0, 4)]), (100, "4x4"), (100, {(4, 4)}), (100, [(4, 4)], "qlora"),
               (100, [(4, 4)], None), (100, [(4, 4)], "DoRA")):
+    assert largest_rank_within_budget(100, ([4, 4],), "dora") == {"rank": 12, "parameters": 100, "unused": 0}  # valid
     try:
         largest_rank_within_budget(*_args)
     except ValueError:
@@ -225,7 +297,20 @@ _pairs = st.tuples(st.integers(1, 900), st.integers(1, 900), st.sampled_from([tu
 _calls = st.one_of(
     st.tuples(st.integers(1, 200000), st.lists(_pairs, min_size=1, max_size=6), st.sampled_from(METHODS)),
     st.tuples(st.integers(1, 200000), st.tuples(_pairs, _pairs)))
-reference.agrees("largest_rank_within_budget", _calls, cases=200)
+def _per_rank(shapes):
+    return sum(a + b for a, b in shapes)
+
+
+reference.agrees("largest_rank_within_budget", _calls, cases=200, clauses={
+    **{f"method {method}": (lambda method: lambda *call: (call[2] if len(call) > 2 else "lora") == method)(method)
+       for method in METHODS},
+    "the default method": lambda *call: len(call) == 2,
+    "shapes as a tuple": lambda *call: isinstance(call[1], tuple),
+    "a pair given as a list": lambda *call: any(isinstance(pair, list) for pair in call[1]),
+    "a budget too small for rank 1 (refused)": lambda *call: call[0] < _per_rank(call[1]) + (
+        sum(b for _, b in call[1]) if len(call) > 2 and call[2] == "dora" else 0),
+    "a budget used exactly": lambda *call: len(call) > 2 and call[2] != "dora" and call[0] % _per_rank(call[1]) == 0,
+})
 
 # %% hidden exercise=largest_rank_within_budget points=1 name=invalid_budgets_agree_with_the_reference
 # hint: non-int or non-positive budgets and sizes, bools, malformed pairs and unknown methods: the same ValueError.
@@ -235,4 +320,31 @@ _pairs = st.one_of(st.tuples(_sizes, _sizes), st.lists(_sizes, max_size=3), st.s
 _budgets = st.one_of(st.integers(-5, 60), st.booleans(), st.sampled_from([50.0, "50", None]))
 _shape_lists = st.one_of(st.lists(_pairs, max_size=3), st.sampled_from([None, "layers", ()]))
 _methods = st.sampled_from(METHODS + ("LoRA", "", None))
-reference.agrees("largest_rank_within_budget", st.tuples(_budgets, _shape_lists, _methods), cases=200)
+from tools.course.grader.clauses import is_bool
+
+_valid = st.tuples(st.integers(40, 400), st.lists(st.tuples(st.integers(1, 5), st.integers(1, 5)), min_size=1, max_size=3),
+                   st.sampled_from(METHODS))
+
+
+def _pairs_of(shapes):
+    return list(shapes) if isinstance(shapes, (list, tuple)) else []
+
+
+def _sizes_of(shapes):
+    return [s for pair in _pairs_of(shapes) if isinstance(pair, (list, tuple)) for s in pair]
+
+
+reference.agrees("largest_rank_within_budget", st.one_of(st.tuples(_budgets, _shape_lists, _methods), _valid), cases=250,
+                 clauses={
+    "a budget that is a bool": lambda b, s, m: is_bool(b),
+    "a budget that is not an int": lambda b, s, m: not isinstance(b, int),
+    "a budget < 1": lambda b, s, m: type(b) is int and b < 1,
+    "shapes not a list or tuple": lambda b, s, m: not isinstance(s, (list, tuple)),
+    "no shape": lambda b, s, m: isinstance(s, (list, tuple)) and not s,
+    "a pair that is not a list or tuple": lambda b, s, m: any(not isinstance(p, (list, tuple)) for p in _pairs_of(s)),
+    "a pair of another length": lambda b, s, m: any(isinstance(p, (list, tuple)) and len(p) != 2 for p in _pairs_of(s)),
+    "a size that is a bool": lambda b, s, m: any(is_bool(x) for x in _sizes_of(s)),
+    "a size < 1": lambda b, s, m: any(type(x) is int and x < 1 for x in _sizes_of(s)),
+    "a size that is not an int": lambda b, s, m: any(not isinstance(x, int) for x in _sizes_of(s)),
+    "an unknown method": lambda b, s, m: m not in METHODS,
+})

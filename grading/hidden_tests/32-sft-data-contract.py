@@ -66,6 +66,9 @@ assert validate_records((), schema)["valid"] == []
 # hint: a wrong records container, a wrong contract or a wrong non_empty argument is a mistake of the caller, not of the data.
 schema = {"id": str, "output": str, "score": float}
 good = [{"id": "a", "output": "1", "score": 0.5}]
+valid = validate_records(good + [{"id": "a", "output": " ", "score": 1}], schema, non_empty=("output",))
+assert valid["valid"] == [0] and valid["invalid"] == [{"index": 1, "id": "a", "problems": [
+    "empty:output", "type:score", "duplicate_id"]}], valid  # the valid call every case below breaks in one place
 bad_calls = [
     lambda: validate_records({"a": good[0]}, schema),
     lambda: validate_records("records", schema),
@@ -168,6 +171,8 @@ assert [group["split"] for group in report["duplicate_groups"]] == ["dev", "trai
 # %% hidden exercise=audit_splits points=1 name=unvalidated_records_raise
 # hint: the audit works only on records that passed the contract; anything else is a wrong call.
 good = {"id": "a", "instruction": "Add.", "input": "", "output": "1"}
+valid = audit_splits({"train": [good, dict(good, id="b", output="2")]})  # the valid call every case below breaks
+assert valid["duplicate_groups"] == [{"split": "train", "key": ["add.", ""], "ids": ["a", "b"], "conflict": True}], valid
 bad_calls = [
     lambda: audit_splits({}),
     lambda: audit_splits([("train", [good])]),
@@ -366,37 +371,100 @@ def valid_calls(draw):
     return (records if draw(st.booleans()) else tuple(records), schema,
             non_empty if draw(st.booleans()) else tuple(non_empty))
 
-reference.agrees("validate_records", valid_calls(), cases=120)
+def dict_records(records):
+    return [record for record in records if isinstance(record, dict)]
+
+
+def problem_free(record, schema, non_empty):
+    return isinstance(record, dict) and set(record) == set(schema) and all(
+        isinstance(record[f], k) and not (f in non_empty and not record[f].strip()) for f, k in schema.items())
+
+
+reference.agrees("validate_records", valid_calls(), cases=150, clauses={
+    "records a tuple": lambda records, schema, non_empty: isinstance(records, tuple),
+    "non_empty a tuple": lambda records, schema, non_empty: isinstance(non_empty, tuple),
+    "a record that is not a dict": lambda records, schema, non_empty: any(not isinstance(r, dict) for r in records),
+    "a record without a problem": lambda records, schema, non_empty: any(
+        problem_free(r, schema, non_empty) for r in records),
+    "a missing field": lambda records, schema, non_empty: any(set(schema) - set(r) for r in dict_records(records)),
+    "a bool in an int field": lambda records, schema, non_empty: any(
+        schema.get(f) is int and type(v) is bool for r in dict_records(records) for f, v in r.items()),
+    "an int in a float field": lambda records, schema, non_empty: any(
+        schema.get(f) is float and type(v) is int for r in dict_records(records) for f, v in r.items()),
+    "None in a field": lambda records, schema, non_empty: any(
+        v is None and f in schema for r in dict_records(records) for f, v in r.items()),
+    "a non_empty field of only whitespace": lambda records, schema, non_empty: any(
+        f in non_empty and isinstance(v, str) and v and not v.strip() for r in dict_records(records) for f, v in r.items()),
+    "an unexpected key that is not a str": lambda records, schema, non_empty: any(
+        not isinstance(k, str) for r in dict_records(records) for k in r),
+    "unexpected keys whose str order is not their number order": lambda records, schema, non_empty: any(
+        7 in r and 12 in r for r in dict_records(records)),
+    "a repeated id": lambda records, schema, non_empty: any(
+        sum(1 for r in dict_records(records) if r.get("id") == identity) > 1 for identity in
+        {r.get("id") for r in dict_records(records) if isinstance(r.get("id"), str) and r.get("id").strip()}),
+    "ids equal only after strip, case folding or NFKC": lambda records, schema, non_empty: len(
+        {r.get("id") for r in dict_records(records) if r.get("id") in ("a", " a", "A", "a\t", "ａ")}) > 1,
+    "a blank id": lambda records, schema, non_empty: any(
+        isinstance(r.get("id"), str) and not r["id"].strip() for r in dict_records(records)),
+    "schema fields not in alphabetical order": lambda records, schema, non_empty: list(schema) != sorted(schema),
+})
 
 # %% hidden exercise=validate_records points=2 name=agrees_with_reference_on_generated_wrong_calls
 # hint: one wrong thing in the call (records not a list, a schema without id or with a blank or non-str name or a non-class type, non_empty not a list or naming a missing, non-str or unhashable field): the same ValueError.
 from hypothesis import strategies as st
 
-defects = ([("records", bad) for bad in [None, {"a": {"id": "a"}}, "records", 3, {"id": "a"}]]
+from tools.course.grader.clauses import each_of, is_blank, keys, not_a_str, values
+
+defects = ([("valid", n) for n in range(20)] + [("records", bad) for bad in [None, {"a": {"id": "a"}}, "records", 3, {"id": "a"}]]
            + [("schema", bad) for bad in [None, {}, [("id", str)], {"output": str}, {"id": "str"}, {"id": (str, int)},
                                           {"id": str, "": str}, {"id": str, " ": str}, {"id": str, "\t\n": str},
                                           {"id": str, 3: str}, {"id": str, "output": None}, {"id": str, "n": 1}]]
            + [("non_empty", bad) for bad in ["id", None, {"id"}, 3, ("answer",), ("score",), (3,), (["id"],),
                                              (None,), ("id", "Output"), ("ｏutput",)]])
 
-@st.composite
-def one_defect(draw):
-    kind, bad = draw(st.sampled_from(defects))
-    records = draw(st.lists(st.fixed_dictionaries({"id": st.sampled_from(["a", "b", " "]),
-                                                   "output": st.sampled_from(["1", " ", "x"])},
-                                                  optional={"score": st.just(0.5)}), max_size=3))
+def one_defect(defect, rng):
+    """A valid call, or one with exactly this defect in the call (never in the data)."""
+    kind, bad = defect
+    records = [{"id": rng.choice(["a", "b", " "]), "output": rng.choice(["1", " ", "x"]),
+                **({"score": 0.5} if rng.random() < 0.5 else {})} for _ in range(rng.randint(0, 3))]
     arguments = {"records": records, "schema": {"id": str, "output": str, "score": float}, "non_empty": ("output",)}
-    arguments[kind] = bad
+    if kind != "valid":
+        arguments[kind] = bad
     return arguments["records"], arguments["schema"], arguments["non_empty"]
 
-reference.agrees("validate_records", one_defect(), cases=100)
+
+def str_fields(schema):
+    return [f for f, k in schema.items() if k is str] if isinstance(schema, dict) else []
+
+
+reference.agrees("validate_records", each_of(defects, one_defect, variants=2), cases=2 * len(defects), clauses={
+    "records not a list or tuple": lambda records, schema, non_empty: not isinstance(records, (list, tuple)),
+    "schema not a dict": lambda records, schema, non_empty: not isinstance(schema, dict),
+    "an empty schema": lambda records, schema, non_empty: schema == {},
+    "a schema without id": lambda records, schema, non_empty: isinstance(schema, dict) and schema and "id" not in schema,
+    "a field name that is not a str": lambda records, schema, non_empty: any(not_a_str(f) for f in keys(schema)),
+    "a blank field name": lambda records, schema, non_empty: any(is_blank(f) for f in keys(schema)),
+    "an expected class that is a tuple of classes": lambda records, schema, non_empty: any(
+        isinstance(k, tuple) for k in values(schema)),
+    "an expected class that is not a class": lambda records, schema, non_empty: any(
+        not isinstance(k, (type, tuple)) for k in values(schema)),
+    "non_empty not a list or tuple": lambda records, schema, non_empty: not isinstance(non_empty, (list, tuple)),
+    "non_empty naming a field the schema lacks": lambda records, schema, non_empty: isinstance(
+        non_empty, (list, tuple)) and any(isinstance(f, str) and f not in keys(schema) for f in non_empty),
+    "non_empty naming a field that is not a str field": lambda records, schema, non_empty: isinstance(
+        non_empty, (list, tuple)) and any(f in keys(schema) and f not in str_fields(schema) for f in non_empty
+                                          if isinstance(f, str)),
+    "non_empty holding a non-str or unhashable item": lambda records, schema, non_empty: isinstance(
+        non_empty, (list, tuple)) and any(not isinstance(f, str) for f in non_empty),
+})
 
 # %% hidden exercise=audit_splits points=2 name=agrees_with_reference_on_generated_valid_splits
 # hint: any validated splits (full-width letters and digits, ligatures, ß, tabs and newlines, case variants, tuples, empty splits, names that sort by code point): the same audit.
 from hypothesis import strategies as st
 
 text = st.sampled_from(["Add.", "add.", "ADD.", "Add. ", " Add.", "Add.\t", "Add.\n", "ａｄｄ.", "Ａdd.", "ﬁnd", "find",
-                        "FIND", "Straße", "STRASSE", "2 + 3", "2  +  3", "２ ＋ ３", "2\t+\n3", "2+3", "2-3", "", " "])
+                        "FIND", "Straße", "STRASSE", "2 + 3", "2  +  3", "２ ＋ ３", "2\t+\n3", "2+3", "2-3", "", " ",
+                        "2\r+\x0b3", "Add.\x0c", "2\u2028+ 3", "Café", "CAFÉ", "cafe\u0301", "𝐀dd.", "ℍ", "h"])
 ids = st.sampled_from(["a", "b", "B", "c", "ａ", " a"])
 record = st.one_of(
     st.fixed_dictionaries({"id": ids, "instruction": text, "input": text, "output": text},
@@ -406,27 +474,68 @@ record = st.one_of(
 records = st.one_of(st.lists(record, max_size=4), st.lists(record, max_size=3).map(tuple))
 splits = st.dictionaries(st.sampled_from(["train", "test", "validation", "Train", "dev", "ｔｅｓｔ", ""]), records,
                          min_size=1, max_size=3)
-reference.agrees("audit_splits", st.tuples(splits), cases=150)
+import unicodedata
+
+
+def texts_of(splits):
+    return [record[field] for records in splits.values() for record in records
+            for field in ("instruction", "input", "output")]
+
+
+def normalised(text):
+    return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
+
+
+def keys_by_split(splits):
+    return {name: [(normalised(r["instruction"]), normalised(r["input"])) for r in records]
+            for name, records in splits.items()}
+
+
+reference.agrees("audit_splits", st.tuples(splits), cases=200, clauses={
+    "whitespace that is not a space, tab or newline": lambda splits: any(
+        character in text for text in texts_of(splits) for character in "\r\x0b\x0c\u2028"),
+    "full-width letters or digits": lambda splits: any(
+        unicodedata.east_asian_width(c) == "F" for text in texts_of(splits) for c in text),
+    "a ligature": lambda splits: any("ﬁ" in text for text in texts_of(splits)),
+    "ß, which casefold() folds and lower() keeps": lambda splits: any("ß" in text for text in texts_of(splits)),
+    "an accented letter (NFKC composes it, NFKD would not)": lambda splits: any(
+        unicodedata.normalize("NFKD", text) != unicodedata.normalize("NFKC", text) and not any(
+            unicodedata.east_asian_width(c) == "F" or c in "ﬁ" for c in text) for text in texts_of(splits)),
+    "a letter NFKC turns into a capital": lambda splits: any(
+        c in text for text in texts_of(splits) for c in "𝐀ℍ"),
+    "a split given as a tuple": lambda splits: any(isinstance(records, tuple) for records in splits.values()),
+    "an empty split": lambda splits: any(len(records) == 0 for records in splits.values()),
+    "a duplicate group with a conflict": lambda splits: any(
+        len({normalised(r["output"]) for r, k in zip(records, keys_by_split(splits)[name])
+             if keys_by_split(splits)[name].count(k) > 1}) > 1 for name, records in splits.items()),
+    "a key in two splits": lambda splits: any(
+        set(keys_by_split(splits)[a]) & set(keys_by_split(splits)[b]) for a in splits for b in splits if a < b),
+    "split names whose code point order is not their case-folded order": lambda splits: sorted(splits) != sorted(
+        splits, key=str.casefold),
+    "an extra record key": lambda splits: any("source" in r for records in splits.values() for r in records),
+})
 
 # %% hidden exercise=audit_splits points=2 name=agrees_with_reference_on_generated_unvalidated_splits
 # hint: one wrong thing anywhere (splits not a non-empty dict, a non-str split name, a split that is not a list, a record that is not a dict or lacks a str id, instruction, input or output): the same ValueError.
 from hypothesis import strategies as st
 
+from tools.course.grader.clauses import each_of, keys, values
+
 fields = ["id", "instruction", "input", "output"]
-defects = ([("splits", bad) for bad in [None, {}, [], "train", [("train", [])], 3]]
+defects = ([("valid", n) for n in range(20)] + [("splits", bad) for bad in [None, {}, [], "train", [("train", [])], 3]]
            + [("name", bad) for bad in [3, None, ("train",), b"train", 1.5]]
            + [("split", bad) for bad in [None, {"a": {}}, "records", 3, {"id": "a"}]]
            + [("record", bad) for bad in [None, "Add. -> 1", ["id", "a"], 3, ("a", "b")]]
            + [("missing", field) for field in fields]
            + [("value", (field, bad)) for field in fields for bad in [None, 3, b"x", ["a"], 1.0]])
 
-@st.composite
-def one_defect(draw):
-    kind, bad = draw(st.sampled_from(defects))
-    records = [{"id": f"r{n}", "instruction": "Add.", "input": draw(st.sampled_from(["1 + 1", "１ ＋ １"])),
-                "output": "2"} for n in range(draw(st.integers(1, 3)))]
+def one_defect(defect, rng):
+    """Validated splits, or splits with exactly this defect."""
+    kind, bad = defect
+    records = [{"id": f"r{n}", "instruction": "Add.", "input": rng.choice(["1 + 1", "１ ＋ １"]), "output": "2"}
+               for n in range(rng.randint(1, 3))]
     splits = {"train": records, "test": [dict(records[0], id="t0")]}
-    target = draw(st.sampled_from(["train", "test"]))
+    target = rng.choice(["train", "test"])
     if kind == "splits":
         return (bad,)
     if kind == "name":
@@ -434,14 +543,31 @@ def one_defect(draw):
     elif kind == "split":
         splits[target] = bad
     elif kind == "record":
-        splits[target].insert(draw(st.integers(0, 1)), bad)
+        splits[target].insert(rng.randint(0, 1), bad)
     elif kind == "missing":
         del splits[target][0][bad]
-    else:
+    elif kind == "value":
         splits[target][0][bad[0]] = bad[1]
     return (splits,)
 
-reference.agrees("audit_splits", one_defect(), cases=100)
+
+def records_of(splits):
+    return [r for records in values(splits) if isinstance(records, (list, tuple)) for r in records]
+
+
+reference.agrees("audit_splits", each_of(defects, one_defect, variants=2), cases=2 * len(defects), clauses={
+    "splits not a dict": lambda splits: not isinstance(splits, dict),
+    "splits empty": lambda splits: splits == {},
+    "a split name that is not a str": lambda splits: any(not isinstance(name, str) for name in keys(splits)),
+    "a split that is not a list or tuple": lambda splits: any(
+        not isinstance(records, (list, tuple)) for records in values(splits)),
+    "a record that is not a dict": lambda splits: any(not isinstance(r, dict) for r in records_of(splits)),
+    **{f"{field} missing": (lambda field: lambda splits: any(
+        isinstance(r, dict) and field not in r for r in records_of(splits)))(field) for field in fields},
+    **{f"{field} not a str": (lambda field: lambda splits: any(
+        isinstance(r, dict) and field in r and not isinstance(r[field], str) for r in records_of(splits)))(field)
+       for field in fields},
+})
 
 # %% hidden exercise=admission_verdict points=2 name=agrees_with_reference_on_generated_valid_reports
 # hint: any matching reports (splits in any order or as tuples, empty splits, shares exactly at the limit, a limit of 0): the same verdict with the same counts and float fractions.
@@ -455,23 +581,65 @@ def valid_reports(draw):
     for name in names:
         valid, invalid = draw(st.integers(0, 24)), draw(st.sampled_from([0, 0, 1, 2, 5]))
         rows = [{"index": index, "id": None, "problems": ["missing:output"]} for index in range(invalid)]
-        schema_reports[name] = {"valid": list(range(valid)), "invalid": rows if draw(st.booleans()) else tuple(rows)}
+        schema_reports[name] = {"valid": list(range(valid)) if draw(st.booleans()) else tuple(range(valid)),
+                                "invalid": rows if draw(st.booleans()) else tuple(rows)}
         records[name] = valid
-    audit = {"splits": draw(st.permutations(names)), "records": records,
+    audit = {"splits": draw(st.permutations(names).map(lambda order: order if draw(st.booleans()) else tuple(order))),
+             "records": records,
              "duplicate_groups": draw(st.lists(st.fixed_dictionaries({"conflict": st.booleans()},
                                                                      optional={"split": st.just("train")}), max_size=4)),
              "leaks": draw(st.lists(st.fixed_dictionaries({"kind": st.sampled_from(["exact", "normalised"])}),
                                     max_size=4))}
+    if draw(st.booleans()):
+        audit["duplicate_groups"], audit["leaks"] = tuple(audit["duplicate_groups"]), tuple(audit["leaks"])
     limit = draw(st.sampled_from([0, 0.0, 0.02, 0.05, 0.1, 0.2, 0.25, 1 / 3, 0.5, 0.999]))
     return schema_reports, audit, limit
 
-reference.agrees("admission_verdict", valid_reports(), cases=150)
+
+@st.composite
+def at_the_limit(draw):
+    """A split whose invalid fraction is exactly the limit, beside a clean one."""
+    invalid, total, limit = draw(st.sampled_from([(1, 20, 0.05), (1, 10, 0.1), (1, 4, 0.25), (1, 3, 1 / 3), (1, 2, 0.5),
+                                                  (2, 10, 0.2)]))
+    reports = {"train": {"valid": list(range(total - invalid)), "invalid": [{"index": total - 1}] * invalid},
+               "test": {"valid": [0], "invalid": []}}
+    audit = {"splits": ["test", "train"], "records": {"train": total - invalid, "test": 1}, "duplicate_groups": [],
+             "leaks": []}
+    return reports, audit, limit
+
+
+def fractions(reports, audit, limit):
+    return [len(r["invalid"]) / (len(r["valid"]) + len(r["invalid"])) for r in reports.values()
+            if len(r["valid"]) + len(r["invalid"])]
+
+
+reference.agrees("admission_verdict", st.one_of(valid_reports(), at_the_limit()), cases=150, clauses={
+    "an empty split": lambda reports, audit, limit: any(not r["valid"] and not r["invalid"] for r in reports.values()),
+    "an invalid fraction exactly at the limit": lambda *call: any(f == call[2] and f > 0 for f in fractions(*call)),
+    "an invalid fraction above the limit": lambda *call: any(f > call[2] for f in fractions(*call)),
+    "an invalid fraction within the limit": lambda *call: any(0 < f <= call[2] for f in fractions(*call)),
+    "a limit of 0": lambda reports, audit, limit: limit == 0,
+    "valid lists given as tuples": lambda reports, audit, limit: any(isinstance(r["valid"], tuple) for r in reports.values()),
+    "invalid lists given as tuples": lambda reports, audit, limit: any(
+        isinstance(r["invalid"], tuple) for r in reports.values()),
+    "audit lists given as tuples": lambda reports, audit, limit: isinstance(audit["splits"], tuple) or isinstance(
+        audit["leaks"], tuple),
+    "audit splits in another order than the reports": lambda reports, audit, limit: list(audit["splits"]) != list(reports),
+    "both conflicting and plain duplicate groups": lambda reports, audit, limit: len(
+        {g["conflict"] for g in audit["duplicate_groups"]}) == 2,
+    "both kinds of leak": lambda reports, audit, limit: len({leak["kind"] for leak in audit["leaks"]}) == 2,
+    "reject and tune reasons together": lambda *call: any(f > call[2] for f in fractions(*call)) and any(
+        not g["conflict"] for g in call[1]["duplicate_groups"]),
+})
 
 # %% hidden exercise=admission_verdict points=2 name=agrees_with_reference_on_generated_mismatched_reports
 # hint: one wrong thing anywhere (a limit of 1, NaN or True; a report without its lists; splits named twice, missing or not str; a bool or float record count; a group without a bool conflict; a leak of another kind): the same ValueError.
 from hypothesis import strategies as st
 
-defects = ([("limit", bad) for bad in [1, 1.0, -0.01, float("nan"), float("inf"), True, False, None, "0.02"]]
+from tools.course.grader.clauses import below, each_of, is_bool, keys, not_a_number, not_finite, values
+
+defects = ([("valid", n) for n in range(30)]
+           + [("limit", bad) for bad in [1, 1.0, -0.01, float("nan"), float("inf"), True, False, None, "0.02"]]
            + [("schema_reports", bad) for bad in [None, {}, [("train", {})], "train"]]
            + [("report", bad) for bad in [None, [], {"valid": [0]}, {"invalid": []}, {"valid": 1, "invalid": []},
                                           {"valid": [0], "invalid": None}, {"valid": "0", "invalid": []}]]
@@ -485,19 +653,19 @@ defects = ([("limit", bad) for bad in [1, 1.0, -0.01, float("nan"), float("inf")
            + [("group", bad) for bad in [{}, {"conflict": 1}, {"conflict": None}, "group", None]]
            + [("leak", bad) for bad in [{}, {"kind": "Exact"}, {"kind": None}, {"kind": "normalized"}, "exact"]])
 
-@st.composite
-def one_defect(draw):
-    kind, bad = draw(st.sampled_from(defects))
+def one_defect(defect, rng):
+    """Matching reports, or ones with exactly this defect."""
+    kind, bad = defect
     reports = {"train": {"valid": [0], "invalid": []}, "test": {"valid": [0, 1], "invalid": [{"index": 2}]}}
     audit = {"splits": ["test", "train"], "records": {"train": 1, "test": 2},
              "duplicate_groups": [{"conflict": False}], "leaks": [{"kind": "exact"}]}
-    limit = draw(st.sampled_from([0.02, 0.5]))
+    limit = rng.choice([0.02, 0.5])
     if kind == "limit":
         limit = bad
     elif kind == "schema_reports":
         reports = bad
     elif kind == "report":
-        reports[draw(st.sampled_from(["train", "test"]))] = bad
+        reports[rng.choice(["train", "test"])] = bad
     elif kind == "name":
         reports[bad] = {"valid": [], "invalid": []}
     elif kind == "audit":
@@ -507,11 +675,56 @@ def one_defect(draw):
     elif kind == "count":
         audit["records"]["train"] = bad
     elif kind == "group":
-        audit["duplicate_groups"].insert(draw(st.integers(0, 1)), bad)
+        audit["duplicate_groups"].insert(rng.randint(0, 1), bad)
     elif kind == "leak":
-        audit["leaks"].insert(draw(st.integers(0, 1)), bad)
-    else:
+        audit["leaks"].insert(rng.randint(0, 1), bad)
+    elif kind != "valid":
         audit[kind] = bad
     return reports, audit, limit
 
-reference.agrees("admission_verdict", one_defect(), cases=120)
+
+def report_names(reports):
+    return keys(reports)
+
+
+def audit_entry(audit, key):
+    return audit.get(key) if isinstance(audit, dict) else None
+
+
+reference.agrees("admission_verdict", each_of(defects, one_defect, variants=2), cases=2 * len(defects), clauses={
+    "a limit of 1 or more": lambda r, a, limit: not is_bool(limit) and isinstance(limit, (int, float)) and limit >= 1
+        and not not_finite(limit),
+    "a limit below 0": lambda r, a, limit: below(limit, 0),
+    "a limit that is a bool": lambda r, a, limit: is_bool(limit),
+    "a limit that is not finite": lambda r, a, limit: not_finite(limit),
+    "a limit that is not a number": lambda r, a, limit: not_a_number(limit),
+    "schema_reports not a non-empty dict": lambda r, a, limit: not isinstance(r, dict) or not r,
+    "a split name that is not a str": lambda r, a, limit: any(not isinstance(n, str) for n in report_names(r)),
+    "a report without its valid list": lambda r, a, limit: any(
+        not isinstance(x, dict) or not isinstance(x.get("valid"), (list, tuple)) for x in values(r)),
+    "a report without its invalid list": lambda r, a, limit: any(
+        not isinstance(x, dict) or not isinstance(x.get("invalid"), (list, tuple)) for x in values(r)),
+    "audit_report not a dict": lambda r, a, limit: not isinstance(a, dict),
+    **{f"audit_report without {key}": (lambda key: lambda r, a, limit: isinstance(a, dict) and key not in a)(key)
+       for key in ["splits", "records", "duplicate_groups", "leaks"]},
+    "audit splits that name a split twice": lambda r, a, limit: isinstance(audit_entry(a, "splits"), list) and len(
+        a["splits"]) > len(set(map(repr, a["splits"]))),
+    "audit splits missing a split or naming another": lambda r, a, limit: isinstance(audit_entry(a, "splits"), list)
+        and isinstance(r, dict) and set(map(repr, a["splits"])) != set(map(repr, r)),
+    "audit splits not a list or tuple": lambda r, a, limit: isinstance(a, dict) and "splits" in a and not isinstance(
+        a["splits"], (list, tuple)),
+    "audit records with other keys": lambda r, a, limit: isinstance(audit_entry(a, "records"), dict) and isinstance(
+        r, dict) and set(a["records"]) != set(r),
+    "audit records not a dict": lambda r, a, limit: isinstance(a, dict) and "records" in a and not isinstance(
+        a["records"], dict),
+    "a record count that is a bool": lambda r, a, limit: any(is_bool(c) for c in values(audit_entry(a, "records"))),
+    "a record count that is not an int": lambda r, a, limit: any(
+        not isinstance(c, int) for c in values(audit_entry(a, "records"))),
+    "a record count that differs from the valid records": lambda r, a, limit: isinstance(r, dict) and any(
+        type(c) is int and isinstance(r.get(n), dict) and isinstance(r[n].get("valid"), list) and c != len(r[n]["valid"])
+        for n, c in (audit_entry(a, "records") or {}).items() if isinstance(audit_entry(a, "records"), dict)),
+    "a group without a bool conflict": lambda r, a, limit: any(
+        not isinstance(g, dict) or not is_bool(g.get("conflict")) for g in values(audit_entry(a, "duplicate_groups"))),
+    "a leak of another kind": lambda r, a, limit: any(
+        not isinstance(x, dict) or x.get("kind") not in ("exact", "normalised") for x in values(audit_entry(a, "leaks"))),
+})

@@ -60,6 +60,9 @@ for key in arch:
     bad_calls.append(({**arch, key: True}, 1, 4, "baseline", 4))
     bad_calls.append(({name: value for name, value in arch.items() if name != key}, 1, 4, "offload", 4))
 bad_calls.append(({**arch, "vocab_size": 5.0}, 1, 4, "hybrid", 4))
+valid = estimate_saved_activation_bytes(arch, 1, 4, "hybrid", 2)  # the valid call every case above breaks in one place
+assert valid["device_bytes"] == 0 and valid["host_bytes"] == valid["saved_bytes"] == (
+    2 * (2 * 4 * 4) + 2 * 4 * (3 * 4 + 5 + 1) + 16 * 4), valid  # L * input + outside + token ids, p = 2
 for call in bad_calls:
     try:
         estimate_saved_activation_bytes(*call)
@@ -75,7 +78,6 @@ ARCH_NAMES = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_atte
               "num_key_value_heads", "head_dim", "vocab_size")
 STRATEGY_NAMES = ["baseline", "checkpoint", "offload", "hybrid"]
 whole = st.integers(min_value=1, max_value=4096)
-odd = st.sampled_from([0, -2, True, False, 2.0, 1.5, None, "4"])
 
 
 def archs(value):
@@ -101,8 +103,43 @@ def spoiled(args, position, value):
     return tuple(args)
 
 
-invalid = st.builds(spoiled, valid, st.integers(0, len(ARCH_NAMES) + 5), odd)
-reference.agrees("estimate_saved_activation_bytes", st.one_of(valid, valid, invalid), cases=150)
+from tools.course.grader.clauses import each_of
+
+ODD_VALUES = [0, -2, True, False, 2.0, 1.5, None, "4"]
+entries = [("valid", n) for n in range(60)] + [(position, value) for position in range(len(ARCH_NAMES) + 6)
+                                               for value in ODD_VALUES]
+
+
+def spoiled_case(entry, rng):
+    """A valid call (sizes up to 4096, any strategy and dtype), or one with exactly this argument spoiled."""
+    arch = {name: rng.randint(1, 4096) for name in ARCH_NAMES}
+    if rng.random() < 0.5:
+        arch.update(model_type="qwen2", rope_theta=rng.uniform(1.0, 1e6))
+    args = (arch, rng.randint(1, 4096), rng.randint(1, 4096), rng.choice(STRATEGY_NAMES), rng.choice([1, 2, 4]))
+    position, value = entry
+    return args if position == "valid" else spoiled(args, position, value)
+from tools.course.grader.clauses import is_bool
+
+
+def _arch_values(arch):
+    return [arch.get(name) for name in ARCH_NAMES] if isinstance(arch, dict) else []
+
+
+reference.agrees("estimate_saved_activation_bytes", each_of(entries, spoiled_case), cases=len(entries), clauses={
+    **{f"strategy {name}": (lambda name: lambda a, b, s, strategy, p: strategy == name)(name) for name in STRATEGY_NAMES},
+    "extra architecture keys": lambda arch, *rest: isinstance(arch, dict) and "model_type" in arch,
+    "dtype_bytes other than 4": lambda a, b, s, strategy, p: p != 4,
+    "arch not a dict": lambda arch, *rest: not isinstance(arch, dict),
+    "an architecture key missing": lambda arch, *rest: isinstance(arch, dict) and any(n not in arch for n in ARCH_NAMES),
+    "an architecture number that is a bool": lambda arch, *rest: any(is_bool(v) for v in _arch_values(arch)),
+    "an architecture number < 1": lambda arch, *rest: any(type(v) is int and v < 1 for v in _arch_values(arch)),
+    "an architecture number that is a float or text": lambda arch, *rest: any(
+        isinstance(v, (float, str)) for v in _arch_values(arch)),
+    "a batch_size that is a bool or not an int >= 1": lambda a, b, *rest: is_bool(b) or not isinstance(b, int) or b < 1,
+    "a seq_len that is a bool or not an int >= 1": lambda a, b, seq, *rest: is_bool(seq) or not isinstance(seq, int) or seq < 1,
+    "an unknown strategy": lambda a, b, s, strategy, p: strategy not in STRATEGY_NAMES,
+    "a dtype_bytes that is a bool or not an int >= 1": lambda a, b, s, strategy, p: is_bool(p) or not isinstance(p, int) or p < 1,
+})
 
 # %% hidden exercise=saved_tensor_ledger points=1 name=parameters_are_counted_but_never_as_bytes
 # hint: a saved weight (or its transposed view) shares storage with a parameter: count it as a parameter and add no bytes for it; every other saved tensor is an activation.
@@ -146,6 +183,8 @@ x = torch.arange(12.0).reshape(3, 4)
 ledger = saved_tensor_ledger(SlicesModule(), x, lambda module, batch: module(batch).sum())
 assert ledger["saved_tensors"] == 3 and ledger["parameter_tensors"] == 1 and ledger["activation_tensors"] == 2, ledger
 assert ledger["activation_storages"] == 1 and ledger["activation_bytes"] == 48 == ledger["device_bytes"]["cpu"], ledger
+wider = saved_tensor_ledger(SlicesModule(), x.double(), lambda module, batch: module(batch).sum())
+assert wider["activation_bytes"] == 96 and wider["activation_storages"] == 1, wider  # the storage of a float64 input
 
 # %% hidden exercise=saved_tensor_ledger points=1 name=unpack_counts_backward_and_nothing_moves
 # hint: unpack runs during backward (after leaving the hooks context) and returns what it got; the gradients must be those of a step without hooks.
@@ -193,6 +232,8 @@ for module, loss_fn in (("not a module", counting_loss), (None, counting_loss),
         continue
     raise AssertionError(f"saved_tensor_ledger({module!r}, ...) must raise ValueError")
 assert calls == [], "loss_fn was called before the module was checked"
+valid = saved_tensor_ledger(nn.Linear(2, 2), torch.ones(1, 2), counting_loss)  # a valid call beside the refused ones
+assert calls == [1] and valid["activation_bytes"] == 8 and valid["unpacked"] == valid["saved_tensors"] >= 1, valid
 
 # %% hidden exercise=saved_tensor_ledger points=2 name=ledger_agrees_with_reference_on_generated_modules
 # hint: any small stack of layers, batch and loss function, valid or not: the same ledger (counts, bytes per device, loss) or the same ValueError.
@@ -232,7 +273,16 @@ stack_cases = st.builds(
     kinds=st.lists(st.sampled_from(sorted(LAYERS)), min_size=3, max_size=3), rows=st.integers(1, 4),
     seed=st.integers(0, 2**16), loss_fn=st.sampled_from([square_mean] * 4 + [softplus_sum] * 2 + [row_losses, detached]),
     replacement=st.sampled_from([None] * 8 + ["a module", {"weight": 1.0}]))
-reference.agrees("saved_tensor_ledger", stack_cases, cases=60, check_inputs=False)
+reference.agrees("saved_tensor_ledger", stack_cases, cases=80, check_inputs=False, clauses={
+    "a module that is not a module": lambda module, batch, loss_fn: not isinstance(module, nn.Module),
+    "a loss that is not 0-dim": lambda module, batch, loss_fn: isinstance(module, nn.Module) and loss_fn is row_losses,
+    "a loss that does not require grad": lambda module, batch, loss_fn: isinstance(module, nn.Module) and loss_fn is detached,
+    "a valid step": lambda module, batch, loss_fn: isinstance(module, nn.Module) and loss_fn in (square_mean, softplus_sum),
+    "a layer norm (saves its statistics)": lambda module, *rest: isinstance(module, nn.Module) and any(
+        isinstance(m, nn.LayerNorm) for m in module.modules()),
+    "a layer that saves nothing of its own (identity)": lambda module, *rest: isinstance(module, nn.Module) and any(
+        isinstance(m, nn.Identity) for m in module.modules()),
+})
 
 # %% hidden exercise=offloaded_step points=1 name=gradients_match_a_step_without_hooks
 # hint: unpack must give back exactly what pack received, on the device it came from; only where the tensor waits may change, never its value, dtype or shape.
@@ -323,6 +373,8 @@ for module, loss_fn in (([nn.Linear(2, 2)], counting_loss), (3, counting_loss),
         continue
     raise AssertionError(f"offloaded_step({module!r}, ...) must raise ValueError")
 assert calls == [], "loss_fn was called before the module was checked"
+valid = offloaded_step(nn.Linear(2, 2), torch.ones(3, 2), counting_loss)  # a valid call beside the refused ones
+assert calls == [1] and valid["host_copies"] == valid["restored_tensors"] and valid["host_bytes"] >= 24, valid
 
 # %% hidden exercise=offloaded_step points=2 name=offload_agrees_with_reference_on_generated_modules
 # hint: any small stack of layers, batch and loss function, valid or not: the same copies, bytes, restores and loss, or the same ValueError.
@@ -364,7 +416,15 @@ stack_cases = st.builds(
     seed=st.integers(0, 2**16), loss_fn=st.sampled_from([square_mean] * 4 + [softplus_sum] * 2 + [row_losses, detached]),
     dtype=st.sampled_from([torch.float32, torch.float32, torch.float64]),
     replacement=st.sampled_from([None] * 8 + ["a module", {"weight": 1.0}]))
-reference.agrees("offloaded_step", stack_cases, cases=60, check_inputs=False)
+reference.agrees("offloaded_step", stack_cases, cases=80, check_inputs=False, clauses={
+    "a module that is not a module": lambda module, batch, loss_fn: not isinstance(module, nn.Module),
+    "a loss that is not 0-dim": lambda module, batch, loss_fn: isinstance(module, nn.Module) and loss_fn is row_losses,
+    "a loss that does not require grad": lambda module, batch, loss_fn: isinstance(module, nn.Module) and loss_fn is detached,
+    "a valid step": lambda module, batch, loss_fn: isinstance(module, nn.Module) and loss_fn in (square_mean, softplus_sum),
+    "float64 layers": lambda module, batch, loss_fn: batch.dtype == torch.float64,
+    "a layer norm": lambda module, *rest: isinstance(module, nn.Module) and any(
+        isinstance(m, nn.LayerNorm) for m in module.modules()),
+})
 
 # %% hidden exercise=decide_strategy_handoff points=1 name=partial_failures_force_a_rerun_baseline_first
 # hint: a partial OOM or partial failure means incomplete evidence, and so does an ok record short of repeats; list the baseline first when it is incomplete, then the others in input order.
@@ -443,6 +503,8 @@ bad_calls = [(good, 0), (good, True), (good, 2.5), (good, "3"), (tuple(good), 3)
              ([good[0], {**good[1], "successful_runs": -1}], 3), ([good[0], {**good[1], "successful_runs": True}], 3),
              ([good[0], {**good[1], "successful_runs": 1.0}], 3), ([{**good[0], "status": "skipped"}, good[1]], 3),
              ([good[0], {**good[1], "name": "baseline"}], 3)]
+valid = decide_strategy_handoff(good, 1)  # the valid call every case above breaks in one place
+assert valid["status"] == "rerun_required" and valid["rerun_candidates"] == ["checkpoint"], valid
 for candidates, minimum in bad_calls:
     try:
         decide_strategy_handoff(candidates, minimum)
@@ -469,4 +531,44 @@ names = st.lists(st.sampled_from(["checkpoint", "offload", "hybrid", "selective"
 record_sets = names.flatmap(lambda others: st.tuples(*[g0_records(name) for name in ["baseline", *others]]))
 shuffled = record_sets.flatmap(lambda records: st.permutations(list(records)))
 minimums = st.one_of(st.integers(1, 4), st.integers(1, 4), st.sampled_from([0, True, 2.5]))
-reference.agrees("decide_strategy_handoff", st.tuples(shuffled, minimums), cases=200)
+containers = st.one_of(shuffled, shuffled, shuffled, shuffled.map(tuple),
+                       shuffled.map(lambda records: records + ["hybrid"]),
+                       shuffled.map(lambda records: records + [{**records[0], "name": None}]))
+
+from tools.course.grader.clauses import dicts, is_bool
+
+
+def _records(candidates):
+    return dicts(candidates)
+
+
+def _complete(record, minimum):
+    return record["status"] == "ok" and type(record["successful_runs"]) is int and record["successful_runs"] >= minimum
+
+
+reference.agrees("decide_strategy_handoff", st.tuples(containers, minimums), cases=250, clauses={
+    "candidates a tuple": lambda c, m: isinstance(c, tuple),
+    "a candidate that is not a dict": lambda c, m: isinstance(c, list) and any(not isinstance(r, dict) for r in c),
+    "a name that is empty or not a str": lambda c, m: any(not isinstance(r["name"], str) or not r["name"]
+                                                        for r in _records(c)),
+    "a repeated name": lambda c, m: len([r["name"] for r in _records(c)]) > len({repr(r["name"]) for r in _records(c)}),
+    "more than one baseline": lambda c, m: [r["name"] for r in _records(c)].count("baseline") > 1,
+    "an unknown status": lambda c, m: any(r["status"] == "done" for r in _records(c)),
+    "successful_runs a bool, a float or negative": lambda c, m: any(
+        is_bool(r["successful_runs"]) or not isinstance(r["successful_runs"], int) or r["successful_runs"] < 0
+        for r in _records(c)),
+    "minimum_repeats a bool, a float or < 1": lambda c, m: is_bool(m) or not isinstance(m, int) or m < 1,
+    "an incomplete baseline": lambda c, m: type(m) is int and not is_bool(m) and any(
+        r["name"] == "baseline" and not _complete(r, m) for r in _records(c)),
+    "a whole failure kept as failed": lambda c, m: any(r["status"] in ("oom", "failed") and r["name"] != "baseline"
+                                                       for r in _records(c)),
+    "ok with too few successful runs": lambda c, m: type(m) is int and any(
+        r["status"] == "ok" and type(r["successful_runs"]) is int and r["successful_runs"] < m for r in _records(c)),
+    "a complete candidate verified by 1 or yes (not True)": lambda c, m: type(m) is int and any(
+        _complete(r, m) and r["execution_path_verified"] in (1, "yes") and r["execution_path_verified"] is not True
+        for r in _records(c)),
+    "a complete verified candidate without a finite peak": lambda c, m: type(m) is int and any(
+        _complete(r, m) and r["execution_path_verified"] is True and (
+            r["peak_memory_mb"] is None or is_bool(r["peak_memory_mb"]) or r["peak_memory_mb"] != r["peak_memory_mb"]
+            or r["peak_memory_mb"] in (float("inf"),)) for r in _records(c)),
+})

@@ -72,6 +72,8 @@ assert result["queue_growth"] == {"a": 1.0, "b": 0.0}
 # %% hidden exercise=pipeline_capacity points=1 name=invalid_input_raises_value_error_in_every_position
 # hint: check both dicts, every stage name, every rate, every multiplier and the arrival rate before computing; a wrong type is a ValueError too, and a bool is not a number.
 ok_rates, ok_items = {"rollout": 8, "reward": 4}, {"rollout": 4, "reward": 2}
+valid = pipeline_capacity(ok_rates, 2.5, ok_items)  # the valid call every case below breaks in one place
+assert valid["effective_rates"] == {"rollout": 2.0, "reward": 2.0} and valid["unstable_stages"] == ["rollout"], valid
 cases = [
     ([("rollout", 8), ("reward", 4)], 2, ok_items), (ok_rates, 2, [("rollout", 4), ("reward", 2)]), ({}, 2, {}),
     ({"": 1}, 1, {"": 1}), ({" \t\n": 1}, 1, {" \t\n": 1}), ({3: 1}, 1, {3: 1}),
@@ -117,34 +119,71 @@ def rounding_ties(draw):
     return dict(zip(stages, (rate for rate, _ in pairs))), arrival, dict(zip(stages, (per for _, per in pairs)))
 
 
-reference.agrees("pipeline_capacity", st.one_of(pipelines(), rounding_ties()), cases=200)
+import unicodedata
+
+from tools.course.grader.clauses import near_but_not_equal
+
+
+def flow(stage_rates, arrival_rate, items_per_work_unit):
+    """(effective rate, inflow) of every stage, in pipeline order."""
+    inflow, rows = arrival_rate, []
+    for stage, rate in stage_rates.items():
+        rows.append((rate / items_per_work_unit[stage], inflow))
+        inflow = min(inflow, rows[-1][0])
+    return rows
+
+
+def effective(stage_rates, arrival_rate, items_per_work_unit):
+    return [rate for rate, _ in flow(stage_rates, arrival_rate, items_per_work_unit)]
+
+
+reference.agrees("pipeline_capacity", st.one_of(pipelines(), rounding_ties()), cases=200, clauses={
+    "one stage": lambda r, a, i: len(r) == 1,
+    "the two dicts in different key orders": lambda r, a, i: list(r) != list(i),
+    "every number an int (the report is floats)": lambda r, a, i: all(type(v) is int for v in [*r.values(), a, *i.values()]),
+    "a fractional items_per_work_unit": lambda r, a, i: any(v < 1 for v in i.values()),
+    "zero arrivals": lambda r, a, i: a == 0,
+    "names equal after case folding or NFKC": lambda r, a, i: len(
+        {unicodedata.normalize("NFKC", stage).casefold() for stage in r}) < len(r),
+    "effective rates tied only within rounding": lambda *call: any(
+        near_but_not_equal(rate, min(effective(*call))) for rate in effective(*call)),
+    "a later stage receives less than the arrivals": lambda *call: any(inflow < call[1] for _, inflow in flow(*call)),
+    "a stage keeps up only within rounding": lambda *call: any(
+        rate < inflow and near_but_not_equal(rate, inflow) for rate, inflow in flow(*call)),
+    "a stage whose queue grows": lambda *call: any(
+        rate < inflow and not near_but_not_equal(rate, inflow) for rate, inflow in flow(*call)),
+})
 
 # %% hidden exercise=pipeline_capacity points=2 name=agrees_with_reference_on_generated_invalid_pipelines
 # hint: one wrong thing anywhere (a dict that is a list, no stage, a blank or non-str name, a stage missing from one dict, a rate or multiplier that is zero, negative, NaN, infinite, a bool or a str, a bad arrival rate): the same ValueError as the contract says.
 from hypothesis import strategies as st
 
+from tools.course.grader.clauses import each_of
+
 bad_numbers = [0, 0.0, -1, -0.5, float("nan"), float("inf"), -float("inf"), True, False, None, "4", [4]]
 bad_arrivals = [-1, -1e-9, float("nan"), float("inf"), True, False, None, "24", [24]]
 bad_names = ["", " ", "\t", "\n", " \t\n", "\u3000", 0, 1.5, None, True, ("a",)]
-kinds = ["rates_type", "items_type", "empty", "name", "missing", "extra", "rate", "multiplier", "arrival"]
+defects = ([("valid", n) for n in range(30)] + [("rates_type", n) for n in range(5)]
+           + [("items_type", n) for n in range(4)] + [("empty", n) for n in range(2)] + [("missing", None), ("extra", None)]
+           + [("name", bad) for bad in bad_names] + [(kind, bad) for kind in ("rate", "multiplier") for bad in bad_numbers]
+           + [("arrival", bad) for bad in bad_arrivals])
 
 
-@st.composite
-def one_defect(draw):
-    stages = draw(st.lists(st.sampled_from(["rollout", "reference", "reward", "learner"]), min_size=1, max_size=4,
-                           unique=True))
-    stage_rates = {stage: draw(st.sampled_from([8, 2.5, 96])) for stage in stages}
-    per_unit = {stage: draw(st.sampled_from([4, 1, 1 / 64])) for stage in stages}
-    arrival = draw(st.sampled_from([0, 3, 24.0]))
-    kind, where = draw(st.sampled_from(kinds)), draw(st.sampled_from(stages))
+def one_defect(defect, rng):
+    """A valid pipeline, or one with exactly this defect."""
+    kind, bad = defect
+    stages = rng.sample(["rollout", "reference", "reward", "learner"], rng.randint(1, 4))
+    stage_rates = {stage: rng.choice([8, 2.5, 96]) for stage in stages}
+    per_unit = {stage: rng.choice([4, 1, 1 / 64]) for stage in stages}
+    arrival, where = rng.choice([0, 3, 24.0]), rng.choice(stages)
     if kind == "rates_type":
-        stage_rates = draw(st.sampled_from([list(stage_rates.items()), None, "rollout", 8, tuple(stages)]))
+        stage_rates = [list(stage_rates.items()), None, "rollout", 8, tuple(stages)][bad]
     elif kind == "items_type":
-        per_unit = draw(st.sampled_from([list(per_unit.items()), None, 4, [4] * len(stages)]))
+        per_unit = [list(per_unit.items()), None, 4, [4] * len(stages)][bad]
     elif kind == "empty":
-        stage_rates, per_unit = {}, draw(st.sampled_from([{}, per_unit]))
+        stage_rates, per_unit = {}, [{}, per_unit][bad]
     elif kind == "name":
-        bad, at = draw(st.sampled_from(bad_names)), draw(st.integers(0, len(stages)))
+        at = rng.randint(0, len(stages))
         order = stages[:at] + [bad] + stages[at:]
         stage_rates = {stage: stage_rates.get(stage, 8) for stage in order}
         per_unit = {stage: per_unit.get(stage, 1) for stage in order}
@@ -153,15 +192,42 @@ def one_defect(draw):
     elif kind == "extra":
         per_unit["verifier"] = 1
     elif kind == "rate":
-        stage_rates[where] = draw(st.sampled_from(bad_numbers))
+        stage_rates[where] = bad
     elif kind == "multiplier":
-        per_unit[where] = draw(st.sampled_from(bad_numbers))
-    else:
-        arrival = draw(st.sampled_from(bad_arrivals))
+        per_unit[where] = bad
+    elif kind == "arrival":
+        arrival = bad
     return stage_rates, arrival, per_unit
 
 
-reference.agrees("pipeline_capacity", one_defect(), cases=150)
+from tools.course.grader.clauses import below, is_blank, is_bool, keys, not_a_number, not_a_str, not_finite, values
+
+
+def both_dicts(first, second):
+    return isinstance(first, dict) and isinstance(second, dict)
+
+
+reference.agrees("pipeline_capacity", each_of(defects, one_defect, variants=2), cases=2 * len(defects), clauses={
+    "stage_rates is not a dict": lambda r, a, i: not isinstance(r, dict),
+    "items_per_work_unit is not a dict": lambda r, a, i: not isinstance(i, dict),
+    "no stage at all": lambda r, a, i: r == {},
+    "a stage name that is not a str": lambda r, a, i: any(not_a_str(stage) for stage in keys(r)),
+    "a stage name without a visible character": lambda r, a, i: any(is_blank(stage) for stage in keys(r)),
+    "a stage missing from items_per_work_unit": lambda r, a, i: both_dicts(r, i) and bool(set(r) - set(i)),
+    "a stage missing from stage_rates": lambda r, a, i: both_dicts(r, i) and bool(set(i) - set(r)),
+    "a rate that is a bool": lambda r, a, i: any(is_bool(v) for v in values(r)),
+    "a rate that is not a number": lambda r, a, i: any(not_a_number(v) for v in values(r)),
+    "a rate that is not finite": lambda r, a, i: any(not_finite(v) for v in values(r)),
+    "a rate <= 0": lambda r, a, i: any(below(v, 0, or_equal=True) for v in values(r)),
+    "a multiplier that is a bool": lambda r, a, i: any(is_bool(v) for v in values(i)),
+    "a multiplier that is not a number": lambda r, a, i: any(not_a_number(v) for v in values(i)),
+    "a multiplier that is not finite": lambda r, a, i: any(not_finite(v) for v in values(i)),
+    "a multiplier <= 0": lambda r, a, i: any(below(v, 0, or_equal=True) for v in values(i)),
+    "an arrival rate that is a bool": lambda r, a, i: is_bool(a),
+    "an arrival rate that is not a number": lambda r, a, i: not_a_number(a),
+    "an arrival rate that is not finite": lambda r, a, i: not_finite(a),
+    "an arrival rate < 0": lambda r, a, i: below(a, 0),
+})
 
 # %% hidden exercise=transfer_ledger points=1 name=same_pool_edges_keep_a_zero_row_and_open_no_port
 # hint: an edge whose two ends share a pool touches no fabric: its row is all zeros, it opens no port, its fabric and bandwidth are not read, and with no cross-pool edge nothing is critical.
@@ -255,6 +321,8 @@ bad_inside = [dict(inside, bytes_per_item=float("nan")), dict(inside, items_per_
               dict(inside, work_units_per_second=-1), dict(inside, bandwidth_bytes_per_s=float("inf")),
               dict(inside, overlap_fraction=1.5), dict(inside, overlap_fraction=None), dict(inside, bytes_per_item=True),
               dict(inside, work_units_per_second="24"), {k: v for k, v in inside.items() if k != "bandwidth_bytes_per_s"}]
+valid = transfer_ledger([inside, across], placement)  # the valid edges every case below breaks in one place
+assert [row["cross_pool"] for row in valid["rows"]] == [False, True] and valid["cross_pool_bytes_per_s"] == 1536.0, valid
 for bad in bad_inside:
     for edges in ([bad], [across, bad], [bad, across]):
         try:
@@ -286,6 +354,7 @@ base = {"source": "rollout", "target": "learner", "bytes_per_item": 10, "items_p
 no_fabric = {key: value for key, value in base.items() if key != "fabric_id"}
 bad_lists = [[no_fabric], [dict(base, fabric_id=None)], [dict(base, fabric_id="")], [dict(base, fabric_id=" \t")],
              [dict(base, fabric_id=7)], [base, dict(base, source="learner", target="rollout", bandwidth_bytes_per_s=0.31)]]
+assert transfer_ledger([base], placement)["fabric_exposed_seconds_per_s"] == {"ib-0": 10 / 0.3}
 for edges in bad_lists:
     try:
         transfer_ledger(edges, placement)
@@ -306,6 +375,8 @@ calls = [((edge,), placement), ([edge], [("rollout", "A"), ("learner", "B")]), (
          ([edge], {"rollout": "A", "learner": 2}), ([edge], {**placement, " ": "C"}), ([edge], {**placement, 5: "C"}),
          ([dict(edge, target="verifier")], placement), ([dict(edge, source=None)], placement),
          ([{k: v for k, v in edge.items() if k != "target"}], placement)]
+assert transfer_ledger([edge], placement)["port_exposed_seconds_per_s"] == {"ib-0": {"A": {"out": 0.1, "in": 0.0},
+                                                                                   "B": {"out": 0.0, "in": 0.1}}}
 for edges, where in calls:
     try:
         transfer_ledger(edges, where)
@@ -365,11 +436,66 @@ def rounding_ties(draw):
     return (draw(st.permutations(edges)), placement), {}
 
 
-reference.agrees("transfer_ledger", st.one_of(ledgers(), rounding_ties()), cases=200)
+import math
+
+from tools.course.grader.clauses import near_but_not_equal
+
+
+def crossing(edges, placement):
+    return [edge for edge in edges if placement[edge["source"]] != placement[edge["target"]]]
+
+
+def exposed(edge):
+    return (edge["bytes_per_item"] * edge["items_per_work_unit"] * edge["work_units_per_second"]
+            / edge["bandwidth_bytes_per_s"] * (1 - edge.get("overlap_fraction", 0)))
+
+
+def port_loads(edges, placement):
+    loads = {}
+    for edge in crossing(edges, placement):
+        for pool, direction in ((placement[edge["source"]], "out"), (placement[edge["target"]], "in")):
+            key = (edge["fabric_id"], pool, direction)
+            loads[key] = loads.get(key, 0) + exposed(edge)
+    return loads
+
+
+def fabric_loads(edges, placement):
+    busiest = {}
+    for (fabric, _, _), load in port_loads(edges, placement).items():
+        busiest[fabric] = max(busiest.get(fabric, 0), load)
+    return sorted(busiest.values())
+
+
+reference.agrees("transfer_ledger", st.one_of(ledgers(), rounding_ties()), cases=200, clauses={
+    "no edge": lambda edges, placement: edges == [],
+    "an edge inside one pool": lambda edges, placement: len(crossing(edges, placement)) < len(edges),
+    "an edge inside one pool without a valid fabric_id": lambda edges, placement: any(
+        placement[e["source"]] == placement[e["target"]] and not isinstance(e.get("fabric_id"), str) for e in edges),
+    "one port used in both directions": lambda edges, placement: any(
+        (fabric, pool, "in") in port_loads(edges, placement)
+        for fabric, pool, direction in port_loads(edges, placement) if direction == "out"),
+    "two edges share one port direction": lambda edges, placement: len(port_loads(edges, placement)) < 2 * len(
+        crossing(edges, placement)),
+    "overlap_fraction absent": lambda edges, placement: any("overlap_fraction" not in e for e in edges),
+    "overlap_fraction 1 (all hidden)": lambda edges, placement: any(e.get("overlap_fraction") == 1 for e in edges),
+    "an idle edge (no traffic)": lambda edges, placement: any(
+        e["bytes_per_item"] == 0 or e["work_units_per_second"] == 0 for e in crossing(edges, placement)),
+    "bandwidths of one fabric equal only within rounding": lambda edges, placement: any(
+        near_but_not_equal(a["bandwidth_bytes_per_s"], b["bandwidth_bytes_per_s"])
+        for a in crossing(edges, placement) for b in crossing(edges, placement) if a["fabric_id"] == b["fabric_id"]),
+    "two fabrics tied only within rounding": lambda edges, placement: any(
+        near_but_not_equal(a, b) for a in fabric_loads(edges, placement) for b in fabric_loads(edges, placement)),
+    "an extra key copied into the row": lambda edges, placement: any("payload" in e for e in edges),
+    "pool names equal after case folding or NFKC": lambda edges, placement: len(
+        {__import__("unicodedata").normalize("NFKC", pool).casefold() for pool in placement.values()})
+        < len(set(placement.values())),
+})
 
 # %% hidden exercise=transfer_ledger points=2 name=agrees_with_reference_on_generated_invalid_ledgers
 # hint: one wrong thing anywhere, inside a pool as well (edges or an edge that is not a list or dict, a bad role or pool, an unknown endpoint, a missing or bad number, a bool or str for a number, a cross-pool edge without a fabric, two bandwidths on one fabric): the same ValueError as the contract says.
 from hypothesis import strategies as st
+
+from tools.course.grader.clauses import each_of
 
 numeric = ["bytes_per_item", "items_per_work_unit", "work_units_per_second", "bandwidth_bytes_per_s"]
 bad_values = {
@@ -380,50 +506,109 @@ bad_values = {
     "overlap_fraction": [-0.1, 1.5, 2, float("nan"), True, False, "0.5", None],
 }
 bad_names = ["", " ", "\t\n", "\u3000", 3, None, True, ("gen",)]
-kinds = ["edges", "edge", "placement", "role", "pool", "endpoint", "missing", "number", "fabric", "bandwidth"]
+bad_endpoints = ["verifier", "Learner", "", None, 3, ["learner"]]
+bad_fabrics = ["absent", None, "", " \n", 7, True, ("ib-0",)]
+defects = ([("valid", n) for n in range(30)] + [("edges", n) for n in range(5)] + [("edge", n) for n in range(4)]
+           + [("placement", n) for n in range(4)] + [("role", bad) for bad in bad_names]
+           + [("pool", bad) for bad in bad_names + [["gen"]]] + [("endpoint", bad) for bad in bad_endpoints]
+           + [("missing", field) for field in numeric + ["source", "target"]]
+           + [("number", (field, bad)) for field in sorted(bad_values) for bad in bad_values[field]]
+           + [("fabric", bad) for bad in bad_fabrics] + [("bandwidth", bad) for bad in (25.1e9, 24e9, 1e9)])
 
 
-@st.composite
-def one_defect(draw):
+def one_defect(defect, rng):
+    """Valid edges and placement, or ones with exactly this defect (on any edge, the one inside a pool too)."""
+    kind, bad = defect
     placement = {"learner": "train", "rollout": "gen", "reward": "gen"}
 
     def link(source, target, fabric="ib-0"):
-        return {"source": source, "target": target, "bytes_per_item": draw(st.sampled_from([16, 2048.0])),
-                "items_per_work_unit": draw(st.sampled_from([4, 1 / 64])), "work_units_per_second": 24,
-                "bandwidth_bytes_per_s": 25e9, "overlap_fraction": draw(st.sampled_from([0, 0.6])), "fabric_id": fabric}
+        return {"source": source, "target": target, "bytes_per_item": rng.choice([16, 2048.0]),
+                "items_per_work_unit": rng.choice([4, 1 / 64]), "work_units_per_second": 24,
+                "bandwidth_bytes_per_s": 25e9, "overlap_fraction": rng.choice([0, 0.6]), "fabric_id": fabric}
 
     edges = [link("learner", "rollout"), link("rollout", "reward", None), link("rollout", "learner")]
-    kind, at = draw(st.sampled_from(kinds)), draw(st.integers(0, 2))
+    at, cross = rng.randint(0, 2), rng.choice([0, 2])
     if kind == "edges":
-        edges = draw(st.sampled_from([tuple(edges), None, "edges", {0: edges[0]}, edges[0]]))
+        edges = [tuple(edges), None, "edges", {0: edges[0]}, edges[0]][bad]
     elif kind == "edge":
-        edges[at] = draw(st.sampled_from([None, "edge", 3, list(edges[at].items())]))
+        edges[at] = [None, "edge", 3, list(edges[at].items())][bad]
     elif kind == "placement":
-        placement = draw(st.sampled_from([list(placement.items()), None, "gen", ("train", "gen")]))
+        placement = [list(placement.items()), None, "gen", ("train", "gen")][bad]
     elif kind == "role":
-        placement[draw(st.sampled_from(bad_names))] = "gen"
+        placement[bad] = "gen"
     elif kind == "pool":
-        placement[draw(st.sampled_from(["learner", "rollout", "reward"]))] = draw(st.sampled_from(bad_names + [["gen"]]))
+        placement[rng.choice(["learner", "rollout", "reward"])] = bad
     elif kind == "endpoint":
-        edges[at][draw(st.sampled_from(["source", "target"]))] = draw(st.sampled_from(
-            ["verifier", "Learner", "", None, 3, ["learner"]]))
+        edges[at][rng.choice(["source", "target"])] = bad
     elif kind == "missing":
-        del edges[at][draw(st.sampled_from(numeric + ["source", "target"]))]
+        del edges[at][bad]
     elif kind == "number":
-        field = draw(st.sampled_from(sorted(bad_values)))
-        edges[at][field] = draw(st.sampled_from(bad_values[field]))
+        field, value = bad
+        edges[at][field] = value
+    elif kind == "fabric" and bad == "absent":
+        del edges[cross]["fabric_id"]
     elif kind == "fabric":
-        cross = draw(st.sampled_from([0, 2]))
-        if draw(st.booleans()):
-            del edges[cross]["fabric_id"]
-        else:
-            edges[cross]["fabric_id"] = draw(st.sampled_from([None, "", " \n", 7, True, ("ib-0",)]))
-    else:
-        edges[draw(st.sampled_from([0, 2]))]["bandwidth_bytes_per_s"] = draw(st.sampled_from([25.1e9, 24e9, 1e9]))
+        edges[cross]["fabric_id"] = bad
+    elif kind == "bandwidth":
+        edges[cross]["bandwidth_bytes_per_s"] = bad
     return (edges, placement), {}
 
 
-reference.agrees("transfer_ledger", one_defect(), cases=150)
+from tools.course.grader.clauses import dicts, is_blank, is_bool, keys, not_a_number, not_a_str, not_finite, values
+
+ranges = {"bytes_per_item": (0, False), "items_per_work_unit": (0, True), "work_units_per_second": (0, False),
+          "bandwidth_bytes_per_s": (0, True), "overlap_fraction": (0, False)}
+
+
+def bad_number(field, value):
+    low, strict = ranges[field]
+    if not_a_number(value) or is_bool(value) or not_finite(value):
+        return True
+    return value <= low if strict else value < low or (field == "overlap_fraction" and value > 1)
+
+
+def in_pool(edge, placement):
+    roles = keys(placement)
+    return edge.get("source") in roles and edge.get("target") in roles and \
+        placement[edge["source"]] == placement[edge["target"]]
+
+
+def number_clause(field):
+    return lambda edges, placement: any(field in e and bad_number(field, e[field]) for e in dicts(edges))
+
+
+def kind_clause(test):
+    return lambda edges, placement: any(test(e[f]) for e in dicts(edges) for f in ranges if f in e)
+
+
+reference.agrees("transfer_ledger", each_of(defects, one_defect, variants=2), cases=2 * len(defects), clauses={
+    "edges is not a list": lambda edges, placement: not isinstance(edges, list),
+    "an edge that is not a dict": lambda edges, placement: isinstance(edges, list) and any(
+        not isinstance(e, dict) for e in edges),
+    "placement is not a dict": lambda edges, placement: not isinstance(placement, dict),
+    "a role that is not a str": lambda edges, placement: any(not_a_str(role) for role in keys(placement)),
+    "a blank role": lambda edges, placement: any(is_blank(role) for role in keys(placement)),
+    "a pool that is not a str": lambda edges, placement: any(not_a_str(pool) for pool in values(placement)),
+    "a blank pool": lambda edges, placement: any(is_blank(pool) for pool in values(placement)),
+    "an endpoint missing from placement": lambda edges, placement: isinstance(placement, dict) and any(
+        e.get(end) not in placement for e in dicts(edges) for end in ("source", "target") if end in e),
+    "an endpoint key missing": lambda edges, placement: any("source" not in e or "target" not in e for e in dicts(edges)),
+    **{f"{field} missing": (lambda field: lambda edges, placement: any(field not in e for e in dicts(edges)))(field)
+       for field in ["bytes_per_item", "items_per_work_unit", "work_units_per_second", "bandwidth_bytes_per_s"]},
+    **{f"{field} out of range or not a number": number_clause(field) for field in ranges},
+    "a number that is a bool": kind_clause(is_bool),
+    "a number that is a str or None": kind_clause(lambda v: isinstance(v, str) or v is None),
+    "a number that is not finite": kind_clause(not_finite),
+    "an invalid number on an edge inside one pool": lambda edges, placement: any(
+        in_pool(e, placement) and any(f in e and bad_number(f, e[f]) for f in ranges) for e in dicts(edges)),
+    "a cross-pool edge without fabric_id": lambda edges, placement: any(
+        "fabric_id" not in e and not in_pool(e, placement) for e in dicts(edges)),
+    "a cross-pool edge whose fabric_id is not a str with a visible character": lambda edges, placement: any(
+        "fabric_id" in e and not in_pool(e, placement) and (not_a_str(e["fabric_id"]) or is_blank(e["fabric_id"]))
+        for e in dicts(edges)),
+    "two bandwidths on one fabric": lambda edges, placement: len(
+        {e["bandwidth_bytes_per_s"] for e in dicts(edges) if e.get("fabric_id") == "ib-0" and not in_pool(e, placement)}) > 1,
+})
 
 # %% hidden exercise=evaluate_topology points=1 name=a_value_at_its_limit_passes_even_after_rounding
 # hint: memory equal to its limit and exposure equal to the budget pass, also when they differ from it only by floating-point rounding; anything clearly above fails.
@@ -507,6 +692,8 @@ calls = [
     (queue_ok, {"A": 10}, {"A": 40}, link_ok, -0.1), (queue_ok, {"A": 10}, {"A": 40}, link_ok, float("nan")),
     (queue_ok, {"A": 10}, {"A": 40}, link_ok, True), (queue_ok, {"A": 10}, {"A": 40}, link_ok, None),
 ]
+valid = evaluate_topology(queue_ok, {"A": 10}, {"A": 40}, link_ok, True, True, max_exposed_s_per_s=0.001)
+assert valid["decision"] == "tune" and valid["overloaded_fabrics"] == ["ib-0"], valid  # the call every case breaks
 for capacity, memory, limits, transfer, budget in calls:
     try:
         evaluate_topology(capacity, memory, limits, transfer, True, True, max_exposed_s_per_s=budget)
@@ -543,53 +730,137 @@ def gates(draw):
     return (capacity, memory, limits, transfer, draw(confirmations), draw(confirmations)), kwargs
 
 
-reference.agrees("evaluate_topology", gates(), cases=150)
+import math
+
+from tools.course.grader.clauses import near_but_not_equal
+
+
+def limit_pairs(capacity, memory, limits, transfer, *flags, max_exposed_s_per_s=0.1):
+    return ([(memory[pool], limits[pool]) for pool in memory if pool in limits]
+            + [(value, max_exposed_s_per_s) for value in transfer["fabric_exposed_seconds_per_s"].values()])
+
+
+def above_within_rounding(*call, **kwargs):
+    return any(value > limit and near_but_not_equal(value, limit) for value, limit in limit_pairs(*call, **kwargs))
+
+
+reference.agrees("evaluate_topology", gates(), cases=150, clauses={
+    "a value exactly at its limit": lambda *call, **kw: any(v == lim for v, lim in limit_pairs(*call, **kw)),
+    "a value above its limit only within rounding": above_within_rounding,
+    "a value clearly above its limit": lambda *call, **kw: any(
+        v > lim and not math.isclose(v, lim, rel_tol=1e-9) for v, lim in limit_pairs(*call, **kw)),
+    "a pool without a limit": lambda cap, memory, limits, *rest, **kw: bool(set(memory) - set(limits)),
+    "a limit for a pool that is not used": lambda cap, memory, limits, *rest, **kw: bool(set(limits) - set(memory)),
+    "a confirmation that is truthy but not True": lambda *call, **kw: any(
+        flag is not True and bool(flag) for flag in call[4:6]),
+    "the budget left at its default": lambda *call, **kw: "max_exposed_s_per_s" not in kw,
+    "the budget given": lambda *call, **kw: "max_exposed_s_per_s" in kw,
+    "unstable stages beside a hard failure": lambda cap, memory, limits, transfer, sync, recovery, **kw:
+        bool(cap["unstable_stages"]) and (sync is not True or recovery is not True),
+    "reports with extra keys": lambda cap, memory, limits, transfer, *rest, **kw: len(cap) > 1 or len(transfer) > 1,
+})
 
 # %% hidden exercise=evaluate_topology points=2 name=agrees_with_reference_on_generated_invalid_gates
 # hint: one wrong thing anywhere (a report without its list or dict, an empty or non-dict memory ledger, a blank or non-str pool or fabric, an amount that is negative, NaN, infinite, a bool or a str, a bad budget): the same ValueError as the contract says.
 from hypothesis import strategies as st
 
+from tools.course.grader.clauses import each_of
+
 bad_amounts = [-1, -0.01, float("nan"), float("inf"), True, False, "80", None, [80]]
 bad_names = ["", " ", "\t\n", 3, None, ("gen",)]
-kinds = ["capacity", "stages", "transfer", "exposures", "memory", "limits", "pool", "limit_pool", "fabric",
-         "amount", "limit", "exposure", "budget"]
+replacements = {"capacity": [None, [], {}, {"unstable": []}, "reward"],
+                "stages": [None, "reward", ("reward",), [3], {"reward"}],
+                "transfer": [None, {}, {"fabric_exposed": {}}, [("ib-0", 0.05)]],
+                "exposures": [None, [("ib-0", 0.05)], 0.05], "memory": [{}, None, [("gen", 60)], 60],
+                "limits": [None, [("gen", 80)], 80]}
+defects = ([("valid", n) for n in range(30)] + [(kind, n) for kind, options in replacements.items()
+                                                 for n in range(len(options))]
+           + [(kind, bad) for kind in ("pool", "limit_pool", "fabric") for bad in bad_names]
+           + [(kind, bad) for kind in ("amount", "limit", "exposure", "budget") for bad in bad_amounts])
 
 
-@st.composite
-def one_defect(draw):
-    capacity = {"unstable_stages": draw(st.sampled_from([[], ["reward"]]))}
+def one_defect(defect, rng):
+    """Valid ledgers, or ones with exactly this defect."""
+    kind, bad = defect
+    capacity = {"unstable_stages": rng.choice([[], ["reward"]])}
     memory, limits = {"gen": 60, "train": 70.5}, {"gen": 80, "train": 80}
     transfer = {"fabric_exposed_seconds_per_s": {"ib-0": 0.05, "nv": 0.2}}
     budget = 0.1
-    kind = draw(st.sampled_from(kinds))
     if kind == "capacity":
-        capacity = draw(st.sampled_from([None, [], {}, {"unstable": []}, "reward"]))
+        capacity = replacements[kind][bad]
     elif kind == "stages":
-        capacity["unstable_stages"] = draw(st.sampled_from([None, "reward", ("reward",), [3], {"reward"}]))
+        capacity["unstable_stages"] = replacements[kind][bad]
     elif kind == "transfer":
-        transfer = draw(st.sampled_from([None, {}, {"fabric_exposed": {}}, [("ib-0", 0.05)]]))
+        transfer = replacements[kind][bad]
     elif kind == "exposures":
-        transfer["fabric_exposed_seconds_per_s"] = draw(st.sampled_from([None, [("ib-0", 0.05)], 0.05]))
+        transfer["fabric_exposed_seconds_per_s"] = replacements[kind][bad]
     elif kind == "memory":
-        memory = draw(st.sampled_from([{}, None, [("gen", 60)], 60]))
+        memory = replacements[kind][bad]
     elif kind == "limits":
-        limits = draw(st.sampled_from([None, [("gen", 80)], 80]))
+        limits = replacements[kind][bad]
     elif kind == "pool":
-        memory[draw(st.sampled_from(bad_names))] = 1
+        memory[bad] = 1
     elif kind == "limit_pool":
-        limits[draw(st.sampled_from(bad_names))] = 1
+        limits[bad] = 1
     elif kind == "fabric":
-        transfer["fabric_exposed_seconds_per_s"][draw(st.sampled_from(bad_names))] = 0.01
+        transfer["fabric_exposed_seconds_per_s"][bad] = 0.01
     elif kind == "amount":
-        memory[draw(st.sampled_from(["gen", "train"]))] = draw(st.sampled_from(bad_amounts))
+        memory[rng.choice(["gen", "train"])] = bad
     elif kind == "limit":
-        limits[draw(st.sampled_from(["gen", "train"]))] = draw(st.sampled_from(bad_amounts))
+        limits[rng.choice(["gen", "train"])] = bad
     elif kind == "exposure":
-        transfer["fabric_exposed_seconds_per_s"][draw(st.sampled_from(["ib-0", "nv"]))] = draw(st.sampled_from(bad_amounts))
-    else:
-        budget = draw(st.sampled_from(bad_amounts))
-    return (capacity, memory, limits, transfer, draw(st.sampled_from([True, False, None])), True), \
+        transfer["fabric_exposed_seconds_per_s"][rng.choice(["ib-0", "nv"])] = bad
+    elif kind == "budget":
+        budget = bad
+    return (capacity, memory, limits, transfer, rng.choice([True, False, None]), True), \
         {"max_exposed_s_per_s": budget}
 
 
-reference.agrees("evaluate_topology", one_defect(), cases=150)
+from tools.course.grader.clauses import below, is_blank, is_bool, keys, not_a_number, not_a_str, not_finite, values
+
+
+def bad_amount(value):
+    return not_a_number(value) or is_bool(value) or not_finite(value) or below(value, 0)
+
+
+def amounts_of(capacity, memory, limits, transfer, *flags, max_exposed_s_per_s=0.1):
+    exposures = transfer.get("fabric_exposed_seconds_per_s") if isinstance(transfer, dict) else None
+    return {"memory": values(memory), "limits": values(limits), "exposures": values(exposures),
+            "budget": [max_exposed_s_per_s]}
+
+
+def names_of(capacity, memory, limits, transfer, *flags, **kwargs):
+    exposures = transfer.get("fabric_exposed_seconds_per_s") if isinstance(transfer, dict) else None
+    return keys(memory) + keys(limits) + keys(exposures)
+
+
+def amount_clause(where, test):
+    return lambda *call, **kw: any(test(value) for value in amounts_of(*call, **kw)[where])
+
+
+reference.agrees("evaluate_topology", each_of(defects, one_defect, variants=2), cases=2 * len(defects), clauses={
+    "capacity_report is not a dict": lambda cap, *rest, **kw: not isinstance(cap, dict),
+    "capacity_report without unstable_stages": lambda cap, *rest, **kw: isinstance(cap, dict) and
+        "unstable_stages" not in cap,
+    "unstable_stages is not a list": lambda cap, *rest, **kw: isinstance(cap, dict) and "unstable_stages" in cap
+        and not isinstance(cap["unstable_stages"], list),
+    "unstable_stages holds a non-str": lambda cap, *rest, **kw: isinstance(cap, dict) and isinstance(
+        cap.get("unstable_stages"), list) and any(not_a_str(stage) for stage in cap["unstable_stages"]),
+    "transfer_report is not a dict or lacks its dict": lambda cap, memory, limits, transfer, *rest, **kw: not (
+        isinstance(transfer, dict) and "fabric_exposed_seconds_per_s" in transfer),
+    "fabric_exposed_seconds_per_s is not a dict": lambda cap, memory, limits, transfer, *rest, **kw: isinstance(
+        transfer, dict) and "fabric_exposed_seconds_per_s" in transfer and not isinstance(
+        transfer["fabric_exposed_seconds_per_s"], dict),
+    "memory_by_pool is empty": lambda cap, memory, *rest, **kw: memory == {},
+    "memory_by_pool is not a dict": lambda cap, memory, *rest, **kw: not isinstance(memory, dict),
+    "memory_limits is not a dict": lambda cap, memory, limits, *rest, **kw: not isinstance(limits, dict),
+    "a pool or fabric name that is not a str": lambda *call, **kw: any(not_a_str(n) for n in names_of(*call, **kw)),
+    "a blank pool or fabric name": lambda *call, **kw: any(is_blank(n) for n in names_of(*call, **kw)),
+    "a bad name among the limits only": lambda cap, memory, limits, *rest, **kw: any(
+        not_a_str(n) or is_blank(n) for n in keys(limits)),
+    **{f"a bad {where} amount": amount_clause(where, bad_amount) for where in ("memory", "limits", "exposures", "budget")},
+    "an amount that is a bool": lambda *call, **kw: any(is_bool(v) for vs in amounts_of(*call, **kw).values() for v in vs),
+    "an amount that is not finite": lambda *call, **kw: any(
+        not_finite(v) for vs in amounts_of(*call, **kw).values() for v in vs),
+    "an amount < 0": lambda *call, **kw: any(below(v, 0) for vs in amounts_of(*call, **kw).values() for v in vs),
+})

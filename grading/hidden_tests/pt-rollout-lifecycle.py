@@ -14,6 +14,8 @@ for rollout in (rejected, consumed):
         else:
             raise AssertionError(f"{event['type']} accepted for a {rollout['state']} rollout")
 assert consumed["consumed_by"] == "learner-0" and consumed["state"] == "consumed"
+admitted = advance_rollout_state(dict(base, state="admitted", history=["sampled", "scored", "admitted"]), events[3])
+assert admitted["state"] == "consumed" and admitted["consumed_by"] == "learner-1", admitted  # the last step is allowed
 
 # %% hidden exercise=advance_rollout_state points=1 name=no_step_may_be_skipped_or_repeated
 # hint: every transition starts from exactly one state; admitting or consuming before scoring, and scoring twice, are refused.
@@ -38,6 +40,9 @@ for rollout, event in refused:
         pass
     else:
         raise AssertionError(f"{event['type']} accepted in state {rollout['state']}")
+for rollout, event, state in ((sampled, {"type": "score", "scored_version": 1}, "scored"), (scored, {"type": "admit"}, "admitted"),
+                              (admitted, {"type": "consume", "consumer": "learner-0"}, "consumed")):
+    assert advance_rollout_state(rollout, event)["history"] == rollout["history"] + [state]  # the allowed steps
 
 # %% hidden exercise=advance_rollout_state points=1 name=scoring_policy_cannot_be_older
 # hint: the policy that scores a rollout may be the sampling policy or a newer one, never an older one; versions are whole numbers.
@@ -150,13 +155,30 @@ def lifecycles(draw):
     return rollout, event
 
 
-reference.agrees("advance_rollout_state", lifecycles(), cases=150)
+legal_pairs = {("sampled", "score"), ("scored", "admit"), ("scored", "reject"), ("admitted", "consume")}
+reference.agrees("advance_rollout_state", lifecycles(), cases=150, clauses={
+    **{f"{state} -> {kind}": (lambda state, kind: lambda rollout, event: rollout["state"] == state and event["type"] == kind)(
+        state, kind) for state, kind in sorted(legal_pairs)},
+    "an event not allowed in the state": lambda rollout, event: (rollout["state"], event["type"]) not in legal_pairs,
+    "an event on a final state": lambda rollout, event: rollout["state"] in ("rejected", "consumed"),
+    "scored at the sampling version": lambda rollout, event: event.get("scored_version") == rollout["policy_version"],
+    "scored by a newer version": lambda rollout, event: event.get("scored_version", -1) > rollout["policy_version"],
+    "scored by an older version": lambda rollout, event: "scored_version" in event and event[
+        "scored_version"] < rollout["policy_version"],
+    "extra rollout fields kept": lambda rollout, event: "task_sha256" in rollout,
+    "an extra event key": lambda rollout, event: "note" in event,
+    "a reason or consumer with outer spaces": lambda rollout, event: any(
+        isinstance(event.get(k), str) and event[k] != event[k].strip() for k in ("reason", "consumer")),
+})
 
 # %% hidden exercise=advance_rollout_state points=2 name=agrees_with_reference_on_generated_invalid_events
 # hint: one wrong thing anywhere (not a dict, a blank or missing id, an unknown state, a bool or float version, a history that is not a list, an unknown event, a bool, float or older scored_version, a blank reason or consumer): the same ValueError as the contract says.
 from hypothesis import strategies as st
 
-defects = ([("rollout", bad) for bad in [None, [("state", "sampled")], "rollout", 3]]
+from tools.course.grader.clauses import each_of, is_blank, is_bool, not_a_str
+
+states = ["sampled", "scored", "admitted", "rejected", "consumed"]
+defects = ([("valid", n) for n in range(30)] + [("rollout", bad) for bad in [None, [("state", "sampled")], "rollout", 3]]
            + [("event", bad) for bad in [None, [("type", "score")], "score", 1]]
            + [("rollout_id", bad) for bad in ["", " ", "\t\n", "\u3000", 7, None, True, ("a",), "MISSING"]]
            + [("state", bad) for bad in ["queued", "Scored", " scored", None, 1, ["sampled"], "MISSING"]]
@@ -169,14 +191,15 @@ defects = ([("rollout", bad) for bad in [None, [("state", "sampled")], "rollout"
 needs = {"scored_version": ("sampled", "score"), "reason": ("scored", "reject"), "consumer": ("admitted", "consume")}
 
 
-@st.composite
-def one_defect(draw):
-    kind, bad = draw(st.sampled_from(defects))
-    version = draw(st.integers(1, 4))
-    state, event_type = needs.get(kind, draw(st.sampled_from([("sampled", "score"), ("scored", "admit"),
-                                                                ("scored", "reject"), ("admitted", "consume")])))
+def one_defect(defect, rng):
+    kind, bad = defect
+    version = rng.randint(1, 4)
+    state, event_type = needs.get(kind, rng.choice([("sampled", "score"), ("scored", "admit"),
+                                                                ("scored", "reject"), ("admitted", "consume")]))
     rollout = {"rollout_id": "add-1#s0", "state": state, "policy_version": version, "history": ["sampled"]}
     event = {"type": event_type, "scored_version": version + 1, "reason": "behaviour_drift", "consumer": "learner-0"}
+    if kind == "valid":
+        return rollout, event
     if kind == "rollout":
         return bad, event
     if kind == "event":
@@ -189,7 +212,40 @@ def one_defect(draw):
     return rollout, event
 
 
-reference.agrees("advance_rollout_state", one_defect(), cases=150)
+def field(container, key):
+    return container.get(key, "MISSING") if isinstance(container, dict) else "NOT A DICT"
+
+
+def bad_text(value):
+    return value != "MISSING" and (not_a_str(value) or is_blank(value))
+
+
+reference.agrees("advance_rollout_state", each_of(defects, one_defect, variants=2), cases=2 * len(defects), clauses={
+    "a rollout that is not a dict": lambda rollout, event: not isinstance(rollout, dict),
+    "an event that is not a dict": lambda rollout, event: not isinstance(event, dict),
+    "a missing rollout_id": lambda rollout, event: field(rollout, "rollout_id") == "MISSING",
+    "a blank or non-str rollout_id": lambda rollout, event: bad_text(field(rollout, "rollout_id")),
+    "an unknown or missing state": lambda rollout, event: isinstance(rollout, dict) and field(rollout, "state") not in states,
+    "a policy_version that is a bool": lambda rollout, event: is_bool(field(rollout, "policy_version")),
+    "a policy_version that is not an int >= 0": lambda rollout, event: isinstance(rollout, dict) and not is_bool(
+        field(rollout, "policy_version")) and (not isinstance(rollout.get("policy_version"), int) or rollout[
+            "policy_version"] < 0),
+    "a history that is not a list": lambda rollout, event: isinstance(rollout, dict) and not isinstance(
+        rollout.get("history"), list),
+    "an unknown or missing event type": lambda rollout, event: isinstance(event, dict) and field(
+        event, "type") not in ("score", "admit", "reject", "consume"),
+    "a scored_version that is a bool": lambda rollout, event: is_bool(field(event, "scored_version")),
+    "a scored_version that is not an int": lambda rollout, event: field(event, "type") == "score" and not isinstance(
+        field(event, "scored_version"), int),
+    "a scored_version older than policy_version": lambda rollout, event: field(event, "type") == "score" and type(
+        field(event, "scored_version")) is int and type(field(rollout, "policy_version")) is int and event[
+        "scored_version"] < rollout["policy_version"],
+    "a missing reason": lambda rollout, event: field(event, "type") == "reject" and field(event, "reason") == "MISSING",
+    "a blank or non-str reason": lambda rollout, event: field(event, "type") == "reject" and bad_text(field(event, "reason")),
+    "a missing consumer": lambda rollout, event: field(event, "type") == "consume" and field(event, "consumer") == "MISSING",
+    "a blank or non-str consumer": lambda rollout, event: field(event, "type") == "consume" and bad_text(
+        field(event, "consumer")),
+})
 
 # %% hidden exercise=check_rollout_freshness points=1 name=masked_tokens_take_no_part
 # hint: only tokens with mask 1 enter the mean and the maximum, and the mean divides by the number of those tokens.
@@ -226,6 +282,8 @@ assert zero["admitted"] is True
 # %% hidden exercise=check_rollout_freshness points=1 name=invalid_inputs_are_refused
 # hint: validate versions, limits, lengths, mask values and every log-prob before computing; a rollout from a newer policy than the learner is impossible.
 rollout = {"policy_version": 3, "behaviour_logprobs": [-1.0, -2.0], "action_mask": [1, 0]}
+valid = check_rollout_freshness(rollout, 4, [-1.25, -9.0], 1, 0.5)  # the valid call every case below breaks
+assert valid["behaviour_drift"] == 0.25 and valid["admitted"] is True and valid["action_tokens"] == 1, valid
 calls = [
     (rollout, 2, [-1.0, -2.0], 1, 0.5),
     (dict(rollout, policy_version=-1), 2, [-1.0, -2.0], 1, 0.5),
@@ -270,6 +328,8 @@ assert close["admitted"] is True and close["reasons"] == []
 # %% hidden exercise=check_rollout_freshness points=1 name=mask_and_lists_have_exact_types
 # hint: the mask holds the ints 0 and 1 only (True, False, 1.0 and 0.0 are refused) and the log-probs and the mask are lists; a bool is not a log-prob.
 rollout = {"policy_version": 1, "behaviour_logprobs": [-1.0, -2.0], "action_mask": [1, 0]}
+valid = check_rollout_freshness(rollout, 2, [-1.75, -2.0], max_version_lag=1, max_drift=0.5)  # the call every case breaks
+assert valid["reasons"] == ["behaviour_drift"] and valid["max_token_drift"] == 0.75, valid
 calls = [
     (dict(rollout, action_mask=[True, 0]), [-1.0, -2.0]), (dict(rollout, action_mask=[1, False]), [-1.0, -2.0]),
     (dict(rollout, action_mask=[1.0, 0]), [-1.0, -2.0]), (dict(rollout, action_mask=(1, 0)), [-1.0, -2.0]),
@@ -320,14 +380,35 @@ def rollouts(draw):
     return arguments
 
 
-reference.agrees("check_rollout_freshness", rollouts(), cases=150)
+def unpack(*args, **kwargs):
+    rollout, current_version, current = args[:3]
+    lag_limit, drift_limit = (*args[3:], kwargs.get("max_version_lag"), kwargs.get("max_drift"))[-2:] if kwargs else args[3:]
+    diffs = [abs(c - b) for c, b, m in zip(current, rollout["behaviour_logprobs"], rollout["action_mask"]) if m == 1]
+    return current_version - rollout["policy_version"], sum(diffs) / len(diffs), lag_limit, drift_limit, rollout
+
+
+reference.agrees("check_rollout_freshness", rollouts(), cases=150, clauses={
+    "limits given by keyword": lambda *a, **k: bool(k),
+    "a masked token": lambda *a, **k: 0 in unpack(*a, **k)[4]["action_mask"],
+    "a lag exactly at its limit": lambda *a, **k: unpack(*a, **k)[0] == unpack(*a, **k)[2],
+    "a lag over its limit": lambda *a, **k: unpack(*a, **k)[0] > unpack(*a, **k)[2],
+    "a drift exactly at its limit (above 0)": lambda *a, **k: unpack(*a, **k)[1] == unpack(*a, **k)[3] > 0,
+    "a drift over its limit at lag 0": lambda *a, **k: unpack(*a, **k)[0] == 0 and unpack(*a, **k)[1] > unpack(*a, **k)[3],
+    "both limits failed": lambda *a, **k: unpack(*a, **k)[0] > unpack(*a, **k)[2] and unpack(*a, **k)[1] > unpack(*a, **k)[3],
+    "int log-probs": lambda *a, **k: any(type(v) is int for v in a[0]["behaviour_logprobs"]),
+    "signed differences that cancel": lambda *a, **k: any(c > b for c, b in zip(a[2], a[0]["behaviour_logprobs"])) and any(
+        c < b for c, b in zip(a[2], a[0]["behaviour_logprobs"])),
+    "extra rollout fields": lambda *a, **k: "rollout_id" in a[0],
+})
 
 # %% hidden exercise=check_rollout_freshness points=2 name=agrees_with_reference_on_generated_invalid_rollouts
 # hint: one wrong thing anywhere (a rollout that is not a dict, a missing field, a bool, float or negative version or lag limit, a learner older than the rollout, a bad drift limit, a tuple for a list, a NaN, bool or str log-prob, a mask value other than the ints 0 and 1, lists of different lengths, no action token): the same ValueError as the contract says.
 from hypothesis import strategies as st
 
+from tools.course.grader.clauses import below, each_of, is_bool, not_a_number, not_finite, values
+
 bad_logprob = [float("nan"), float("inf"), -float("inf"), True, "x", None]
-defects = ([("rollout", bad) for bad in [None, [("policy_version", 1)], "rollout"]]
+defects = ([("valid", n) for n in range(30)] + [("rollout", bad) for bad in [None, [("policy_version", 1)], "rollout"]]
            + [("policy_version", bad) for bad in [-1, True, 1.0, "1", None, "MISSING"]]
            + [("current_version", bad) for bad in [True, -1, 1.5, None, "2", "older"]]
            + [("max_version_lag", bad) for bad in [-1, True, False, 1.0, None, "1"]]
@@ -339,16 +420,17 @@ defects = ([("rollout", bad) for bad in [None, [("policy_version", 1)], "rollout
            + [("length", field) for field in ["behaviour_logprobs", "current_logprobs", "action_mask"]])
 
 
-@st.composite
-def one_defect(draw):
-    kind, bad = draw(st.sampled_from(defects))
-    size = draw(st.integers(1, 4))
-    version = draw(st.integers(1, 5))
+def one_defect(defect, rng):
+    kind, bad = defect
+    size = rng.randint(1, 4)
+    version = rng.randint(1, 5)
     rollout = {"policy_version": version, "behaviour_logprobs": [-0.5] * size, "action_mask": [1] * size}
     arguments = {"current_version": version + 1, "current_logprobs": [-0.75] * size, "max_version_lag": 1,
                  "max_drift": 0.5}
-    at = draw(st.integers(0, size - 1))
-    if kind == "rollout":
+    at = rng.randint(0, size - 1)
+    if kind == "valid":
+        arguments["current_logprobs"][at] = rng.choice([-0.5, -1.25, -0.125])  # admitted or not, and valid
+    elif kind == "rollout":
         rollout = bad
     elif kind in ("policy_version", "behaviour_logprobs", "action_mask", "current_version", "max_version_lag",
                   "max_drift", "current_logprobs"):
@@ -374,7 +456,58 @@ def one_defect(draw):
             arguments["max_drift"])
 
 
-reference.agrees("check_rollout_freshness", one_defect(), cases=150)
+def rollout_field(rollout, key):
+    return rollout.get(key, "MISSING") if isinstance(rollout, dict) else "MISSING"
+
+
+def bad_version(value):
+    return is_bool(value) or not isinstance(value, int) or value < 0
+
+
+def logprob_lists(rollout, current):
+    return {"behaviour_logprobs": rollout_field(rollout, "behaviour_logprobs"), "current_logprobs": current}
+
+
+def freshness_clauses():
+    found = {
+        "a rollout that is not a dict": lambda r, cv, cl, lag, drift: not isinstance(r, dict),
+        "a policy_version that is missing or not an int >= 0": lambda r, cv, cl, lag, drift: isinstance(
+            r, dict) and bad_version(rollout_field(r, "policy_version")),
+        "a current_version that is a bool or not an int": lambda r, cv, cl, lag, drift: is_bool(cv) or not isinstance(cv, int),
+        "a current_version older than policy_version": lambda r, cv, cl, lag, drift: type(cv) is int and type(
+            rollout_field(r, "policy_version")) is int and cv < r["policy_version"],
+        "a max_version_lag that is a bool": lambda r, cv, cl, lag, drift: is_bool(lag),
+        "a max_version_lag that is not an int >= 0": lambda r, cv, cl, lag, drift: not is_bool(lag) and bad_version(lag),
+        "a max_drift that is a bool": lambda r, cv, cl, lag, drift: is_bool(drift),
+        "a max_drift that is negative, not finite or not a number": lambda r, cv, cl, lag, drift: not is_bool(drift) and (
+            not_a_number(drift) or not_finite(drift) or below(drift, 0)),
+        "a mask that is not a list": lambda r, cv, cl, lag, drift: isinstance(r, dict) and not isinstance(
+            rollout_field(r, "action_mask"), list),
+        "a mask value that is a bool": lambda r, cv, cl, lag, drift: any(
+            is_bool(m) for m in values(rollout_field(r, "action_mask"))),
+        "a mask value other than the ints 0 and 1": lambda r, cv, cl, lag, drift: any(
+            not is_bool(m) and m not in (0, 1) or type(m) is float for m in values(rollout_field(r, "action_mask"))),
+        "no action token": lambda r, cv, cl, lag, drift: isinstance(rollout_field(r, "action_mask"), list) and all(
+            m == 0 for m in r["action_mask"]),
+        "lists of different lengths": lambda r, cv, cl, lag, drift: isinstance(r, dict) and all(
+            isinstance(v, list) for v in (rollout_field(r, "behaviour_logprobs"), rollout_field(r, "action_mask"), cl))
+            and len({len(r["behaviour_logprobs"]), len(r["action_mask"]), len(cl)}) > 1,
+    }
+    for name in ("behaviour_logprobs", "current_logprobs"):
+        pick = (lambda name: lambda r, cl: logprob_lists(r, cl)[name])(name)
+        found[f"{name} not a list"] = (lambda pick: lambda r, cv, cl, lag, drift: isinstance(r, dict) and not isinstance(
+            pick(r, cl), list))(pick)
+        found[f"a {name} value that is a bool"] = (lambda pick: lambda r, cv, cl, lag, drift: any(
+            is_bool(v) for v in values(pick(r, cl))))(pick)
+        found[f"a {name} value that is not finite"] = (lambda pick: lambda r, cv, cl, lag, drift: any(
+            not_finite(v) for v in values(pick(r, cl))))(pick)
+        found[f"a {name} value that is not a number"] = (lambda pick: lambda r, cv, cl, lag, drift: any(
+            not_a_number(v) for v in values(pick(r, cl))))(pick)
+    return found
+
+
+reference.agrees("check_rollout_freshness", each_of(defects, one_defect, variants=2), cases=2 * len(defects),
+                 clauses=freshness_clauses())
 
 # %% hidden exercise=reserve_and_activate points=1 name=reservation_is_all_or_nothing
 # hint: when fewer rollouts are free than one batch needs, nothing is reserved and the free list stays as it was.
@@ -439,6 +572,8 @@ assert result["reserved"] == {"L1": ["x2"], "L2": ["x3"]} and result["free"] == 
 # %% hidden exercise=reserve_and_activate points=1 name=invalid_input_is_refused
 # hint: check the batch size, every queue id and every event before replaying anything; a batch size must be a whole number of rollouts.
 ok_events = [{"op": "reserve", "consumer": "A"}]
+valid = reserve_and_activate(["a", "b"], ok_events + [{"op": "activate", "consumer": "A", "ok": False}], 1)
+assert valid["free"] == ["a", "b"] and valid["log"][1]["outcome"] == "released", valid  # the call every case breaks
 calls = [
     (["a", "b"], ok_events, 0),
     (["a", "b"], ok_events, True),
@@ -533,13 +668,44 @@ def replays(draw):
     return queue, events, draw(st.integers(1, 3))
 
 
-reference.agrees("reserve_and_activate", replays(), cases=150)
+def simulate(queue, events, batch_size):
+    """How many reservations found too few free rollouts, were repeated, or had none to activate."""
+    free, held, seen = list(queue), {}, {"insufficient": 0, "already_reserved": 0, "no_reservation": 0, "released": 0}
+    for event in events:
+        consumer = event["consumer"]
+        if event["op"] == "reserve":
+            if consumer in held:
+                seen["already_reserved"] += 1
+            elif len(free) < batch_size:
+                seen["insufficient"] += 1
+            else:
+                held[consumer], free = free[:batch_size], free[batch_size:]
+        elif consumer not in held:
+            seen["no_reservation"] += 1
+        else:
+            batch = held.pop(consumer)
+            if event["ok"] is not True:
+                seen["released"] += 1
+                free = [item for item in queue if item in free or item in batch]
+    return seen
+
+
+reference.agrees("reserve_and_activate", replays(), cases=150, clauses={
+    **{f"an event whose outcome is {outcome}": (lambda outcome: lambda q, e, b: simulate(q, e, b)[outcome] > 0)(outcome)
+       for outcome in ("insufficient", "already_reserved", "no_reservation", "released")},
+    "an empty queue": lambda q, e, b: q == [],
+    "a batch larger than the queue": lambda q, e, b: b > len(q),
+    "a reserve event with an extra ok key": lambda q, e, b: any(x["op"] == "reserve" and "ok" in x for x in e),
+    "no event at all": lambda q, e, b: e == [],
+})
 
 # %% hidden exercise=reserve_and_activate points=2 name=agrees_with_reference_on_generated_invalid_replays
 # hint: one wrong thing anywhere, even in the last event (a bad batch size, a queue or events that are not lists, a blank, non-str or repeated id, an event that is not a dict, an unknown op, a missing or blank consumer, an activation whose ok is not a bool): the same ValueError as the contract says.
 from hypothesis import strategies as st
 
-defects = ([("batch_size", bad) for bad in [0, -1, True, False, 1.0, "2", None]]
+from tools.course.grader.clauses import dicts, each_of, is_blank, is_bool, not_a_str
+
+defects = ([("valid", n) for n in range(30)] + [("batch_size", bad) for bad in [0, -1, True, False, 1.0, "2", None]]
            + [("queue", bad) for bad in [("r1", "r2"), "r1", None, {"r1"}]]
            + [("queue_id", bad) for bad in ["", " ", "\t", 7, None, ("r1",), "DUPLICATE"]]
            + [("events", bad) for bad in [None, "reserve", {"op": "reserve", "consumer": "A"}, "TUPLE"]]
@@ -549,27 +715,28 @@ defects = ([("batch_size", bad) for bad in [0, -1, True, False, 1.0, "2", None]]
            + [("ok", bad) for bad in [1, 0, "yes", None, "MISSING"]])
 
 
-@st.composite
-def one_defect(draw):
-    kind, bad = draw(st.sampled_from(defects))
+def one_defect(defect, rng):
+    kind, bad = defect
     queue = ["r1", "r2", "r3", "r4"]
     events = [{"op": "reserve", "consumer": "A"}, {"op": "activate", "consumer": "A", "ok": True},
               {"op": "reserve", "consumer": "B"}, {"op": "activate", "consumer": "B", "ok": False}]
-    batch_size = draw(st.integers(1, 2))
-    at = draw(st.integers(0, 3))
-    if kind == "batch_size":
+    batch_size = rng.randint(1, 2)
+    at = rng.randint(0, 3)
+    if kind == "valid":
+        events = events[:at + 1]
+    elif kind == "batch_size":
         batch_size = bad
     elif kind == "queue":
         queue = bad
     elif kind == "queue_id":
-        queue[draw(st.integers(0, 3))] = "r1" if bad == "DUPLICATE" and at else ("r2" if bad == "DUPLICATE" else bad)
+        queue[rng.randint(0, 3)] = "r1" if bad == "DUPLICATE" and at else ("r2" if bad == "DUPLICATE" else bad)
     elif kind == "events":
         events = tuple(events) if bad == "TUPLE" else bad
     elif kind == "event":
         events[at] = bad
     else:
         if kind == "ok":
-            at = draw(st.sampled_from([1, 3]))
+            at = rng.choice([1, 3])
         if bad == "MISSING":
             del events[at][kind]
         else:
@@ -577,4 +744,26 @@ def one_defect(draw):
     return queue, events, batch_size
 
 
-reference.agrees("reserve_and_activate", one_defect(), cases=150)
+def event_dicts(events):
+    return dicts(events)
+
+
+reference.agrees("reserve_and_activate", each_of(defects, one_defect, variants=2), cases=2 * len(defects), clauses={
+    "a batch_size that is a bool": lambda q, e, b: is_bool(b),
+    "a batch_size that is not an int >= 1": lambda q, e, b: not is_bool(b) and (not isinstance(b, int) or b < 1),
+    "a queue that is not a list": lambda q, e, b: not isinstance(q, list),
+    "a queue id that is blank or not a str": lambda q, e, b: isinstance(q, list) and any(
+        not_a_str(x) or is_blank(x) for x in q),
+    "a duplicate queue id": lambda q, e, b: isinstance(q, list) and len(q) != len(set(map(repr, q))),
+    "events that are not a list": lambda q, e, b: not isinstance(e, list),
+    "an event that is not a dict": lambda q, e, b: isinstance(e, list) and any(not isinstance(x, dict) for x in e),
+    "an unknown or missing op": lambda q, e, b: any(x.get("op") not in ("reserve", "activate") for x in event_dicts(e)),
+    "a missing consumer": lambda q, e, b: any("consumer" not in x for x in event_dicts(e)),
+    "a blank or non-str consumer": lambda q, e, b: any(
+        "consumer" in x and (not_a_str(x["consumer"]) or is_blank(x["consumer"])) for x in event_dicts(e)),
+    "an activation whose ok is not a bool": lambda q, e, b: any(
+        x.get("op") == "activate" and not is_bool(x.get("ok")) for x in event_dicts(e)),
+    "the defect in the last event": lambda q, e, b: isinstance(e, list) and len(e) == 4 and isinstance(e[3], dict) and (
+        not is_bool(e[3].get("ok")) or e[3].get("op") != "activate" or not isinstance(e[3].get("consumer"), str)
+        or is_blank(e[3].get("consumer"))),
+})

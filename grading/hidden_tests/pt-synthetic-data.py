@@ -58,6 +58,9 @@ _cases = [
     ([{"sample_id": "", "prompt": "Compute 1 + 2.", "response": "3"}], "gen", "T", 1, "v1"),
     (["not a dict"], "gen", "T", 1, "v1"),
 ]
+_valid = stamp_generation([_good, dict(_good, sample_id="ok2", response=None)], "gen", "T", 0, "v1")  # the call each case breaks
+assert [_sample["sample_id"] for _sample in _valid["samples"]] == ["ok", "ok2"] and _valid["generation"]["seed"] == 0
+assert _valid["samples"][0]["content_sha256"] != _valid["samples"][1]["content_sha256"], _valid
 for _case in _cases:
     try:
         stamp_generation(*_case)
@@ -170,6 +173,9 @@ _cases = [
     ([{"sample_id": "a", "prompt": "Compute 1 + 1."}], [42]),
     ([{"sample_id": "a", "prompt": "Compute 1 + 1."}, {"sample_id": "a", "prompt": "Compute 2 + 2."}], []),
 ]
+_valid = screen_overlap([{"sample_id": "a", "prompt": "Compute 1 + 1."}, {"sample_id": "b", "prompt": "Compute 2 + 2."}],
+                        ["compute 2 + 2."])  # the valid call every case above breaks in one place
+assert _valid["kept"] == ["a"] and _valid["contaminated"] == ["b"] and _valid["eval_hits"] == [0], _valid
 for _samples, _eval in _cases:
     try:
         screen_overlap(_samples, _eval)
@@ -246,7 +252,10 @@ _cases = [
     ([{"sample_id": "a", "response": 1}], {"a": 1}, 0.9, 0.05),
     ([{"response": "1"}], {"a": 1}, 0.9, 0.05),
     (_ok + _ok, {"a": 1}, 0.9, 0.05),
+    (_ok, {"a": 1, "unused": True}, 0.9, 0.05),
 ]
+_valid = admit_by_verifier(_ok + [{"sample_id": "b", "response": "2"}], {"a": 1, "b": 3}, 0.5, 0.5)  # the call each case breaks
+assert _valid["decision"] == "accept" and _valid["wrong_rate"] == 0.5 and _valid["admitted"] == ["a"], _valid
 for _samples, _labels, _min_pass, _max_wrong in _cases:
     try:
         admit_by_verifier(_samples, _labels, _min_pass, _max_wrong)
@@ -266,7 +275,17 @@ _sample = st.fixed_dictionaries({"sample_id": st.sampled_from(["a", "b", "job/c"
                                           "content_sha256": st.just("stale")})
 _batch = st.lists(_sample, max_size=5, unique_by=lambda sample: sample["sample_id"])
 _name = st.sampled_from(["gen", "tools.data.arithmetic.generate_tasks", "生成器 v2", " spaced "])
-reference.agrees("stamp_generation", st.tuples(_batch, _name, _texts, st.integers(0, 2**63), _name), cases=120)
+reference.agrees("stamp_generation", st.tuples(_batch, _name, _texts, st.integers(0, 2**63), _name), cases=120, clauses={
+    "no sample": lambda samples, *rest: samples == [],
+    "a None response": lambda samples, *rest: any(s["response"] is None for s in samples),
+    "non-ASCII text": lambda samples, *rest: any(not s["prompt"].isascii() for s in samples),
+    "a sample already carrying generation_id None": lambda samples, *rest: any("generation_id" in s for s in samples),
+    "a stale content_sha256 to replace": lambda samples, *rest: any("content_sha256" in s for s in samples),
+    "an extra key kept": lambda samples, *rest: any("task_id" in s for s in samples),
+    "a seed above 2**32": lambda samples, generator, template, seed, version: seed > 2**32,
+    "a seed of 0": lambda samples, generator, template, seed, version: seed == 0,
+    "names with outer spaces": lambda samples, generator, template, seed, version: generator != generator.strip(),
+})
 
 # %% hidden exercise=stamp_generation points=1 name=generated_invalid_stamping_raises_as_the_reference
 # hint: every argument is checked, in every position and every sample: blank or non-text names, bool, float, string or negative seeds, non-list batches, non-dict samples, missing keys, empty or repeated ids, blank prompts, non-text responses, a foreign generation id; each gives a ValueError, never another exception or a result.
@@ -285,14 +304,48 @@ _samples = st.one_of(st.lists(_item, max_size=4), st.tuples(_sample), st.none(),
                      st.dictionaries(st.text(max_size=2), _good_text, max_size=2))
 _seed = st.one_of(st.integers(-3, 3), st.booleans(), st.floats(allow_nan=True, allow_infinity=True),
                   st.sampled_from(["7", None, 2.0]))
-reference.agrees("stamp_generation", st.tuples(_samples, _maybe_text, _maybe_text, _seed, _maybe_text), cases=250)
+from tools.course.grader.clauses import below, dicts, is_blank, is_bool, not_a_str
+
+
+def _bad_name(value):
+    return not_a_str(value) or is_blank(value)
+
+
+def _with(samples, test):
+    return any(test(sample) for sample in dicts(samples))
+
+
+_ids = lambda samples: [s["sample_id"] for s in dicts(samples) if "sample_id" in s]  # noqa: E731
+reference.agrees("stamp_generation", st.tuples(_samples, _maybe_text, _maybe_text, _seed, _maybe_text), cases=250, clauses={
+    "a bad generator": lambda s, g, t, seed, v: _bad_name(g),
+    "a bad template": lambda s, g, t, seed, v: _bad_name(t),
+    "a bad version": lambda s, g, t, seed, v: _bad_name(v),
+    "a seed that is a bool": lambda s, g, t, seed, v: is_bool(seed),
+    "a seed that is a float": lambda s, g, t, seed, v: isinstance(seed, float),
+    "a negative seed": lambda s, g, t, seed, v: below(seed, 0),
+    "a seed that is a str or None": lambda s, g, t, seed, v: seed is None or isinstance(seed, str),
+    "samples that is a tuple": lambda s, *rest: isinstance(s, tuple),
+    "samples that is not a list or tuple": lambda s, *rest: not isinstance(s, (list, tuple)),
+    "a sample that is not a dict": lambda s, *rest: isinstance(s, list) and any(not isinstance(x, dict) for x in s),
+    **{f"a sample without {key}": (lambda key: lambda s, *rest: _with(s, lambda x: key not in x))(key)
+       for key in ("sample_id", "prompt", "response")},
+    "an empty or non-str sample_id": lambda s, *rest: _with(s, lambda x: "sample_id" in x and (
+        not_a_str(x["sample_id"]) or x["sample_id"] == "")),
+    "a repeated sample_id": lambda s, *rest: len(_ids(s)) > len(set(map(repr, _ids(s)))),
+    "a blank prompt": lambda s, *rest: _with(s, lambda x: is_blank(x.get("prompt", "x"))),
+    "a prompt that is not a str": lambda s, *rest: _with(s, lambda x: "prompt" in x and not_a_str(x["prompt"])),
+    "a response that is neither str nor None": lambda s, *rest: _with(s, lambda x: x.get("response") is not None and not_a_str(
+        x["response"])),
+    "a foreign generation_id": lambda s, *rest: _with(s, lambda x: x.get("generation_id") not in (None,)),
+})
 
 # %% hidden exercise=screen_overlap points=1 name=generated_valid_batches_screen_as_the_reference
 # hint: on any valid batch of prompt variants (full-width letters and digits, ligatures, ß, tabs, newlines, non-breaking and ideographic spaces, case) against any evaluation list, the kept list, the duplicate map, the contaminated list, the evaluation hits and the counts are exactly the reference's.
 from hypothesis import strategies as st
 _families = [
     ["Compute 12 + 30.", "compute 12 + 30.", "COMPUTE １２ ＋ ３０．", "Compute\t12 + 30.\n", "Compute 12\u00a0+\u300030.",
-     "Ｃｏｍｐｕｔｅ 12 + 30.", "What is 12 + 30?", "Compute 12 + 3."],
+     "Ｃｏｍｐｕｔｅ 12 + 30.", "What is 12 + 30?", "Compute 12 + 3.", "Compute\r12 +\x0b30.\x0c", "Compute 12\u2028+ 30.",
+     "𝐂ompute 12 + 30.", "ℂompute 12 + 30."],
     ["ﬁnd 6 * 7", "find 6 * 7", "FIND 6 * 7", "Find 6 *\n7", "ｆｉｎｄ ６ ＊ ７"],
     ["Straße 5 - 2", "STRASSE 5 - 2", "strasse 5 - 2", "straße 5  -  2", "Strasse 5 - 2 "],
 ]
@@ -301,7 +354,29 @@ _batch = st.sampled_from(_families).flatmap(lambda family: st.tuples(
              max_size=7).map(lambda prompts: [{"sample_id": f"s{index}", "prompt": prompt, "note": index}
                                               for index, prompt in enumerate(prompts)]),
     st.lists(st.sampled_from(family), max_size=3)))
-reference.agrees("screen_overlap", _batch, cases=200)
+import unicodedata
+
+
+def _key(text):
+    return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
+
+
+def _prompts(samples, evals):
+    return [s["prompt"] for s in samples] + list(evals)
+
+
+reference.agrees("screen_overlap", _batch, cases=200, clauses={
+    "whitespace that is not a space, tab or newline (and that NFKC keeps)": lambda samples, evals: any(
+        c in p for p in _prompts(samples, evals) for c in "\r\x0b\x0c\u2028"),
+    "a letter NFKC turns into a capital": lambda samples, evals: any(c in p for p in _prompts(samples, evals) for c in "𝐂ℂ"),
+    "a space NFKC folds (non-breaking, ideographic)": lambda samples, evals: any(
+        c in p for p in _prompts(samples, evals) for c in "\u00a0\u3000"),
+    "ß or a ligature": lambda samples, evals: any(c in p for p in _prompts(samples, evals) for c in "ßﬁ"),
+    "a contaminated sample": lambda samples, evals: any(_key(s["prompt"]) in map(_key, evals) for s in samples),
+    "a duplicate of a kept sample": lambda samples, evals: len({_key(s["prompt"]) for s in samples}) < len(samples),
+    "a repeated evaluation prompt": lambda samples, evals: len(set(map(_key, evals))) < len(evals),
+    "no evaluation prompt": lambda samples, evals: evals == [],
+})
 
 # %% hidden exercise=screen_overlap points=1 name=generated_invalid_screening_raises_as_the_reference
 # hint: both arguments are checked before screening: non-list batches or evaluation lists (a single string is not a list), non-dict samples, missing, empty, non-text or repeated ids, missing or non-text prompts, and prompts or evaluation prompts that are empty after normalisation each give a ValueError.
@@ -315,10 +390,45 @@ _samples = st.one_of(st.lists(st.one_of(_sample, _sample, _sample, st.none(), st
                      st.tuples(_sample), st.none(), st.just("Compute 1 + 2."))
 _evals = st.one_of(st.lists(st.one_of(_good, _good, _bad), max_size=3), st.none(), st.just("Compute 1 + 2."),
                    st.tuples(_good))
-reference.agrees("screen_overlap", st.tuples(_samples, _evals), cases=250)
+import unicodedata
+
+from tools.course.grader.clauses import dicts, is_blank, not_a_str
+
+
+def _repeated(ids):
+    named = [identity for identity in ids if isinstance(identity, str) and identity]
+    return len(named) > len(set(named))
+
+
+def _empty_key(text):
+    return isinstance(text, str) and not " ".join(unicodedata.normalize("NFKC", text).casefold().split())
+
+
+reference.agrees("screen_overlap", st.tuples(_samples, _evals), cases=250, clauses={
+    "samples not a list": lambda samples, evals: not isinstance(samples, list),
+    "samples a single str": lambda samples, evals: isinstance(samples, str),
+    "eval_prompts not a list": lambda samples, evals: not isinstance(evals, list),
+    "a sample that is not a dict": lambda samples, evals: isinstance(samples, list) and any(
+        not isinstance(s, dict) for s in samples),
+    "a missing sample_id": lambda samples, evals: any("sample_id" not in s for s in dicts(samples)),
+    "an empty or non-str sample_id": lambda samples, evals: any(
+        "sample_id" in s and (not_a_str(s["sample_id"]) or s["sample_id"] == "") for s in dicts(samples)),
+    "a repeated sample_id": lambda samples, evals: _repeated([s.get("sample_id") for s in dicts(samples)]),
+    "a missing prompt": lambda samples, evals: any("prompt" not in s for s in dicts(samples)),
+    "a prompt that is not a str": lambda samples, evals: any("prompt" in s and not_a_str(s["prompt"]) for s in dicts(samples)),
+    "a prompt whose key is empty": lambda samples, evals: any(_empty_key(s.get("prompt")) for s in dicts(samples)),
+    "a prompt that only NFKC makes empty": lambda samples, evals: any(
+        isinstance(s.get("prompt"), str) and "\u3000" in s["prompt"] for s in dicts(samples)),
+    "an evaluation prompt that is not a str": lambda samples, evals: isinstance(evals, list) and any(
+        not_a_str(e) for e in evals),
+    "an evaluation prompt whose key is empty": lambda samples, evals: isinstance(evals, list) and any(
+        _empty_key(e) for e in evals),
+})
 
 # %% hidden exercise=admit_by_verifier points=1 name=generated_valid_batches_admit_as_the_reference
 # hint: on any valid batch (answers with signs, spaces, newlines, full-width digits, words, decimals, empty or missing, samples without labels, thresholds at 0, 1 and exactly at a rate) the decision, every reason, the counts, both rates (floats, or None) and the admitted and rejected samples are exactly the reference's.
+import unicodedata
+
 from hypothesis import strategies as st
 
 
@@ -344,7 +454,25 @@ _batches = st.integers(0, 6).flatmap(lambda size: st.tuples(
     st.lists(st.integers(0, 11), min_size=size, max_size=size),
     st.dictionaries(st.sampled_from(["unused", "z"]), st.integers(-3, 3), max_size=2),
     _rates, _rates).map(lambda drawn: _batch(*drawn)))
-reference.agrees("admit_by_verifier", _batches, cases=200)
+def _parsed(response, label):
+    return response is not None and response.strip().lstrip("+-").isdigit() and response.strip().isascii() and int(
+        response.strip()) == label
+
+
+reference.agrees("admit_by_verifier", _batches, cases=200, clauses={
+    "no sample": lambda samples, labels, *rates: samples == [],
+    "a sample without a label": lambda samples, labels, *rates: any(s["sample_id"] not in labels for s in samples),
+    "a missing response key": lambda samples, labels, *rates: any("response" not in s for s in samples),
+    "a full-width digit answer": lambda samples, labels, *rates: any(
+        isinstance(s.get("response"), str) and any(unicodedata.east_asian_width(c) == "F" for c in s["response"])
+        for s in samples),
+    "an answer with a sign": lambda samples, labels, *rates: any(
+        isinstance(s.get("response"), str) and s["response"].startswith("+") for s in samples),
+    "a label for an id no sample uses": lambda samples, labels, *rates: bool(set(labels) - {s["sample_id"] for s in samples}),
+    "a pass rate exactly at min_pass_rate": lambda samples, labels, low, high: bool(samples) and sum(
+        _parsed(s.get("response"), labels.get(s["sample_id"])) for s in samples) / len(samples) == low,
+    "a threshold of 0 or 1": lambda samples, labels, low, high: low in (0, 1) or high in (0, 1),
+})
 
 # %% hidden exercise=admit_by_verifier points=1 name=generated_invalid_admission_raises_as_the_reference
 # hint: every argument is checked before any verification: thresholds that are NaN, infinite, outside [0, 1], bools or text; non-list batches; non-dict labels and any label value that is not an int (bools included, even for unused ids); non-dict samples, missing, empty or repeated ids, non-text responses.
@@ -354,8 +482,49 @@ _sample = st.fixed_dictionaries({}, optional={
     "sample_id": st.one_of(st.sampled_from(["a", "b", "a"]), st.sampled_from(["", None, 1, True])),
     "response": st.one_of(st.sampled_from(["1", None, "x"]), st.sampled_from([1, 1.0, b"1", ["1"]]))})
 _samples = st.one_of(st.lists(st.one_of(_sample, _sample, _sample, st.none(), st.just("a")), max_size=4),
-                     st.tuples(_sample), st.none(), st.just("a"))
+                     st.tuples(_sample), st.none(), st.just("a"),
+                     st.permutations([{"sample_id": "a", "response": "1"}, {"sample_id": "b", "response": None},
+                                      {"sample_id": "a", "response": "2"}]))  # a repeated id among valid samples
+_unused_bad_label = st.tuples(st.just([{"sample_id": "a", "response": "1"}, {"sample_id": "b", "response": " 2"}]),
+                              st.sampled_from([{"a": 1, "b": 2, "unused": True}, {"a": 1, "z": "3", "b": 2},
+                                               {"a": 1, "b": 2, "z": 1.0}, {"a": 1, "b": 2, "z": None}]),
+                              st.just(0.5), st.just(0.5))  # the only defect: a label no sample uses
 _label = st.one_of(st.integers(-2, 2), st.integers(-2, 2), st.sampled_from([True, False, 1.0, "1", None, float("nan")]))
 _labels = st.one_of(st.dictionaries(st.sampled_from(["a", "b", "unused"]), _label, max_size=3), st.none(),
                     st.lists(st.tuples(st.just("a"), st.integers(0, 2)), max_size=2))
-reference.agrees("admit_by_verifier", st.tuples(_samples, _labels, _rate, _rate), cases=250)
+from tools.course.grader.clauses import below, dicts, is_bool, not_a_number, not_a_str, not_finite, values
+
+
+def _repeated(ids):
+    named = [identity for identity in ids if isinstance(identity, str) and identity]
+    return len(named) > len(set(named))
+
+
+def _bad_rate(value):
+    return is_bool(value) or not_a_number(value) or not_finite(value) or not 0 <= value <= 1
+
+
+reference.agrees("admit_by_verifier", st.one_of(st.tuples(_samples, _labels, _rate, _rate), _unused_bad_label), cases=250,
+                 clauses={
+    "a min_pass_rate outside [0, 1], not finite, a bool or not a number": lambda s, l, low, high: _bad_rate(low),
+    "a max_wrong_rate outside [0, 1], not finite, a bool or not a number": lambda s, l, low, high: _bad_rate(high),
+    "a threshold that is a bool": lambda s, l, low, high: is_bool(low) or is_bool(high),
+    "samples not a list": lambda s, l, *rates: not isinstance(s, list),
+    "labels not a dict": lambda s, l, *rates: not isinstance(l, dict),
+    "a label that is a bool": lambda s, l, *rates: any(is_bool(v) for v in values(l) if isinstance(l, dict)),
+    "a label that is not an int": lambda s, l, *rates: isinstance(l, dict) and any(
+        not isinstance(v, int) for v in l.values()),
+    "a bad label for an id no sample uses, and no other defect": lambda s, l, *rates: isinstance(s, list) and all(
+        isinstance(x, dict) and isinstance(x.get("sample_id"), str) and x["sample_id"] and isinstance(
+            x.get("response"), (str, type(None))) for x in s) and not _repeated([x["sample_id"] for x in s])
+        and not any(_bad_rate(r) for r in rates) and isinstance(l, dict) and all(
+            type(l[x["sample_id"]]) is int for x in s if x["sample_id"] in l) and any(
+            k not in {x["sample_id"] for x in s} and (is_bool(v) or not isinstance(v, int)) for k, v in l.items()),
+    "a sample that is not a dict": lambda s, l, *rates: isinstance(s, list) and any(not isinstance(x, dict) for x in s),
+    "a missing sample_id": lambda s, l, *rates: any("sample_id" not in x for x in dicts(s)),
+    "an empty or non-str sample_id": lambda s, l, *rates: any(
+        "sample_id" in x and (not_a_str(x["sample_id"]) or x["sample_id"] == "") for x in dicts(s)),
+    "a repeated sample_id": lambda s, l, *rates: _repeated([x.get("sample_id") for x in dicts(s)]),
+    "a response that is neither str nor None": lambda s, l, *rates: any(
+        x.get("response") is not None and not_a_str(x["response"]) for x in dicts(s)),
+})

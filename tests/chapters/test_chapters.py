@@ -1,6 +1,7 @@
 """Every implemented chapter executes headless with papermill in dry_run and cpu_smoke."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -38,12 +39,16 @@ def test_chapter_runs_in_cpu_smoke_and_records_say_so(chapter, course_smoke_run,
         assert rerun.records_written == []
 
 
+# A POSIX path ("/home/...", "//host/share") or a Windows one ("C:\\...", "\\\\host"); a bare operator such as "//" is not.
+_MACHINE_PATH = re.compile(r"^(/{1,2}[\w.~-]|[A-Za-z]:[\\/]|\\\\)")
+
+
 def _absolute_paths(value, where=""):
     if isinstance(value, dict):
         return [found for key, item in value.items() for found in _absolute_paths(item, f"{where}.{key}")]
     if isinstance(value, list):
         return [found for index, item in enumerate(value) for found in _absolute_paths(item, f"{where}[{index}]")]
-    return [f"{where} = {value}"] if isinstance(value, str) and (value.startswith("/") or "\\\\" in value) else []
+    return [f"{where} = {value}"] if isinstance(value, str) and _MACHINE_PATH.match(value) else []
 
 
 @pytest.mark.xdist_group("course_run")

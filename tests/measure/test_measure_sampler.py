@@ -37,7 +37,7 @@ def test_thread_samples_repeatedly_and_stops():
 
     sampler = rs.ResourceSampler(probe, interval_s=0.01)
     with sampler:
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 120  # a hang guard: three samples at 0.01 s come at once
         while len(sampler.snapshot()) < 3 and time.monotonic() < deadline:
             time.sleep(0.01)
     count = len(sampler.snapshot())

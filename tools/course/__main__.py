@@ -9,9 +9,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tools.errors import CourseError, GradingError
 from tools.core.paths import resolve_project_root
 from tools.core.runs import RUN_MODES
+from tools.errors import CourseError, GradingError
 
 
 def cmd_check(args) -> int:
@@ -54,6 +54,30 @@ def cmd_grading_build(args) -> int:
     for path in touched:
         print(f"wrote {path}")
     print(f"grading sources built ({len(chapters)} chapter(s), {len(touched)} changed)")
+    return report_clause_coverage(args.root, chapters)
+
+
+def report_clause_coverage(root, chapters) -> int:
+    """Print, per chapter, how many seeded cases of each differential test reach each named clause."""
+    from tools.course.grader.build import (
+        clause_coverage,
+        coverage_problems,
+        coverage_rows,
+        format_coverage,
+    )
+
+    problems = []
+    for chapter in chapters:
+        calls = clause_coverage(root, chapter)
+        if calls:
+            print(f"\nclause coverage of {chapter.id} (seeded cases of each differential test, reference alone)")
+            print(format_coverage(coverage_rows(chapter.id, calls)))
+        problems += coverage_problems(chapter.id, calls)
+    for problem in problems:
+        print(f"ERROR {problem}")
+    if problems:
+        print(f"grading build FAILED: {len(problems)} clause-coverage problem(s); see notebooks/AUTHORING.md")
+        return 1
     return 0
 
 
@@ -177,8 +201,8 @@ def cmd_bench(args) -> int:
 
 
 def cmd_preflight(args) -> int:
-    from tools.course.runs.profiles import find_profile, profile_preflight
     from tools.core.preflight import format_preflight, preflight_exit_code
+    from tools.course.runs.profiles import find_profile, profile_preflight
 
     profile = find_profile(args.profile, args.root)
     report = profile_preflight(profile, args.root, cache_dir=args.cache_dir)

@@ -12,6 +12,9 @@ from typing import Any
 
 TINY_MODEL_ID = "tiny"
 
+LAB_MODEL_IDS = ("lab", "lab-teacher")
+"""The lab models (`tools.models.lab`): tiny Qwen2 models pretrained in code on the lab task."""
+
 QWEN25_05B_INSTRUCT = "Qwen/Qwen2.5-0.5B-Instruct"
 
 TINY_FOLDER = "tiny-qwen2"

@@ -15,7 +15,13 @@ from pathlib import Path
 from tools.core.paths import resolve_project_root
 from tools.errors import ConfigError
 
-from tools.models.architectures import QWEN25_05B_INSTRUCT, RANDOM_INIT_ARCHITECTURES, TINY_FOLDER, TINY_MODEL_ID
+from tools.models.architectures import (
+    LAB_MODEL_IDS,
+    QWEN25_05B_INSTRUCT,
+    RANDOM_INIT_ARCHITECTURES,
+    TINY_FOLDER,
+    TINY_MODEL_ID,
+)
 
 MODEL_CACHE_ENV = "COURSE_MODEL_CACHE"
 """Environment variable that overrides the default model cache folder."""
@@ -82,26 +88,12 @@ def random_init_folder(model_id: str, cache_dir: str | os.PathLike | None = None
     return _cache_root(cache_dir) / name
 
 
-def expected_model_path(model_id: str, cache_dir: str | os.PathLike | None = None) -> Path:
-    """Where `model_id` is (when complete in the cache) or where the download command puts it.
-
-    Loads nothing. For "tiny" it is the folder the offline builder writes. Note that the hub
-    folder of a partial download exists although the model is unusable: use
-    `find_local_model` or `model_cache_check` to decide whether the model is there.
-    """
-    cache = _cache_root(cache_dir)
-    if _check_model_id(model_id) == TINY_MODEL_ID:
-        return cache / TINY_FOLDER
-    found = find_local_model(model_id, cache)
-    return found if found is not None else _hub_folder(cache, model_id)
-
-
 def download_command(model_id: str, cache_dir: str | os.PathLike | None = None) -> str | None:
     """The shell command that puts `model_id` into `cache_dir` on a machine with internet.
 
-    None for "tiny", which is built offline and never downloaded.
+    None for "tiny" and the lab models, which are built offline and never downloaded.
     """
-    if _check_model_id(model_id) == TINY_MODEL_ID:
+    if _check_model_id(model_id) == TINY_MODEL_ID or model_id in LAB_MODEL_IDS:
         return None
     return f"hf download {model_id} --cache-dir {shlex.quote(str(_cache_root(cache_dir)))}"
 
@@ -180,6 +172,9 @@ def model_cache_check(model_id: str, cache_dir: str | os.PathLike | None = None,
     if model_id == TINY_MODEL_ID:
         return {"name": name, "ok": True, "severity": "model_cache",
                 "detail": f"tiny model is built offline on first use at {cache / TINY_FOLDER}", "fix": None}
+    if model_id in LAB_MODEL_IDS:
+        return {"name": name, "ok": True, "severity": "model_cache",
+                "detail": f"lab model {model_id} is pretrained in code on first use (build/lab_models)", "fix": None}
     if source == "random_init":
         known = model_id in RANDOM_INIT_ARCHITECTURES
         target = random_init_folder(model_id, cache)

@@ -4,7 +4,6 @@ it with `from_pretrained`, and saying who it is in a record."""
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 from pathlib import Path
@@ -12,9 +11,19 @@ from pathlib import Path
 from tools.core.records import sha256_file
 from tools.errors import ConfigError, ModelCacheMissingError
 
-from tools.models.architectures import IDENTITY_FILE, QWEN25_05B_INSTRUCT, TINY_MODEL_ID
+from tools.models.architectures import IDENTITY_FILE, LAB_MODEL_IDS, QWEN25_05B_INSTRUCT, TINY_FOLDER, TINY_MODEL_ID
 from tools.models.builders import build_random_init_model, build_tiny_model
-from tools.models.cache import _cache_root, _check_model_id, _check_source, _missing_model_message, _search_local
+from tools.models.cache import (
+    _cache_root,
+    _check_model_id,
+    _check_source,
+    _hub_folder,
+    _missing_model_message,
+    _search_local,
+    find_local_model,
+)
+from tools.models.generation import sampling_generation_kwargs  # noqa: F401 (re-exported)
+from tools.models.lab import LabRecipe, build_lab_model, lab_model_folder, recipe_for
 
 _SUPPORTED_DTYPES = ("float32", "bfloat16", "float16")
 
@@ -23,6 +32,8 @@ def resolve_model(model_id: str, source: str = "local", cache_dir: str | os.Path
     """A folder loadable by `from_pretrained` for `model_id`.
 
     - "tiny" (either source): the tiny offline model, built on first use;
+    - "lab", "lab-teacher" (either source): the lab models, pretrained in code on first use and
+      cached under build/lab_models (not in `cache_dir`);
     - source "local": the model from the local cache, else ModelCacheMissingError with the
       download command;
     - source "random_init": the model's architecture with seed-fixed random weights.
@@ -33,6 +44,8 @@ def resolve_model(model_id: str, source: str = "local", cache_dir: str | os.Path
     cache = _cache_root(cache_dir)
     if model_id == TINY_MODEL_ID:
         return build_tiny_model(cache)
+    if model_id in LAB_MODEL_IDS:
+        return build_lab_model(model_id)
     if source == "random_init":
         return build_random_init_model(model_id, cache)
     found, notes = _search_local(model_id, cache)
@@ -118,8 +131,13 @@ def model_identity(path: str | os.PathLike) -> dict:
             raise ConfigError(f"{config_path} does not match {identity_path}; the folder was altered, rebuild it.")
         fields = ("model_id", "weights", "source", "seed", "fingerprint", "recipe_sha256", "builder_version",
                   "architecture_overrides", "tokenizer")
-        return {**{key: built.get(key) for key in fields}, **summary, "revision": None,
-                "weights_sha256": built.get("files", {}).get("model.safetensors")}
+        identity = {**{key: built.get(key) for key in fields}, **summary, "revision": None,
+                    "weights_sha256": built.get("files", {}).get("model.safetensors")}
+        if "lab" in built:  # a lab model: what it was pretrained on and how well it does
+            identity["lab"] = {"task": built["lab"]["task"]["task"], "parameters": built["lab"]["parameters"],
+                               "pretraining_steps": built["lab"]["pretraining"]["steps"],
+                               "heldout_exact_match": built["lab"]["heldout_exact_match"]["accuracy"]}
+        return identity
     repo, revision = _hub_coordinates(folder)
     if repo is None:
         repo = QWEN25_05B_INSTRUCT if folder.name == QWEN25_05B_INSTRUCT.split("/")[-1] else folder.name
@@ -128,27 +146,26 @@ def model_identity(path: str | os.PathLike) -> dict:
             "weights_sha256": _lfs_sha256(weights_file) if weights_file.exists() else None}
 
 
-def sampling_generation_kwargs(temperature: float, max_new_tokens: int) -> dict:
-    """`generate` kwargs that sample from the plain softmax of logits / temperature.
+def expected_model_path(model_id: str, cache_dir: str | os.PathLike | None = None) -> Path:
+    """Where `model_id` is (when complete in the cache) or where the download command puts it.
 
-    transformers applies top_k=50 when neither the call nor the model's generation config sets
-    top_k, and Qwen2.5's generation config sets top_k, top_p and a repetition penalty; any of
-    these makes the sampled distribution differ from a forward pass. Here they are all turned
-    off, so `log_softmax(scores)` from `output_scores` equals the forward pass's log-probs.
+    Loads nothing. For "tiny" it is the folder the offline builder writes. Note that the hub
+    folder of a partial download exists although the model is unusable: use
+    `find_local_model` or `model_cache_check` to decide whether the model is there.
     """
-    is_number = isinstance(temperature, (int, float)) and not isinstance(temperature, bool)
-    if not is_number or not math.isfinite(temperature) or temperature <= 0:
-        raise ConfigError("temperature must be a finite number > 0 (sampling); use greedy decoding for 0.")
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise ConfigError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}.")
-    return {
-        "do_sample": True,
-        "temperature": float(temperature),
-        "top_k": 0,
-        "top_p": 1.0,
-        "typical_p": 1.0,
-        "repetition_penalty": 1.0,
-        "no_repeat_ngram_size": 0,
-        "num_beams": 1,
-        "max_new_tokens": max_new_tokens,
-    }
+    cache = _cache_root(cache_dir)
+    if _check_model_id(model_id) == TINY_MODEL_ID:
+        return cache / TINY_FOLDER
+    if model_id in LAB_MODEL_IDS:
+        return lab_model_folder(recipe_for(model_id))
+    found = find_local_model(model_id, cache)
+    return found if found is not None else _hub_folder(cache, model_id)
+
+
+def load_lab_model(name: str = "lab", cache_dir: str | os.PathLike | None = None, *, device: str = "cpu",
+                   recipe: LabRecipe | None = None):
+    """`(model, tokenizer)` of a lab model, built first if needed, loaded with `from_pretrained` in
+    float32 and in eval mode."""
+    model, tokenizer = load_causal_lm(build_lab_model(name, cache_dir, recipe=recipe), device=device)
+    model.eval()
+    return model, tokenizer

@@ -19,7 +19,7 @@ from tokenizers import Tokenizer
 
 from tools.errors import ConfigError
 
-from tools.models.architectures import IDENTITY_FILE, RANDOM_INIT_ARCHITECTURES, TINY_FOLDER, TINY_MODEL_ID
+from tools.models.architectures import IDENTITY_FILE, LAB_MODEL_IDS, RANDOM_INIT_ARCHITECTURES, TINY_FOLDER, TINY_MODEL_ID
 from tools.models.cache import _cache_root, _check_model_id, _check_source, find_local_model, random_init_folder
 
 
@@ -79,6 +79,13 @@ def vocabulary_check(model_id: str, cache_dir: str | os.PathLike | None = None, 
     fix = "use MODEL_SOURCE random_init (tokenizer padded to the vocabulary) or a pretrained model"
     if model_id == TINY_MODEL_ID:
         folder = cache / TINY_FOLDER
+    elif model_id in LAB_MODEL_IDS:
+        from tools.models.lab import lab_model_folder, recipe_for
+
+        folder = lab_model_folder(recipe_for(model_id))
+        if not folder.exists():
+            return {"name": name, "ok": True, "severity": "blocked",
+                    "detail": "a lab model's vocabulary has exactly len(tokenizer) rows (built that way)", "fix": None}
     elif source == "random_init":
         folder = random_init_folder(model_id, cache)
         if not folder.exists():

@@ -11,7 +11,7 @@ import pytest
 from chapter_factory import REPO_ROOT
 from tools.core.catalog import find_chapter, load_catalog
 from tools.course.__main__ import main
-from tools.course.grader.build import build_sources
+from tools.course.grader.build import build_sources, clause_coverage, coverage_problems
 from tools.course.grader.verify import verify_chapter
 from tools.course.authoring.check import check_course
 from tools.course.cells import read_notebook
@@ -76,8 +76,11 @@ def test_a_planned_chapter_is_scaffolded_filled_and_verified(course, tmp_path):
                         results_dir=tmp_path / "results", output_dir=tmp_path / "smoke")
     assert dry.status == smoke.status == "passed", (dry.error, smoke.error)
     assert len(smoke.records_written) == 1
+    assert coverage_problems(chapter.id, clause_coverage(course, chapter)) == []  # every named clause is reached
     report = verify_chapter(course, chapter, log_dir=tmp_path / "logs")
     assert report.passed and len([o for o in report.outcomes if o.student.startswith("mutant_")]) == 8
+    assert {o.student for o in report.outcomes if o.expectation == "near_zero"} == {
+        f"{kind}_{name}" for kind in ("raises", "constant") for name in ("pass_share", "rank_groups", "gate")}
 
 
 def test_an_implemented_or_existing_chapter_is_never_overwritten(course):

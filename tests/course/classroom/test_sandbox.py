@@ -188,7 +188,7 @@ def test_the_notebook_timeout_kills_the_whole_namespace(worker):
     inner = [sys.executable, str(LAUNCHER), "kernel", "--plan", str(kernel.plan_path), "--", sys.executable, "-c", sleeper]
     started = time.monotonic()
     run = box.run(inner, worker / "log.txt", kernel=kernel)
-    assert run.killed_at_notebook_timeout and time.monotonic() - started < 20
+    assert run.killed_at_notebook_timeout and time.monotonic() - started < 300  # a hang guard: the sleep lasts 600 s
     time.sleep(0.5)
     assert not [pid for pid in os.listdir("/proc") if pid.isdigit() and _uid(pid) == box.uid]
     assert box.enforced()["killed_at_notebook_timeout"] is True
@@ -304,7 +304,7 @@ def test_fork_prepares_the_child_before_it_rearranges_its_file_descriptors(worke
     Forking needs a process that runs one thread, which a pytest worker that ran other tests need not
     be: the fork happens in a fresh interpreter."""
     done = subprocess.run([sys.executable, "-c", FORK_PREPARE_SCRIPT, str(worker)], cwd=REPO_ROOT,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=600)  # a hang guard
     assert done.returncode == 0, done.stderr
     seen, returncode = done.stdout.strip().rsplit(" ", 1)
     assert json.loads(seen) == {"inherited_stdout": True} and returncode == "0", done.stdout

@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from chapter_factory import TOY_MUTANTS, make_toy_project
+from chapter_factory import TOY_HIDDEN, TOY_MUTANTS, make_toy_project
 from tools.core.catalog import load_catalog
 from tools.course.grader.oracle import _shell, execute_cell, run_oracle, score_cell
 from tools.course.grader.verify import (
@@ -15,11 +15,22 @@ from tools.course.grader.verify import (
 )
 
 EQUIVALENT = ("halve", "a correct rewrite the tests cannot tell apart", [("    return x / 2", "    return x * 0.5")])
+FREE_POINT = '''
+# %% hidden exercise=add_rates points=1 name=refuses_infinity
+# hint: an infinite rate is refused (a test with no valid input: a body that only raises passes it).
+try:
+    add_rates(float("inf"), 1)
+except ValueError:
+    pass
+else:
+    raise AssertionError("inf accepted")
+'''
 
 
 @pytest.fixture(scope="module")
 def toy_root(tmp_path_factory):
-    return make_toy_project(tmp_path_factory.mktemp("toy"), mutants={**TOY_MUTANTS, "equivalent": EQUIVALENT})
+    return make_toy_project(tmp_path_factory.mktemp("toy"), hidden=TOY_HIDDEN + FREE_POINT,
+                            mutants={**TOY_MUTANTS, "equivalent": EQUIVALENT})
 
 
 @pytest.fixture(scope="module")
@@ -34,9 +45,7 @@ def toy_full_report(toy_root):
     original = config.read_text(encoding="utf-8")
     config.write_text(original + "c.Execute.timeout = 3\n", encoding="utf-8")
     try:
-        started = time.monotonic()
-        report = verify_chapter(toy_root, load_catalog(toy_root)[0], full=True, log_dir=toy_root / "logs_full")
-        return report, time.monotonic() - started
+        return verify_chapter(toy_root, load_catalog(toy_root)[0], full=True, log_dir=toy_root / "logs_full")
     finally:
         config.write_text(original, encoding="utf-8")
 
@@ -48,7 +57,7 @@ def outcome(report, student):
 @pytest.mark.integration
 def test_stub_scores_zero_and_reference_full_through_nbgrader_and_the_oracle(toy_report):
     assert outcome(toy_report, "stub").total == 0 and outcome(toy_report, "stub").graded_by == "nbgrader+oracle"
-    assert outcome(toy_report, "reference").total == outcome(toy_report, "reference").max_total == 5
+    assert outcome(toy_report, "reference").total == outcome(toy_report, "reference").max_total == 6
     assert toy_report.nbgrader_submissions == 3 and toy_report.disagreements == []
 
 
@@ -58,6 +67,25 @@ def test_each_real_mutant_loses_points_on_its_exercise(toy_report):
         result = outcome(toy_report, f"mutant_{name}")
         assert result.graded_by == "oracle"
         assert result.passed and result.per_exercise[exercise] < toy_report.max_per_exercise[exercise]
+
+
+@pytest.mark.integration
+def test_every_exercise_gets_a_raising_and_a_constant_body_that_must_keep_nothing(toy_report):
+    for exercise, other in (("add_rates", "halve"), ("halve", "add_rates")):
+        for kind in ("raises", "constant"):
+            result = outcome(toy_report, f"{kind}_{exercise}")
+            assert result.graded_by == "oracle" and result.expectation == "near_zero"
+            assert result.per_exercise[other] is None  # judged on its own exercise, every test of it run
+    assert outcome(toy_report, "constant_add_rates").per_exercise["add_rates"] == 0  # the visible test tries two sums
+    assert outcome(toy_report, "raises_halve").passed and outcome(toy_report, "constant_halve").passed
+
+
+@pytest.mark.integration
+def test_a_test_with_no_valid_input_gives_a_raising_body_points_and_fails_verification(toy_report):
+    raising = outcome(toy_report, "raises_add_rates")
+    assert raising.per_exercise["add_rates"] == 1 and not raising.passed  # refuses_infinity, 1 of 3 points
+    assert "must keep <= 0.3 of add_rates's points" in raising.detail
+    assert "raises_add_rates" in format_matrix(toy_report)
 
 
 @pytest.mark.integration
@@ -75,7 +103,6 @@ def test_a_mutant_that_loses_nothing_fails_verification(toy_report):
 
 @pytest.mark.integration
 def test_full_mode_grades_everything_through_nbgrader_and_the_oracle_agrees(toy_full_report):
-    toy_full_report, _ = toy_full_report
     mutants = [o for o in toy_full_report.outcomes if o.student.startswith("mutant_")]
     assert mutants and all(o.graded_by == "nbgrader+oracle" for o in mutants)
     assert toy_full_report.disagreements == []
@@ -90,11 +117,11 @@ def test_a_disagreement_between_oracle_and_nbgrader_is_reported():
 
 
 @pytest.mark.integration
-def test_the_endless_loop_is_stopped_by_the_cell_timeout_and_scores_zero(toy_full_report):
-    report, seconds = toy_full_report
-    loop = outcome(report, "endless_loop")
-    assert loop.total == 0 and loop.passed and loop.max_total == 5
-    assert seconds < 90  # a 3 s cell limit, not the 30 s of the course config
+def test_the_endless_loop_is_stopped_by_the_cell_timeout_and_scores_zero(toy_root, toy_full_report):
+    loop = outcome(toy_full_report, "endless_loop")
+    assert loop.total == 0 and loop.passed and loop.max_total == 6 and not loop.regraded
+    log = (toy_root / "logs_full" / "verify_toy.log").read_text(encoding="utf-8")
+    assert "Timeout waiting for execute reply (3s)" in log  # the 3 s cell limit stopped it, not the 30 s of the course
 
 
 def test_the_oracle_scores_cells_by_nbgraders_rules():
@@ -116,10 +143,32 @@ def test_an_oracle_submission_that_hangs_is_stopped_and_scores_zero(toy_root):
     results = run_oracle(source, {"sleeper": {"add_rates": "import time\ntime.sleep(600)"}}, cell_timeout_s=30,
                          submission_timeout_s=3)
     assert results["sleeper"].timed_out and sum(s for s, _ in results["sleeper"].scores.values()) == 0
-    assert time.monotonic() - started < 30
+    assert time.monotonic() - started < 300  # a hang guard: the sleep would last 600 s
 
 
 def test_too_few_mutants_is_an_error(tmp_path):
     root = make_toy_project(tmp_path, mutants=dict(list(TOY_MUTANTS.items())[:2]))
     with pytest.raises(GradingError, match="need >= 5"):
         verify_chapter(root, load_catalog(root)[0])
+
+
+SLOW = '''
+# %% hidden exercise=halve points=1 name=slow_but_correct
+# hint: halving 10 gives 5.
+import time
+time.sleep(2)
+assert halve(10) == 5
+'''
+
+
+@pytest.mark.integration
+def test_a_verdict_a_time_limit_cut_is_graded_again_with_longer_limits_and_says_so(tmp_path):
+    root = make_toy_project(tmp_path, hidden=TOY_HIDDEN + SLOW)
+    config = root / "grading" / "nbgrader_config.py"
+    config.write_text(config.read_text(encoding="utf-8") + "c.Execute.timeout = 1\n", encoding="utf-8")
+    report = verify_chapter(root, load_catalog(root)[0], log_dir=tmp_path / "logs")
+    reference = outcome(report, "reference")
+    assert reference.regraded and reference.passed and "graded again, 10 s per cell" in reference.detail
+    assert reference.total == reference.max_total == 6
+    assert report.passed and report.disagreements == [], format_matrix(report)
+    assert "graded again" in format_matrix(report)

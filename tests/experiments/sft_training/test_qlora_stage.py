@@ -60,11 +60,15 @@ def test_the_reference_quantiser_matches_bitsandbytes_code_for_code(shape, dtype
     assert torch.equal(quantisation.nf4_dequantise(codes, absmax, blocksize).reshape(-1), their_values)
 
 
-@pytest.mark.xfail(strict=True, reason="bitsandbytes 0.50.2, CPU: for some 2-D tensors whose rows are not whole blocks "
-                                       "(64 x 96 here) dequantize_4bit does not invert its own quantize_4bit")
-def test_bitsandbytes_cpu_round_trip_of_rows_that_are_not_whole_blocks():
+def test_bitsandbytes_cpu_round_trip_of_the_flattened_tensor_stays_within_half_a_level_gap():
+    """What holds on every CPU. For a 2-D tensor whose rows are not whole blocks (64 x 96) the values that
+    bitsandbytes 0.50.2's CPU dequantize_4bit returns depend on the CPU: measured with AVX-512 they do not
+    invert its own quantize_4bit, reported without AVX-512 they do. So the course gives bitsandbytes the
+    flattened tensor (blocks run over the flattened order anyway) and checks nothing of the 2-D path."""
     weight = torch.randn(64, 96, generator=torch.Generator().manual_seed(5)) * 0.03
-    _, absmax, values = bnb_round_trip(weight, 64)
+    codes, absmax, values = bnb_round_trip(weight.reshape(-1), 64)
+    their_2d_codes, their_2d_absmax, _ = bnb_round_trip(weight, 64)
+    assert torch.equal(codes, their_2d_codes) and torch.equal(absmax, their_2d_absmax)  # quantising is CPU-independent
     bound = 0.152 * absmax.repeat_interleave(64)  # the largest half gap between NF4 levels is 0.1519
     assert bool(((weight.reshape(-1) - values).abs() <= bound + 1e-7).all())
 

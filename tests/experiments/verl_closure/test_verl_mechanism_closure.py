@@ -453,10 +453,10 @@ def test_the_device_script_command_runs_on_cpu_with_the_tiny_model(tmp_path):
     assert "Loading weights" not in completed.stderr  # progress bars are off unless --progress
     assert sorted(p.name for p in output.parent.iterdir()) == [
         "cpu_smoke_device_cli.json", "cpu_smoke_device_cli_release.log", "cpu_smoke_device_cli_retain.log"]
-    again = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=False)
+    again = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, check=False)
     assert again.returncode == vmc.EXIT_INVALID and "already exists" in again.stderr
     help_text = subprocess.run([sys.executable, "-m", "tools.experiments.verl_closure", "--help"], cwd=REPO_ROOT,
-                               capture_output=True, text=True, timeout=120, check=False)
+                               capture_output=True, text=True, timeout=600, check=False)  # hang guards
     assert help_text.returncode == 0 and "--model-source" in help_text.stdout
 
 

@@ -3,6 +3,10 @@
 The build is an ordered list of small steps (`BUILD_STEPS`), each taking and returning the
 notebook. The order matters: the graded part is cut first, solutions are filled before cells are
 marked, and hidden tests are inserted after the visible tests they extend.
+
+`clause_coverage` then runs the chapter's differential tests with the reference alone and counts,
+for each contract clause a test names, how many of its seeded cases reach it; `coverage_problems`
+says what fails the build (see `tools.course.grader.differential`).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from tools.course.cells import (
     read_notebook,
     role,
 )
+from tools.course.grader.differential import CallCoverage, run_clause_coverage
 from tools.errors import ConfigError
 from tools.course.layout import GRADING_DIR, hidden_tests_path, mutants_dir, source_notebook_path  # noqa: F401 - re-exported
 
@@ -469,3 +474,75 @@ def build_sources(root: Path, chapters: list[Chapter], *, check: bool = False) -
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text, encoding="utf-8")
     return touched
+
+
+# ---------------------------------------------------------------------------
+# Clause coverage of the differential tests
+# ---------------------------------------------------------------------------
+
+def coverage_cells(source: NotebookNode) -> list[dict]:
+    """The code cells of a source notebook that the coverage run executes, in order: every cell but
+    the tests that do not use `reference` (the solution cells hold the reference)."""
+    cells = []
+    for cell in source.cells:
+        if cell.cell_type != "code":
+            continue
+        meta, course = cell.metadata.get("nbgrader", {}), cell.metadata.get("course", {})
+        differential = bool(course.get("hidden_test")) and "reference = Reference(" in cell.source
+        if meta.get("grade") and not differential:
+            continue
+        cells.append({"source": cell.source, "name": meta.get("grade_id", ""),
+                      "test": course.get("hidden_test") if differential else None,
+                      "exercise": course.get("exercise") if differential else None})
+    return cells
+
+
+def clause_coverage(root: Path, chapter: Chapter) -> list[CallCoverage]:
+    """What every `reference.agrees` call of `chapter`'s hidden tests reaches, with the reference alone."""
+    cells = coverage_cells(build_source_notebook(root, chapter))
+    if not any(cell["test"] for cell in cells):
+        return []
+    return run_clause_coverage(cells)
+
+
+def coverage_problems(chapter_id: str, calls: list[CallCoverage]) -> list[str]:
+    """What fails the build: a named clause no case reaches, a call that names no clause, a call
+    whose cases the reference refuses every one of (a body that only raises would pass it)."""
+    problems = []
+    for call in calls:
+        where = f"{chapter_id}, exercise {call.exercise}, hidden test {call.test}"
+        if call.clauses is None:
+            problems.append(f"{where}: reference.agrees({call.function!r}, ...) names no contract clause; "
+                            "pass clauses={name: predicate} (notebooks/AUTHORING.md)")
+        for clause, count in (call.clauses or {}).items():
+            if count == 0:
+                problems.append(f"{where}: no generated case reaches the clause {clause!r} "
+                                f"({call.cases} cases drawn)")
+        if call.valid == 0:
+            problems.append(f"{where}: the reference refuses all {call.cases} generated cases; mix valid inputs in, "
+                            "or a body that only raises passes this test")
+    return problems
+
+
+VALID_ROW, REFUSED_ROW = "(valid: the reference returns)", "(invalid: the reference raises)"
+
+
+def coverage_rows(chapter_id: str, calls: list[CallCoverage]) -> list[tuple[str, str, str, str, int]]:
+    """`(chapter, exercise, test, clause, cases)` for every named clause of every call, plus two rows
+    per call: how many cases are valid input and how many the reference refuses."""
+    rows = []
+    for call in calls:
+        rows.append((chapter_id, call.exercise, call.test, VALID_ROW, call.valid))
+        rows.append((chapter_id, call.exercise, call.test, REFUSED_ROW, call.refused))
+        rows.extend((chapter_id, call.exercise, call.test, clause, count) for clause, count in (call.clauses or {}).items())
+    return rows
+
+
+def format_coverage(rows: list[tuple[str, str, str, str, int]]) -> str:
+    """The clause-coverage table, fixed width; a clause no case reaches is marked."""
+    headers = ("chapter", "exercise", "hidden test", "clause", "cases")
+    table = [headers, *[(*row[:4], f"{row[4]}" + ("  <- none" if row[4] == 0 and row[3] != REFUSED_ROW else ""))
+                        for row in rows]]
+    widths = [max(len(str(row[i])) for row in table) for i in range(4)]
+    return "\n".join("  ".join([*(str(value).ljust(width) for value, width in zip(row[:4], widths)), str(row[4])])
+                     for row in table)

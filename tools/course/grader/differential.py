@@ -13,21 +13,46 @@ strategy, valid and invalid alike:
 For each generated argument tuple both functions run on their own deep copies of it. They must
 return the same value (same types: an int is not a float, a 0-dim tensor is not a float; floats
 within 1e-9 relative, tensors of the same dtype and shape within 1e-6) or raise the same class of
-exception, and the learner must not change its arguments. The search is seeded (derandomized), so
+exception, and the learner must not change its arguments. The search is seeded (`DRAW_SEED`), so
 a submission gets the same verdict every time it is graded.
+
+Each differential test names the contract clauses its generator must reach, as predicates on the
+drawn arguments:
+
+    reference.agrees("pipeline_capacity", calls, cases=200, clauses={
+        "a rate is a bool": lambda stage_rates, arrival, per_unit: any(type(r) is bool for r in stage_rates.values()),
+        "arrival is negative": lambda stage_rates, arrival, per_unit: arrival < 0,
+    })
+
+Grading ignores them. `grading build` runs each chapter's differential tests once in coverage mode
+(`python -m tools.course.grader.differential`, the reference alone, the same seeded draws) and
+counts, per test, the cases that reach each clause, the cases the reference accepts (valid input)
+and those it refuses; a clause no case reaches, a test that names no clause, or a test without one
+valid case (a body that only raises would pass it) fails the build.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import json
 import math
+import os
+import sys
+import tempfile
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
+
+from tools.errors import GradingError
 
 FLOAT_REL_TOL, FLOAT_ABS_TOL = 1e-9, 1e-12
 TENSOR_RTOL, TENSOR_ATOL = 1e-6, 1e-8
 DEFAULT_CASES = 100
+DRAW_SEED = 18
+"""Every `agrees` call draws from this seed: the cases follow from the strategy alone, not from the
+source of this module (hypothesis's `derandomize` would hash it), so editing the grader does not
+move the cases a chapter's clause coverage was counted on."""
 
 
 class Mismatch(AssertionError):
@@ -137,6 +162,52 @@ def _environment_free_generation():
         set_hypothesis_home_dir(None)
 
 
+@dataclass
+class CallCoverage:
+    """How the seeded draws of one `agrees` call reach its named clauses (coverage mode)."""
+
+    test: str
+    exercise: str
+    function: str
+    cases: int = 0
+    valid: int = 0  # cases the reference accepts (returns a value)
+    refused: int = 0  # cases the reference refuses (raises)
+    clauses: dict[str, int] | None = None  # None: the call names no clause
+
+
+class _CoverageLog:
+    """Collects `CallCoverage` while the build runs the differential tests with the reference alone."""
+
+    def __init__(self):
+        self.calls: list[CallCoverage] = []
+        self.test, self.exercise = "", ""
+
+    def start(self, name: str, clauses: dict | None) -> CallCoverage:
+        call = CallCoverage(self.test, self.exercise, name, clauses=None if clauses is None else dict.fromkeys(clauses, 0))
+        self.calls.append(call)
+        return call
+
+
+_coverage: _CoverageLog | None = None
+"""Set only inside the coverage run of `grading build`; None while grading."""
+
+
+def _reaches(predicate: Callable, args: tuple, kwargs: dict) -> bool:
+    try:
+        return bool(predicate(*args, **kwargs))
+    except Exception:  # a predicate that cannot read an (invalid) input: that case does not reach it
+        return False
+
+
+def _checked_clauses(clauses) -> dict[str, Callable] | None:
+    if clauses is None:
+        return None
+    if not isinstance(clauses, dict) or not clauses or not all(
+            isinstance(key, str) and key.strip() and callable(value) for key, value in clauses.items()):
+        raise TypeError("clauses must be a non-empty dict {clause name: predicate(*args, **kwargs) -> bool}")
+    return clauses
+
+
 class Reference:
     """The reference implementations of a chapter, defined apart from the learner's functions."""
 
@@ -153,28 +224,39 @@ class Reference:
             self._namespace = namespace
         return self._namespace[name]
 
-    def agrees(self, name: str, arguments, *, cases: int = DEFAULT_CASES, check_inputs: bool = True) -> None:
+    def agrees(self, name: str, arguments, *, cases: int = DEFAULT_CASES, check_inputs: bool = True,
+               clauses: dict[str, Callable] | None = None) -> None:
         """Check the learner's `name` against the reference on `cases` draws of `arguments` (a
         hypothesis strategy of argument tuples, or of `(args, kwargs)` pairs when it yields a
         2-tuple whose second item is a dict); raise Mismatch on the first disagreement.
 
+        `clauses` (`{clause name: predicate}`, each predicate called as `predicate(*args, **kwargs)`
+        on a drawn call) names the contract clauses the draws must reach; only the build's coverage
+        run evaluates them (see the module docstring).
+
         Returns None on purpose: a grade cell whose last line shows a number is partial credit to
         nbgrader. The number of inputs checked is kept in `cases_checked`."""
-        from hypothesis import HealthCheck, Phase, given, settings
+        from hypothesis import HealthCheck, Phase, given, seed, settings
 
+        clauses = _checked_clauses(clauses)
+        counting = _coverage.start(name, clauses) if _coverage is not None else None
         learner = self._learner.get(name)
         if not callable(learner):
             raise Mismatch(f"{name} is not defined")
         reference = self(name)
         seen = []
 
-        @settings(max_examples=cases, derandomize=True, database=None, deadline=None, report_multiple_bugs=False,
+        @seed(DRAW_SEED)
+        @settings(max_examples=cases, database=None, deadline=None, report_multiple_bugs=False,
                   phases=(Phase.explicit, Phase.generate), suppress_health_check=list(HealthCheck))
         @given(arguments)
         def check(drawn):
             args, kwargs = drawn if (isinstance(drawn, tuple) and len(drawn) == 2 and isinstance(drawn[1], dict)
                                      and isinstance(drawn[0], tuple)) else (tuple(drawn), {})
             seen.append(1)
+            if counting is not None:
+                _count(counting, reference, args, kwargs, clauses)
+                return
             problem = compare_call(learner, reference, args, kwargs, check_inputs=check_inputs)
             if problem:
                 shown = ", ".join([*(repr(a) for a in args), *(f"{k}={v!r}" for k, v in kwargs.items())])
@@ -183,3 +265,77 @@ class Reference:
         with _environment_free_generation():
             check()
         self.cases_checked[name] = len(seen)
+
+
+def _count(call: CallCoverage, reference: Callable, args: tuple, kwargs: dict, clauses: dict | None) -> None:
+    """Coverage mode: run the reference alone on one drawn call and count the clauses it reaches."""
+    call.cases += 1
+    kind, _ = _outcome(reference, *copy.deepcopy((args, kwargs)))
+    if kind == "value":
+        call.valid += 1
+    else:
+        call.refused += 1
+    for clause, predicate in (clauses or {}).items():
+        if _reaches(predicate, args, kwargs):
+            call.clauses[clause] += 1
+
+
+# ---------------------------------------------------------------------------
+# The coverage run of `grading build` (a process of its own: it runs the chapter's setup cells)
+# ---------------------------------------------------------------------------
+
+COVERAGE_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "MPLBACKEND": "Agg",
+                "PYTHONDONTWRITEBYTECODE": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def run_clause_coverage(cells: list[dict], *, timeout_s: float = 1800.0) -> list[CallCoverage]:
+    """Run `cells` (`{"source", "test", "exercise"}` in notebook order; `test` set on the differential
+    tests) in a fresh process with coverage mode on; return what each `agrees` call reached."""
+    import subprocess
+
+    with tempfile.TemporaryDirectory(prefix="clause-coverage-") as folder:
+        completed = subprocess.run([sys.executable, "-m", "tools.course.grader.differential"], input=json.dumps(cells),
+                                   capture_output=True, text=True, cwd=folder, env={**os.environ, **COVERAGE_ENV},
+                                   timeout=timeout_s, check=False)
+    lines = completed.stdout.strip().splitlines()
+    if completed.returncode != 0 or not lines:
+        tail = "\n".join((completed.stdout + completed.stderr).strip().splitlines()[-15:])
+        raise GradingError(f"the clause-coverage run exited {completed.returncode}:\n{tail}")
+    payload = json.loads(lines[-1])
+    if payload.get("error"):
+        raise GradingError(payload["error"])
+    return [CallCoverage(**call) for call in payload["calls"]]
+
+
+def _coverage_main() -> int:
+    """Inside the coverage process: execute the cells, counting every `agrees` call."""
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.utils.capture import capture_output
+    from traitlets.config import Config
+
+    cells = json.loads(sys.stdin.read())
+    config = Config()
+    config.HistoryManager.enabled = False
+    shell = InteractiveShell.instance(config=config)
+    shell.showtraceback = shell.showsyntaxerror = lambda *args, **kwargs: None
+    from tools.course.grader import (
+        differential,  # the module the cells import (this file runs as __main__)
+    )
+
+    log = differential._coverage = differential._CoverageLog()
+    error = None
+    for cell in cells:
+        log.test, log.exercise = cell.get("test") or "", cell.get("exercise") or ""
+        with capture_output(display=False):
+            result = shell.run_cell(cell["source"], store_history=False)
+        failure = result.error_before_exec or result.error_in_exec
+        if failure is not None:
+            where = f"differential test {cell['test']}" if cell.get("test") else f"cell {cell.get('name', '?')}"
+            error = f"{where} failed with the reference solution: {type(failure).__name__}: {str(failure)[:500]}"
+            break
+    sys.stdout.write("\n" + json.dumps({"calls": [asdict(call) for call in log.calls], "error": error}) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_coverage_main())

@@ -82,17 +82,20 @@ def job_cells(source: NotebookNode) -> list[dict]:
 
 def run_oracle(source: NotebookNode, submissions: dict[str, dict[str, str]], *, cell_timeout_s: int = 30,
                submission_timeout_s: float = 120.0, cwd: Path | None = None,
-               only_exercise: dict[str, str] | None = None) -> dict[str, OracleResult]:
+               only_exercise: dict[str, str] | None = None,
+               keep_going: set[str] | None = None) -> dict[str, OracleResult]:
     """Score each submission (`student -> {solution grade_id: source}`) against `source`.
 
     `only_exercise` (`student -> exercise`) runs, for those students, only the test cells of that
     exercise (every other cell still runs) and stops at the first of them that loses a point: enough
     to judge whether a mutant of one exercise loses points on it, at a fraction of the cost. Their
-    other test cells are missing from `scores`.
+    other test cells are missing from `scores`. Students in `keep_going` run every test cell of their
+    exercise (to count what a planted body keeps).
     Raises GradingError when the oracle process itself fails (not when a submission does).
     """
     job = {"cells": job_cells(source), "submissions": submissions, "cell_timeout_s": cell_timeout_s,
-           "submission_timeout_s": submission_timeout_s, "only_exercise": only_exercise or {}}
+           "submission_timeout_s": submission_timeout_s, "only_exercise": only_exercise or {},
+           "keep_going": sorted(keep_going or ())}
     env = {**os.environ, **ORACLE_ENV}
     with tempfile.TemporaryDirectory(prefix="grading-oracle-") as folder:
         completed = subprocess.run([sys.executable, "-m", "tools.course.grader.oracle"], input=json.dumps(job),
@@ -186,10 +189,10 @@ class Sides:
 
 
 def grade_rest(sides: Sides, cells: list[dict], solutions: dict[str, str], timeout_s: int,
-               only_exercise: str | None = None) -> dict:
+               only_exercise: str | None = None, keep_going: bool = False) -> dict:
     """Execute `cells` with the submission's solution sources (the learner's side) and score every grade
-    cell, run on the trusted side (or, with `only_exercise`, only that exercise's test cells; other test
-    cells are skipped)."""
+    cell, run on the trusted side (or, with `only_exercise`, only that exercise's test cells, up to the
+    first that loses a point unless `keep_going`; other test cells are skipped)."""
     from tools.course.grader.boundary import InProcessChannel, learner_proxies, run_cell
 
     channel = InProcessChannel(sides.shell.user_ns, learner_state=sides.learner_state)
@@ -209,13 +212,13 @@ def grade_rest(sides: Sides, cells: list[dict], solutions: dict[str, str], timeo
             error = _first_error(outputs)
             if error:
                 errors[cell["grade_id"]] = error
-            if only_exercise and scores[cell["grade_id"]][0] < scores[cell["grade_id"]][1]:
+            if only_exercise and not keep_going and scores[cell["grade_id"]][0] < scores[cell["grade_id"]][1]:
                 return {"scores": scores, "errors": errors, "stopped_at_first_loss": True}
     return {"scores": scores, "errors": errors, "stopped_at_first_loss": False}
 
 
 def _grade_in_fork(sides: Sides, rest: list[dict], solutions: dict[str, str], job: dict,
-                   only_exercise: str | None = None) -> dict:
+                   only_exercise: str | None = None, keep_going: bool = False) -> dict:
     """Fork, grade in the child, return its result (or a timed-out result with every cell at 0)."""
     started = time.monotonic()
     read_end, write_end = os.pipe()
@@ -223,7 +226,7 @@ def _grade_in_fork(sides: Sides, rest: list[dict], solutions: dict[str, str], jo
     if pid == 0:  # the child: grade, send JSON, leave without running the parent's clean-up
         os.close(read_end)
         try:
-            result = grade_rest(sides, rest, solutions, int(job["cell_timeout_s"]), only_exercise)
+            result = grade_rest(sides, rest, solutions, int(job["cell_timeout_s"]), only_exercise, keep_going)
         except BaseException as error:  # recorded in the result; the parent decides
             result = {"scores": {}, "errors": {"_oracle": f"{type(error).__name__}: {error}"}}
         with os.fdopen(write_end, "w", encoding="utf-8") as pipe:
@@ -285,7 +288,8 @@ def main() -> int:
         run_cell(cell["source"], trusted, int(job["cell_timeout_s"]))
     sides = Sides(shell, trusted, shared_names(trusted), learner_state,
                   [cell["grade_id"] for cell in cells if cell["solution"]])
-    results = {student: _grade_in_fork(sides, rest, solutions, job, job["only_exercise"].get(student))
+    results = {student: _grade_in_fork(sides, rest, solutions, job, job["only_exercise"].get(student),
+                                       student in job["keep_going"])
                for student, solutions in job["submissions"].items()}
     sys.stdout.write("\n" + json.dumps(results) + "\n")
     return 0

@@ -8,8 +8,10 @@ the release; submissions are made from it and from the reference:
   (0), so the release, the locked cells and the restored tests work;
 * through the grading oracle (`tools.course.grader.oracle`, one forked process per submission):
   every planted wrong solution, which must lose points on its own exercise (only that exercise's
-  test cells run for it: the matrix shows `·` for the others), plus the stub and the reference,
-  whose per-cell scores must equal nbgrader's (a drift check on every chapter).
+  test cells run for it: the matrix shows `·` for the others); for every exercise, a body that
+  raises on every input and one that returns a constant (`tools.course.grader.degenerate`), which
+  must keep (near) nothing of their exercise's points (at most `NEAR_ZERO_SHARE`); plus the stub
+  and the reference, whose per-cell scores must equal nbgrader's (a drift check on every chapter).
 
 `full=True` (`grading verify --full`, before a release) grades every submission through nbgrader
 as well, adds a tampered mutant and an endless loop, and requires the oracle to agree with
@@ -32,6 +34,11 @@ from nbformat import NotebookNode
 from tools.core.catalog import Chapter
 from tools.course.cells import read_notebook, write_notebook
 from tools.course.grader.build import build_source_notebook, load_mutants, reference_source
+from tools.course.grader.degenerate import (
+    DESCRIPTIONS,
+    NEAR_ZERO_SHARE,
+    degenerate_solutions,
+)
 from tools.course.grader.oracle import run_oracle
 from tools.course.layout import CourseLayout, NbgraderCourse
 from tools.course.nbgrader_cli import course_cell_timeout, gradebook_scores, run_nbgrader
@@ -67,6 +74,7 @@ class Outcome:
     max_total: float
     passed: bool
     detail: str = ""
+    regraded: bool = False
 
 
 @dataclass
@@ -165,6 +173,11 @@ def planted_submissions(release: NotebookNode, chapter_notebook: NotebookNode, m
         planted.append(Submission(f"mutant_{mutant.name}", f"mutant: {mutant.mistake}", notebook, "loses_points",
                                   mutant.exercise, graders=both if full else (ORACLE,)))
     submissions += planted
+    for exercise in exercises:
+        for kind, source in degenerate_solutions(reference[exercise], exercise).items():
+            notebook = _with_solutions(release, {**reference, exercise: source})
+            submissions.append(Submission(f"{kind}_{exercise}", f"planted: {DESCRIPTIONS[kind]}", notebook,
+                                          "near_zero", exercise, graders=both if full else (ORACLE,)))
     if full and planted:
         first = planted[0]
         submissions.append(Submission(f"tampered_{first.student}", "mutant with edited test cells",
@@ -193,6 +206,11 @@ def _judge(submission: Submission, per_exercise: dict[str, float], total: float,
         return total == 0, "must score 0"
     if rule == "full":
         return total == max_total, "must score full marks"
+    if rule == "near_zero":
+        target = submission.target_exercise
+        kept = per_exercise[target]
+        allowed = NEAR_ZERO_SHARE * max_per_exercise[target]
+        return kept is not None and kept <= allowed, f"must keep <= {allowed:g} of {target}'s points"
     if rule == "loses_points":
         target = submission.target_exercise
         lost = per_exercise[target] is not None and per_exercise[target] < max_per_exercise[target]  # -1: lost early
@@ -245,31 +263,108 @@ def prepare_course(root: Path, chapter: Chapter, course: Path, log_path: Path) -
     return PreparedChapter(course, source, release, chapter_notebook, mutants)
 
 
-def autograde_planted(prepared: PreparedChapter, slug: str, submissions: list[Submission],
-                      log_path: Path) -> dict[str, Scores]:
-    """Autograde `submissions` in one `nbgrader autograde` run; return each student's cell scores."""
+def autograde_planted(prepared: PreparedChapter, slug: str, submissions: list[Submission], log_path: Path,
+                      cell_timeout_s: int | None = None) -> dict[str, Scores]:
+    """Autograde `submissions` in one `nbgrader autograde` run (or, with a `cell_timeout_s` that
+    replaces the course's, one run per student); return each student's cell scores."""
     if not submissions:
         return {}
     for submission in submissions:
         write_notebook(submission.notebook, NbgraderCourse(prepared.course).submission(submission.student, slug))
-    run_nbgrader(prepared.course, ["autograde", slug, "--force"], log_path)
+    if cell_timeout_s is None:
+        run_nbgrader(prepared.course, ["autograde", slug, "--force"], log_path)
+    else:
+        for submission in submissions:
+            run_nbgrader(prepared.course, ["autograde", slug, "--force", "--student", submission.student,
+                                           f"--Execute.timeout={cell_timeout_s}"], log_path)
     return {submission.student: gradebook_scores(prepared.course, slug, submission.student)
             for submission in submissions}
 
 
+TIME_LIMIT_ERRORS = ("CellTimeout", "submission timed out")
+
+
 def oracle_planted(prepared: PreparedChapter, submissions: list[Submission], cell_timeout_s: int, *,
-                   own_exercise_only: bool = False) -> tuple[dict[str, Scores], set[str]]:
-    """Oracle scores, and the students graded only up to their first lost point. With
-    `own_exercise_only` a mutant runs only its own exercise's test cells (its rule concerns that
-    exercise alone) and stops at the first that loses a point; every other submission runs all."""
+                   own_exercise_only: bool = False,
+                   submission_timeout_s: float = 120.0) -> tuple[dict[str, Scores], set[str], set[str]]:
+    """Oracle scores, the students graded only up to their first lost point, and the students a
+    time limit stopped. With `own_exercise_only` a mutant runs only its own exercise's test cells
+    (its rule concerns that exercise alone) and stops at the first that loses a point; a planted
+    raising or constant body runs all of its own exercise's test cells (its rule counts what it
+    keeps); every other submission runs all."""
     if not submissions:
-        return {}, set()
-    only = {s.student: s.target_exercise for s in submissions
-            if own_exercise_only and s.expectation == "loses_points" and NBGRADER not in s.graders}
+        return {}, set(), set()
+    own = [s for s in submissions if own_exercise_only and s.target_exercise and NBGRADER not in s.graders]
     results = run_oracle(prepared.source, {s.student: solutions_of(s.notebook) for s in submissions},
-                         cell_timeout_s=cell_timeout_s, only_exercise=only)
+                         cell_timeout_s=cell_timeout_s, submission_timeout_s=submission_timeout_s,
+                         only_exercise={s.student: s.target_exercise for s in own},
+                         keep_going={s.student for s in own if s.expectation == "near_zero"})
     partial = {student for student, result in results.items() if result.stopped_at_first_loss}
-    return {student: result.scores for student, result in results.items()}, partial
+    stopped = {student for student, result in results.items()
+               if result.timed_out or any(error.startswith(TIME_LIMIT_ERRORS) for error in result.errors.values())}
+    return {student: result.scores for student, result in results.items()}, partial, stopped
+
+
+REGRADE_TIME_FACTOR = 10
+"""A verdict must not depend on the machine's load: a submission whose verdict failed, whose score
+a time limit cut, or on which the graders disagree is graded once more with every time limit this
+many times longer, and the matrix says so. (The course's limit stays what the class is graded with;
+an endless loop still scores 0 at either limit.)"""
+ORACLE_SUBMISSION_TIMEOUT_S = 120.0
+
+
+@dataclass
+class Grades:
+    """What the graders said about a set of submissions."""
+
+    nbgrader: dict[str, Scores] = field(default_factory=dict)
+    oracle: dict[str, Scores] = field(default_factory=dict)
+    partial: set[str] = field(default_factory=set)
+    stopped_by_time_limit: set[str] = field(default_factory=set)
+    nbgrader_seconds: float = 0.0
+    oracle_seconds: float = 0.0
+
+
+def grade_submissions(prepared: PreparedChapter, slug: str, submissions: list[Submission], log_path: Path,
+                      cell_timeout_s: int, *, full: bool, time_factor: int = 1) -> Grades:
+    """Grade each submission by its graders, with the course's time limits times `time_factor`."""
+    grades = Grades()
+    by_nbgrader = [s for s in submissions if NBGRADER in s.graders]
+    by_oracle = [s for s in submissions if ORACLE in s.graders]
+    started = time.perf_counter()
+    grades.nbgrader = autograde_planted(prepared, slug, by_nbgrader, log_path,
+                                        cell_timeout_s * time_factor if time_factor != 1 else None)
+    grades.nbgrader_seconds = time.perf_counter() - started
+    started = time.perf_counter()
+    grades.oracle, grades.partial, grades.stopped_by_time_limit = oracle_planted(
+        prepared, by_oracle, cell_timeout_s * time_factor, own_exercise_only=not full,
+        submission_timeout_s=ORACLE_SUBMISSION_TIMEOUT_S * time_factor)
+    grades.oracle_seconds = time.perf_counter() - started
+    return grades
+
+
+def judge_submissions(report: VerifyReport, submissions: list[Submission], grades: Grades,
+                      exercise_of: dict[str, str]) -> list[Outcome]:
+    """Each submission's scores per exercise, judged by its rule."""
+    max_total = sum(report.max_per_exercise.values())
+    scored = {**grades.oracle, **grades.nbgrader}  # nbgrader's word counts where both graded
+    totals = {student: sum(score for score, _ in cells.values()) for student, cells in scored.items()}
+    outcomes = []
+    for submission in submissions:
+        cells = scored[submission.student]
+        graded = {exercise_of.get(cell) for cell in cells}
+        per_exercise = {name: sum(s for cell, (s, _) in cells.items() if exercise_of.get(cell) == name)
+                        if name in graded else None for name in report.exercises}
+        if None in per_exercise.values() or submission.student in grades.partial:
+            totals[submission.student] = None  # only its own exercise was graded, up to its first lost point
+            if submission.student in grades.partial:
+                per_exercise[submission.target_exercise] = -1.0  # lost at least one point; the rest was not run
+        passed, detail = _judge(submission, per_exercise, totals[submission.student], max_total,
+                                report.max_per_exercise, totals)
+        outcomes.append(Outcome(submission.student, submission.kind, submission.expectation,
+                                "+".join(submission.graders), per_exercise, totals[submission.student],
+                                max_total, passed, detail))
+    return outcomes
 
 
 def verify_chapter(root: Path, chapter: Chapter, *, full: bool = False, endless_loop: bool = True,
@@ -277,54 +372,57 @@ def verify_chapter(root: Path, chapter: Chapter, *, full: bool = False, endless_
     """Grade the planted submissions of `chapter` and judge every score.
 
     `endless_loop=False` leaves the endless-loop submission out of a full run (it waits for the
-    whole per-cell timeout; one chapter proves it for the course)."""
+    whole per-cell timeout; one chapter proves it for the course). A submission whose verdict
+    failed, whose score a time limit cut, or on which the graders disagree is graded once more with
+    `REGRADE_TIME_FACTOR` times longer limits (`Outcome.regraded`), so the verdict does not depend
+    on the machine's load."""
     say = progress or (lambda _: None)
     log_dir = log_dir or CourseLayout(root).grading_logs
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"verify_{chapter.slug}.log"
     log_path.write_text("", encoding="utf-8")
+    cell_timeout_s = course_cell_timeout(CourseLayout(root).grading)
     with tempfile.TemporaryDirectory(prefix=f"verify-{chapter.slug}-") as temp:
         say(f"{chapter.id}: generate_assignment")
         prepared = prepare_course(root, chapter, Path(temp), log_path)
         submissions = planted_submissions(prepared.release, prepared.chapter_notebook, prepared.mutants, full=full,
                                           endless_loop=endless_loop)
+        source = prepared.source
+        exercise_of = {_meta(cell)["grade_id"]: cell.metadata.get("course", {}).get("exercise")
+                       for cell in _grade_cells(source)}
+        exercises = list(_solution_cells(source))
         by_nbgrader = [s for s in submissions if NBGRADER in s.graders]
         by_oracle = [s for s in submissions if ORACLE in s.graders]
         say(f"{chapter.id}: nbgrader autograde {len(by_nbgrader)}, oracle {len(by_oracle)} submissions")
-        started = time.perf_counter()
-        nbgrader_scores = autograde_planted(prepared, chapter.slug, by_nbgrader, log_path)
-        nbgrader_seconds = time.perf_counter() - started
-        started = time.perf_counter()
-        oracle_scores, partial = oracle_planted(prepared, by_oracle, course_cell_timeout(prepared.course),
-                                                own_exercise_only=not full)
-        oracle_seconds = time.perf_counter() - started
-        source = prepared.source
-    exercise_of = {_meta(cell)["grade_id"]: cell.metadata.get("course", {}).get("exercise")
-                   for cell in _grade_cells(source)}
-    exercises = list(_solution_cells(source))
-    report = VerifyReport(chapter.id, exercises, {}, "full" if full else "fast",
-                          nbgrader_submissions=len(by_nbgrader), nbgrader_seconds=round(nbgrader_seconds, 2),
-                          oracle_submissions=len(by_oracle), oracle_seconds=round(oracle_seconds, 2))
-    report.max_per_exercise = {name: sum(float(_meta(cell)["points"]) for cell in _grade_cells(source)
-                                         if exercise_of[_meta(cell)["grade_id"]] == name) for name in exercises}
-    max_total = sum(report.max_per_exercise.values())
-    scored = {**oracle_scores, **nbgrader_scores}  # nbgrader's word counts where both graded
-    totals = {student: sum(score for score, _ in cells.values()) for student, cells in scored.items()}
-    for submission in submissions:
-        cells = scored[submission.student]
-        graded = {exercise_of.get(cell) for cell in cells}
-        per_exercise = {name: sum(s for cell, (s, _) in cells.items() if exercise_of.get(cell) == name)
-                        if name in graded else None for name in exercises}
-        if None in per_exercise.values() or submission.student in partial:
-            totals[submission.student] = None  # only its own exercise was graded, up to its first lost point
-            if submission.student in partial:
-                per_exercise[submission.target_exercise] = -1.0  # lost at least one point; the rest was not run
-        passed, detail = _judge(submission, per_exercise, totals[submission.student], max_total,
-                                report.max_per_exercise, totals)
-        report.outcomes.append(Outcome(submission.student, submission.kind, submission.expectation,
-                                       "+".join(submission.graders), per_exercise, totals[submission.student],
-                                       max_total, passed, detail))
-    report.disagreements = disagreements(nbgrader_scores, oracle_scores)
+        grades = grade_submissions(prepared, chapter.slug, submissions, log_path, cell_timeout_s, full=full)
+        report = VerifyReport(chapter.id, exercises, {}, "full" if full else "fast",
+                              nbgrader_submissions=len(by_nbgrader), nbgrader_seconds=round(grades.nbgrader_seconds, 2),
+                              oracle_submissions=len(by_oracle), oracle_seconds=round(grades.oracle_seconds, 2))
+        report.max_per_exercise = {name: sum(float(_meta(cell)["points"]) for cell in _grade_cells(source)
+                                             if exercise_of[_meta(cell)["grade_id"]] == name) for name in exercises}
+        report.outcomes = judge_submissions(report, submissions, grades, exercise_of)
+        report.disagreements = disagreements(grades.nbgrader, grades.oracle)
+        disagreeing = {item.split(" ", 1)[0] for item in report.disagreements}
+        again = [s for s, o in zip(submissions, report.outcomes)
+                 if not o.passed or s.student in grades.stopped_by_time_limit or s.student in disagreeing]
+        if again:
+            limit = cell_timeout_s * REGRADE_TIME_FACTOR
+            say(f"{chapter.id}: grading {len(again)} submission(s) again with a {limit} s cell limit: "
+                f"{', '.join(s.student for s in again)}")
+            regraded = grade_submissions(prepared, chapter.slug, again, log_path, cell_timeout_s, full=full,
+                                         time_factor=REGRADE_TIME_FACTOR)
+            grades.nbgrader.update(regraded.nbgrader)
+            grades.oracle.update(regraded.oracle)
+            students = {s.student for s in again}
+            grades.partial = (grades.partial - students) | regraded.partial
+            report.outcomes = judge_submissions(report, submissions, grades, exercise_of)
+            for outcome in report.outcomes:
+                if outcome.student in students:
+                    outcome.regraded = True
+                    outcome.detail += f" (graded again, {limit} s per cell)"
+            report.disagreements = disagreements(grades.nbgrader, grades.oracle)
+            report.nbgrader_seconds = round(report.nbgrader_seconds + regraded.nbgrader_seconds, 2)
+            report.oracle_seconds = round(report.oracle_seconds + regraded.oracle_seconds, 2)
     (log_dir / f"verify_{chapter.slug}.json").write_text(
         json.dumps(report.to_json(), ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
     return report

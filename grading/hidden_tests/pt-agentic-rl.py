@@ -1,0 +1,237 @@
+# %% hidden exercise=env_step points=1 name=calculator_follows_python_integer_arithmetic
+# hint: CALC computes x op y with Python's integer operators (// floors toward minus infinity, negatives allowed) and answers "RESULT <value>"; x // 0 is answered "ERROR division by zero".
+_state = {"a": 5, "op": "*", "b": 6, "turn": 0, "max_turns": 4, "done": False}
+for _action, _observation in (("CALC 12 + 30", "RESULT 42"), ("CALC 81 - 147", "RESULT -66"), ("CALC -7 * 3", "RESULT -21"),
+                              ("CALC -7 // 2", "RESULT -4"), ("CALC 95 // 7", "RESULT 13"), ("CALC 9 // 0", "ERROR division by zero"),
+                              ("CALC 007 + 1", "RESULT 8")):
+    _result = env_step(_state, _action)
+    assert _result["observation"] == _observation and _result["kind"] == "calc", _action
+    assert _result["reward"] == 0.0 and _result["terminated"] is False and _result["truncated"] is False
+
+# %% hidden exercise=env_step points=1 name=actions_are_parsed_strictly
+# hint: strip the action, then match the whole string: the exact keywords, single spaces, one of the four operators, integers of ASCII digits; everything else is an unknown action that still uses a turn.
+_state = {"a": 12, "op": "+", "b": 30, "turn": 0, "max_turns": 5, "done": False}
+for _action in ("calc 12 + 30", "CALC 12+30", "CALC  12 + 30", "CALC 12 + 30 please", "CALC 12 % 5", "CALC 12 / 3",
+                "CALC 12 ** 2", "ANSWER: 42", "ANSWER 42.", "ANSWER +42", "answer 42", "ANSWER ４２", "", "ANSWER",
+                "The answer is 42", "CALC 12 + 30\nANSWER 42"):
+    _result = env_step(_state, _action)
+    assert (_result["kind"], _result["observation"], _result["reward"]) == ("invalid", "ERROR unknown action", 0.0), _action
+    assert _result["state"]["turn"] == 1 and not _result["terminated"]
+assert env_step(_state, "\t CALC 12 + 30 \n")["observation"] == "RESULT 42"
+assert env_step(_state, "ANSWER 0042")["reward"] == 1.0
+
+# %% hidden exercise=env_step points=1 name=answers_terminate_with_the_verdict
+# hint: an ANSWER always ends the episode with observation "END": reward 1.0 only when the number equals a op b (for // the floored quotient), 0.0 otherwise.
+for _a, _op, _b, _right in ((81, "-", 47, 34), (23, "*", 4, 92), (95, "//", 7, 13), (-9, "//", 2, -5)):
+    _state = {"a": _a, "op": _op, "b": _b, "turn": 1, "max_turns": 3, "done": False}
+    _good, _bad = env_step(_state, f"ANSWER {_right}"), env_step(_state, f"ANSWER {_right + 1}")
+    assert (_good["observation"], _good["reward"], _good["terminated"], _good["truncated"]) == ("END", 1.0, True, False)
+    assert (_bad["observation"], _bad["reward"], _bad["terminated"], _bad["truncated"]) == ("END", 0.0, True, False)
+    assert _good["state"]["done"] is True and _good["kind"] == "answer" and type(_bad["reward"]) is float
+
+# %% hidden exercise=env_step points=1 name=truncation_is_only_the_last_unanswered_turn
+# hint: truncated is True only when this step used the last turn and did not answer; an answer on the last turn terminates instead, and earlier turns are neither.
+_state = {"a": 1, "op": "+", "b": 1, "turn": 0, "max_turns": 1, "done": False}
+assert env_step(_state, "CALC 1 + 1")["truncated"] is True and env_step(_state, "hello")["truncated"] is True
+assert env_step(_state, "ANSWER 2")["truncated"] is False and env_step(_state, "ANSWER 3")["terminated"] is True
+_state = {"a": 1, "op": "+", "b": 1, "turn": 3, "max_turns": 5, "done": False}
+_result = env_step(_state, "CALC 1 + 1")
+assert _result["truncated"] is False and _result["state"] == {**_state, "turn": 4}
+_result = env_step(_result["state"], "nope")
+assert _result["truncated"] is True and _result["state"]["done"] is True and _result["state"]["turn"] == 5
+
+# %% hidden exercise=env_step points=1 name=invalid_states_and_actions_are_refused_valid_steps_taken
+# hint: check every key and value of the state (exact keys, ints that are not bools, a known op, 0 <= turn < max_turns, done False) and that the action is a str, before reading the action.
+_ok = {"a": 2, "op": "-", "b": 3, "turn": 0, "max_turns": 2, "done": False}
+assert env_step(_ok, "ANSWER -1")["reward"] == 1.0
+for _state, _action in (({**_ok, "extra": 1}, "ANSWER -1"), ({k: v for k, v in _ok.items() if k != "done"}, "ANSWER -1"),
+                        ({**_ok, "a": 2.0}, "ANSWER -1"), ({**_ok, "b": True}, "ANSWER -1"), ({**_ok, "op": "/"}, "ANSWER -1"),
+                        ({**_ok, "op": "%"}, "ANSWER -1"), ({**_ok, "turn": -1}, "ANSWER -1"), ({**_ok, "turn": 2}, "ANSWER -1"),
+                        ({**_ok, "max_turns": 0, "turn": 0}, "ANSWER -1"), ({**_ok, "done": True}, "ANSWER -1"),
+                        ({**_ok, "done": 0}, "ANSWER -1"), ({**_ok, "turn": True}, "ANSWER -1"), (None, "ANSWER -1"),
+                        (list(_ok.items()), "ANSWER -1"), (_ok, None), (_ok, b"ANSWER -1"), (_ok, ["ANSWER -1"])):
+    try:
+        env_step(_state, _action)
+    except ValueError:
+        continue
+    raise AssertionError(f"invalid input accepted: {_state!r}, {_action!r}")
+
+# %% hidden exercise=env_step points=1 name=generated_steps_match_the_reference
+# hint: on any valid state and any action (commands with every operator and sign, extra spaces, wrong case, trailing words, newlines, free text) the observation, reward, flags, kind and new state are exactly the reference's.
+from hypothesis import strategies as st
+_ints = st.integers(-30, 99)
+_ops = st.sampled_from(["+", "-", "*", "//"])
+_states = st.tuples(_ints, _ops, _ints, st.integers(1, 4)).flatmap(lambda drawn: st.fixed_dictionaries({
+    "a": st.just(drawn[0]), "op": st.just(drawn[1]), "b": st.just(drawn[2] if drawn[1] != "//" or drawn[2] else 3),
+    "turn": st.integers(0, drawn[3] - 1), "max_turns": st.just(drawn[3]), "done": st.just(False)}))
+_commands = st.one_of(
+    st.tuples(_ints, _ops, st.one_of(_ints, st.just(0))).map(lambda t: f"CALC {t[0]} {t[1]} {t[2]}"),
+    _ints.map(lambda n: f"ANSWER {n}"),
+    st.sampled_from(["ANSWER 42", "CALC 12 + 30", "calc 1 + 1", "CALC 1+1", "ANSWER 4 2", "CALC 1 + 1 ok", "", "hi"]),
+    st.text(alphabet="CALNSWER0123456789 +-*/\n", max_size=14))
+_actions = st.tuples(st.sampled_from(["", " ", "\n", "\t"]), _commands, st.sampled_from(["", " ", "\n"])).map(
+    lambda t: t[0] + t[1] + t[2])
+reference.agrees("env_step", st.tuples(_states, _actions), cases=200)
+
+# %% hidden exercise=env_step points=1 name=generated_invalid_states_raise_as_the_reference
+# hint: states with missing or extra keys, floats or bools for ints, unknown operators, turns outside [0, max_turns), a done flag that is not False, and actions that are not text each give a ValueError; valid steps among them are taken.
+from hypothesis import strategies as st
+_states = st.fixed_dictionaries({
+    "a": st.sampled_from([3, -2, 3.0, True]), "op": st.sampled_from(["+", "//", "/", "x", None]),
+    "b": st.sampled_from([2, 5, False, "2"]), "turn": st.sampled_from([0, 1, 2, -1, 1.0]),
+    "max_turns": st.sampled_from([2, 3, 0, True]), "done": st.sampled_from([False, False, True, 0, None])},
+    optional={"extra": st.just(1)})
+_actions = st.sampled_from(["ANSWER 5", "CALC 1 + 1", "nope", None, 5, b"ANSWER 5"])
+reference.agrees("env_step", st.tuples(st.one_of(_states, st.none()), _actions), cases=150)
+
+# %% hidden exercise=assemble_trajectory points=1 name=environment_tokens_never_enter_the_loss
+# hint: the loss mask is 1 exactly on the tokens of model segments; prompt and env tokens are 0, however many env segments there are; env_tokens counts only env tokens.
+_segments = [{"source": "prompt", "token_ids": [10, 11]}, {"source": "model", "token_ids": [20]},
+             {"source": "env", "token_ids": [30, 31, 32]}, {"source": "model", "token_ids": [21, 22]},
+             {"source": "env", "token_ids": [33]}, {"source": "model", "token_ids": [23, 24, 25]},
+             {"source": "env", "token_ids": [34, 35]}]
+_result = assemble_trajectory(_segments)
+assert _result["input_ids"] == [10, 11, 20, 30, 31, 32, 21, 22, 33, 23, 24, 25, 34, 35]
+assert _result["loss_mask"] == [0, 0, 1, 0, 0, 0, 1, 1, 0, 1, 1, 1, 0, 0]
+assert _result["env_tokens"] == 6 and _result["model_turns"] == 3 and sum(_result["loss_mask"]) == 6
+
+# %% hidden exercise=assemble_trajectory points=1 name=turn_ids_count_model_turns_only
+# hint: the k-th model segment's tokens carry k (counting model segments only, from 0); every prompt or env token carries -1.
+_segments = [{"source": "prompt", "token_ids": [0]}, {"source": "model", "token_ids": [1, 1]},
+             {"source": "env", "token_ids": [2]}, {"source": "model", "token_ids": [3]},
+             {"source": "env", "token_ids": [4, 4]}, {"source": "model", "token_ids": [5, 5, 5]}]
+_result = assemble_trajectory(_segments)
+assert _result["turn_ids"] == [-1, 0, 0, -1, 1, -1, -1, 2, 2, 2]
+assert all(type(value) is int for value in _result["turn_ids"] + _result["loss_mask"] + _result["input_ids"])
+_single = assemble_trajectory([{"source": "prompt", "token_ids": [7, 8]}, {"source": "model", "token_ids": [9]}])
+assert _single == {"input_ids": [7, 8, 9], "loss_mask": [0, 0, 1], "turn_ids": [-1, -1, 0], "model_turns": 1,
+                   "env_tokens": 0}
+
+# %% hidden exercise=assemble_trajectory points=1 name=segment_order_is_checked
+# hint: one prompt first, then model and env alternating starting with model; a trajectory may end on either, but needs a model segment, and nothing may follow out of turn.
+_p, _m, _e = ({"source": "prompt", "token_ids": [1]}, {"source": "model", "token_ids": [2]}, {"source": "env", "token_ids": [3]})
+assert assemble_trajectory([_p, _m, _e])["model_turns"] == 1 and assemble_trajectory([_p, _m, _e, _m])["model_turns"] == 2
+for _bad in ([_p], [_m], [_e, _m], [_p, _e], [_p, _m, _m], [_p, _m, _e, _e, _m], [_p, _p, _m], [_p, _m, _p], [_m, _p, _m]):
+    try:
+        assemble_trajectory([dict(segment) for segment in _bad])
+    except ValueError:
+        continue
+    raise AssertionError(f"out-of-order segments accepted: {[segment['source'] for segment in _bad]}")
+
+# %% hidden exercise=assemble_trajectory points=1 name=invalid_segments_are_refused_valid_ones_assembled
+# hint: check every segment (a dict with exactly source and token_ids, a known source, a non-empty list of ints >= 0 that are not bools) before concatenating.
+_p, _m = {"source": "prompt", "token_ids": [1]}, {"source": "model", "token_ids": [2]}
+assert assemble_trajectory([_p, _m])["loss_mask"] == [0, 1]
+for _bad in ([], None, "prompt", [_p, {"source": "model", "token_ids": []}], [_p, {"source": "model", "token_ids": [-1]}],
+             [_p, {"source": "model", "token_ids": [True]}], [_p, {"source": "model", "token_ids": [1.0]}],
+             [_p, {"source": "model", "token_ids": (2,)}], [_p, {"source": "tool", "token_ids": [2]}],
+             [_p, {"source": "Model", "token_ids": [2]}], [_p, {"source": "model"}],
+             [_p, {"source": "model", "token_ids": [2], "text": "x"}], [_p, ("model", [2])], (_p, _m)):
+    try:
+        assemble_trajectory(_bad)
+    except ValueError:
+        continue
+    raise AssertionError(f"invalid segments accepted: {_bad!r}")
+
+# %% hidden exercise=assemble_trajectory points=1 name=generated_trajectories_match_the_reference
+# hint: on any valid trajectory (several model and env turns, ending on either, segments of any length) the ids, mask, turn ids and counts are exactly the reference's, as plain lists of ints.
+from hypothesis import strategies as st
+_ids = st.lists(st.integers(0, 500), min_size=1, max_size=4)
+
+
+def _trajectory(prompt, turns, end_with_env):
+    segments = [{"source": "prompt", "token_ids": prompt}]
+    for index, (model, env) in enumerate(turns):
+        segments.append({"source": "model", "token_ids": model})
+        if index < len(turns) - 1 or end_with_env:
+            segments.append({"source": "env", "token_ids": env})
+    return segments
+
+
+reference.agrees("assemble_trajectory", st.tuples(st.tuples(_ids, st.lists(st.tuples(_ids, _ids), min_size=1, max_size=4),
+                                                            st.booleans()).map(lambda t: _trajectory(*t))), cases=150)
+
+# %% hidden exercise=assemble_trajectory points=1 name=generated_invalid_trajectories_raise_as_the_reference
+# hint: segments in the wrong order, unknown or miscased sources, empty or non-list token ids, negative or non-int ids and extra or missing keys each give a ValueError; valid trajectories among them are assembled.
+from hypothesis import strategies as st
+_sources = st.sampled_from(["prompt", "model", "env", "model", "env", "tool", "Model"])
+_ids = st.one_of(st.lists(st.integers(0, 9), min_size=1, max_size=3), st.sampled_from([[], [-1], [True], [1.5], (1,), None]))
+_segment = st.one_of(st.fixed_dictionaries({"source": _sources, "token_ids": _ids}),
+                     st.fixed_dictionaries({"source": _sources}), st.just(("model", [1])))
+_valid = st.sampled_from([[{"source": "prompt", "token_ids": [1, 2]}, {"source": "model", "token_ids": [3]}],
+                          [{"source": "prompt", "token_ids": [1]}, {"source": "model", "token_ids": [2, 2]},
+                           {"source": "env", "token_ids": [0]}, {"source": "model", "token_ids": [4]}]])
+reference.agrees("assemble_trajectory", st.tuples(st.one_of(st.lists(_segment, max_size=5), _valid, st.none(), st.just("x"))),
+                 cases=150)
+
+# %% hidden exercise=attribute_reward points=1 name=the_last_model_turn_gets_the_reward_earlier_turns_are_discounted
+# hint: with K model turns, turn k gets R * gamma ** (K - 1 - k): the last turn the whole reward, each earlier turn one more factor of gamma; the discount counts turns, not tokens.
+_result = attribute_reward([-1, 0, 0, 0, 0, -1, 1, -1, 2, 2], 2.0, gamma=0.5)
+assert _result["turn_returns"] == [0.5, 1.0, 2.0] and _result["turn_advantages"] == [0.5, 1.0, 2.0]
+assert _result["token_advantages"] == [0.0, 0.5, 0.5, 0.5, 0.5, 0.0, 1.0, 0.0, 2.0, 2.0]
+_flat = attribute_reward([0, 1, 2, 3], 1.0)
+assert _flat["turn_returns"] == [1.0, 1.0, 1.0, 1.0], "gamma = 1: every turn gets the whole reward"
+_negative = attribute_reward([0, -1, 1], -1, gamma=0.9)
+assert all(math.isclose(a, b, rel_tol=1e-12) for a, b in zip(_negative["turn_returns"], [-0.9, -1.0]))
+
+# %% hidden exercise=attribute_reward points=1 name=baseline_is_subtracted_from_every_turn_and_types_are_floats
+# hint: subtract the baseline from each turn's return (not from the reward before discounting); non-model tokens get 0.0, and every value is a Python float, also for int inputs.
+_result = attribute_reward([-1, 0, -1, 1, 1], 1, gamma=0.5, baseline=1)
+assert _result["turn_returns"] == [0.5, 1.0] and _result["turn_advantages"] == [-0.5, 0.0]
+assert _result["token_advantages"] == [0.0, -0.5, 0.0, 0.0, 0.0]
+assert all(type(value) is float for key in _result for value in _result[key])
+_zero = attribute_reward([0], 0.0, baseline=0.25)
+assert _zero == {"turn_returns": [0.0], "turn_advantages": [-0.25], "token_advantages": [-0.25]}
+
+# %% hidden exercise=attribute_reward points=1 name=turn_ids_must_be_contiguous_runs_from_zero
+# hint: the model-turn indices must appear as 0, 1, ..., K - 1 in increasing order, each in one unbroken run; no model turn at all, a gap, a repeat after another id, or an id below -1 is refused.
+assert attribute_reward([-1, -1, 0, 0, -1, 1], 1.0)["turn_returns"] == [1.0, 1.0]
+for _bad in ([], [-1, -1], [1, 1], [0, 2], [0, -1, 0], [0, 1, 0], [1, 0], [0, -2], [0, 0, 2, 2], [0, True], [0, 1.0], (0, 1),
+             None):
+    try:
+        attribute_reward(_bad, 1.0)
+    except ValueError:
+        continue
+    raise AssertionError(f"invalid turn ids accepted: {_bad!r}")
+
+# %% hidden exercise=attribute_reward points=1 name=invalid_rewards_and_settings_are_refused_valid_ones_credited
+# hint: the reward and the baseline must be finite ints or floats (not bools), and gamma must lie in (0, 1]; check them before computing.
+assert attribute_reward([0], 1.0, gamma=1)["turn_returns"] == [1.0]
+for _kwargs in ({"terminal_reward": True}, {"terminal_reward": float("nan")}, {"terminal_reward": "1"}, {"terminal_reward": None},
+                {"terminal_reward": float("inf")}, {"gamma": 0}, {"gamma": 1.5}, {"gamma": -0.5}, {"gamma": True},
+                {"gamma": float("nan")}, {"baseline": float("inf")}, {"baseline": False}, {"baseline": "0"}):
+    _call = {"terminal_reward": 1.0, **_kwargs}
+    try:
+        attribute_reward([0, -1, 1], **_call)
+    except ValueError:
+        continue
+    raise AssertionError(f"invalid settings accepted: {_kwargs!r}")
+
+# %% hidden exercise=attribute_reward points=1 name=generated_credits_match_the_reference
+# hint: on any valid trajectory ids, reward, gamma and baseline (given by position, by keyword or left at their defaults) the returns, advantages and token advantages are exactly the reference's.
+from hypothesis import strategies as st
+
+
+def _ids(runs):
+    ids = []
+    for turn, (gap, length) in enumerate(runs):
+        ids += [-1] * gap + [turn] * length
+    return ids
+
+
+_turn_ids = st.lists(st.tuples(st.integers(0, 2), st.integers(1, 3)), min_size=1, max_size=4).map(_ids)
+_numbers = st.one_of(st.integers(-3, 3), st.floats(-5, 5, allow_nan=False, allow_infinity=False))
+_gammas = st.one_of(st.sampled_from([1, 1.0, 0.9, 0.5, 0.99]), st.floats(0.01, 1.0))
+_calls = st.one_of(st.tuples(_turn_ids, _numbers), st.tuples(_turn_ids, _numbers, _gammas),
+                   st.tuples(_turn_ids, _numbers, _gammas, _numbers),
+                   st.tuples(st.tuples(_turn_ids, _numbers), st.fixed_dictionaries({"gamma": _gammas, "baseline": _numbers})))
+reference.agrees("attribute_reward", _calls, cases=150)
+
+# %% hidden exercise=attribute_reward points=1 name=generated_invalid_credits_raise_as_the_reference
+# hint: broken turn ids, bools, nan, infinities or text as numbers, and gamma outside (0, 1] each give a ValueError; valid calls among them are credited.
+from hypothesis import strategies as st
+_turn_ids = st.one_of(st.sampled_from([[0], [-1, 0, 0, -1, 1], [0, 1, 2]]),
+                      st.lists(st.sampled_from([-2, -1, 0, 1, 2, True]), max_size=5), st.none())
+_numbers = st.sampled_from([1.0, 0, -2, True, float("nan"), float("inf"), "1", None])
+_gammas = st.sampled_from([1.0, 0.5, 0, 1.01, -1, True, float("nan"), None])
+reference.agrees("attribute_reward", st.tuples(_turn_ids, _numbers, _gammas, _numbers), cases=150)

@@ -1,0 +1,421 @@
+# %% hidden exercise=token_level_rewards points=1 name=score_on_last_valid_token_for_any_padding
+# hint: the score goes on the position of the last 1 of each mask row, whether padding is on the right, on the left or in the middle.
+_mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 0, 0], [1, 0, 1, 1, 0], [0, 0, 0, 0, 1]])
+_lp = torch.full((4, 5), -0.5, dtype=torch.float64)
+_out = token_level_rewards(torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=torch.float64), _lp, _lp.clone(), _mask, 0.3)
+assert _out["score_positions"] == [4, 2, 3, 4]
+assert all(type(position) is int for position in _out["score_positions"])
+_expected = torch.zeros(4, 5, dtype=torch.float64)
+_expected[0, 4], _expected[1, 2], _expected[2, 3], _expected[3, 4] = 1.0, 2.0, 3.0, 4.0
+assert torch.allclose(_out["rewards"], _expected, atol=1e-12)
+
+# %% hidden exercise=token_level_rewards points=1 name=masked_positions_carry_no_penalty_or_score
+# hint: whatever log-probabilities sit at masked positions, the KL there is 0 and so is the reward.
+_mask = torch.tensor([[1, 1, 0, 0], [1, 0, 1, 0]])
+_lp = torch.tensor([[-0.2, -0.4, -9.0, 3.0], [-1.0, 5.0, -0.3, -7.0]], dtype=torch.float64)
+_ref = torch.tensor([[-0.3, -0.1, 2.0, -8.0], [-0.5, -6.0, -0.3, 4.0]], dtype=torch.float64)
+for _estimator in ("k1", "k3"):
+    _out = token_level_rewards(torch.tensor([0.5, -1.0], dtype=torch.float64), _lp, _ref, _mask, 0.5, _estimator)
+    assert float(_out["kl"][~_mask.bool()].abs().max()) == 0.0, _estimator
+    assert float(_out["rewards"][0, 2:].abs().max()) == 0.0 and float(_out["rewards"][1, 3].abs()) == 0.0
+    assert float(_out["rewards"][1, 1].abs()) == 0.0
+_k1 = token_level_rewards(torch.tensor([0.5, -1.0], dtype=torch.float64), _lp, _ref, _mask, 0.5)
+assert math.isclose(float(_k1["rewards"][0, 1]), 0.5 * (0.4 - 0.1) + 0.5, rel_tol=1e-12)
+assert math.isclose(float(_k1["rewards"][1, 2]), -1.0, rel_tol=1e-12)
+
+# %% hidden exercise=token_level_rewards points=1 name=k3_estimate_clamped_and_capped
+# hint: k3 = exp(d) - d - 1 with d = ref - logp clamped to [-20, 20], then capped at 10; it is never negative.
+_lp = torch.tensor([[-0.5, -0.5, -0.5, -0.5, -1.0]], dtype=torch.float64)
+_ref = torch.tensor([[-0.5, -0.6, -30.5, 29.5, -0.2]], dtype=torch.float64)
+_out = token_level_rewards(torch.zeros(1, dtype=torch.float64), _lp, _ref, torch.ones(1, 5, dtype=torch.long), 1.0, "k3")
+_d = [0.0, -0.1, -20.0, 20.0, 0.8]
+_expected = [min(math.exp(d) - d - 1, 10.0) for d in _d]
+assert torch.allclose(_out["kl"][0], torch.tensor(_expected, dtype=torch.float64), rtol=1e-9, atol=1e-12)
+assert float(_out["kl"][0, 2]) == 10.0 and float(_out["kl"][0, 3]) == 10.0
+assert math.isclose(_out["mean_kl"], sum(_expected) / 5, rel_tol=1e-9)
+
+# %% hidden exercise=token_level_rewards points=1 name=mean_kl_averages_per_response_first
+# hint: average the KL over each response's own valid tokens, then average those means over responses; a long response does not weigh more.
+_mask = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 0, 0, 0, 0, 0]])
+_lp = torch.zeros(2, 6, dtype=torch.float64)
+_ref = torch.tensor([[-0.1] * 6, [-1.0, -5.0, -5.0, -5.0, -5.0, -5.0]], dtype=torch.float64)
+_out = token_level_rewards(torch.zeros(2, dtype=torch.float64), _lp, _ref, _mask, 0.0)
+assert type(_out["mean_kl"]) is float and math.isclose(_out["mean_kl"], (0.1 + 1.0) / 2, rel_tol=1e-12)
+assert float(_out["rewards"].abs().max()) == 0.0, "kl_coef 0: no penalty, and the scores are 0"
+
+# %% hidden exercise=token_level_rewards points=1 name=dtype_and_coefficient_types_kept
+# hint: the outputs keep log_probs' dtype (scores of another floating dtype are cast); an int coefficient is a number, a bool is not.
+_lp = torch.tensor([[-0.5, -0.25, -1.0]], dtype=torch.float32)
+_ref = torch.tensor([[-0.75, -0.25, -0.5]], dtype=torch.float32)
+_mask = torch.tensor([[True, True, False]])
+_out = token_level_rewards(torch.tensor([2.0], dtype=torch.float64), _lp, _ref, _mask, 1)
+assert _out["rewards"].dtype == torch.float32 and _out["kl"].dtype == torch.float32
+assert torch.allclose(_out["rewards"], torch.tensor([[-0.25, 2.0, 0.0]]), atol=1e-6)
+assert _out["score_positions"] == [1]
+try:
+    token_level_rewards(torch.tensor([2.0]), _lp, _ref, _mask, True)
+except ValueError:
+    pass
+else:
+    raise AssertionError("a bool kl_coef was accepted")
+
+# %% hidden exercise=token_level_rewards points=1 name=rewards_invalid_inputs_refused_valid_ones_scored
+# hint: check every argument before computing: shapes, floating dtypes, a 0/1 bool or integer mask with a valid token per row, finite values, the coefficient, the estimator.
+_s = torch.tensor([1.0, 0.0], dtype=torch.float64)
+_lp = torch.tensor([[-0.5, -0.2, 0.0], [-0.1, -0.3, -0.4]], dtype=torch.float64)
+_ref = torch.tensor([[-0.4, -0.2, 0.0], [-0.2, -0.1, -0.4]], dtype=torch.float64)
+_m = torch.tensor([[1, 1, 0], [1, 1, 1]])
+_good = token_level_rewards(_s, _lp, _ref, _m, 0.5)
+assert _good["score_positions"] == [1, 2] and math.isclose(float(_good["rewards"][0, 1]), 1.0, rel_tol=1e-12)
+assert math.isclose(float(_good["rewards"][1, 0]), -0.05, rel_tol=1e-9)
+_bad_calls = [
+    (_s, _lp, _ref, _m.float(), 0.5, "k1"), (_s, _lp, _ref, _m * 2, 0.5, "k1"), (_s, _lp, _ref, _m[:, :2], 0.5, "k1"),
+    (_s, _lp, _ref, torch.tensor([[1, 1, 0], [0, 0, 0]]), 0.5, "k1"), (_s, _lp, _ref.float(), _m, 0.5, "k1"),
+    (_s, _lp, _ref[:, :2], _m, 0.5, "k1"), (_s[:1], _lp, _ref, _m, 0.5, "k1"), (torch.tensor([1, 0]), _lp, _ref, _m, 0.5, "k1"),
+    (_s, _lp.long(), _ref.long(), _m, 0.5, "k1"), (_s, _lp[0], _ref[0], _m[0], 0.5, "k1"), (_s, _lp.tolist(), _ref, _m, 0.5, "k1"),
+    (torch.tensor([1.0, float("nan")], dtype=torch.float64), _lp, _ref, _m, 0.5, "k1"),
+    (_s, _lp, torch.where(_m.bool(), _ref, torch.tensor(float("-inf"), dtype=torch.float64)), _m, 0.5, "k1"),
+    (_s, _lp, _ref, _m, -0.1, "k1"), (_s, _lp, _ref, _m, float("inf"), "k1"), (_s, _lp, _ref, _m, "0.5", "k1"),
+    (_s, _lp, _ref, _m, 0.5, "k2"), (_s, _lp, _ref, _m, 0.5, None),
+]
+for _args in _bad_calls:
+    try:
+        token_level_rewards(*_args)
+    except ValueError:
+        continue
+    raise AssertionError("an invalid input was accepted")
+
+# %% hidden exercise=token_level_rewards points=2 name=rewards_generated_batches_agree_with_reference
+# hint: any batch size, length, mask (left, right or inner padding), estimator and coefficient: the same rewards, KL, positions and mean.
+from hypothesis import strategies as st
+
+
+@st.composite
+def _reward_batches(draw):
+    batch, time = draw(st.integers(1, 3)), draw(st.integers(1, 6))
+    rows = []
+    for _ in range(batch):
+        row = draw(st.lists(st.integers(0, 1), min_size=time, max_size=time))
+        if not any(row):
+            row[draw(st.integers(0, time - 1))] = 1
+        rows.append(row)
+    mask = torch.tensor(rows, dtype=draw(st.sampled_from([torch.bool, torch.long, torch.int32])))
+    values = st.floats(-6.0, 0.0, allow_nan=False)
+    log_probs = torch.tensor(draw(st.lists(st.lists(values, min_size=time, max_size=time), min_size=batch, max_size=batch)),
+                             dtype=torch.float64)
+    ref = torch.tensor(draw(st.lists(st.lists(values, min_size=time, max_size=time), min_size=batch, max_size=batch)),
+                       dtype=torch.float64)
+    scores = torch.tensor(draw(st.lists(st.floats(-2.0, 2.0), min_size=batch, max_size=batch)), dtype=torch.float64)
+    coefficient = draw(st.sampled_from([0.0, 0.05, 0.3, 1, 2.5]))
+    return scores, log_probs, ref, mask, coefficient, draw(st.sampled_from(["k1", "k3"]))
+
+
+reference.agrees("token_level_rewards", _reward_batches(), cases=80)
+
+# %% hidden exercise=token_level_rewards points=2 name=rewards_generated_defects_agree_with_reference
+# hint: a valid batch gets the reference's result; a batch with one defect anywhere (mask, shape, dtype, a non-finite value, the coefficient, the estimator) is refused with ValueError.
+from hypothesis import strategies as st
+
+_defects = {
+    "float_mask": lambda a: {**a, "response_mask": a["response_mask"].double()},
+    "mask_value_two": lambda a: {**a, "response_mask": a["response_mask"] * 2},
+    "empty_row": lambda a: {**a, "response_mask": torch.cat([a["response_mask"][:-1], torch.zeros_like(a["response_mask"][-1:])])},
+    "ref_dtype": lambda a: {**a, "ref_log_probs": a["ref_log_probs"].float()},
+    "ref_shape": lambda a: {**a, "ref_log_probs": a["ref_log_probs"][:, :-1]},
+    "scores_shape": lambda a: {**a, "scores": a["scores"][None]},
+    "scores_int": lambda a: {**a, "scores": a["scores"].long()},
+    "nan_log_prob": lambda a: {**a, "log_probs": torch.full_like(a["log_probs"], float("nan"))},
+    "inf_score": lambda a: {**a, "scores": torch.full_like(a["scores"], float("inf"))},
+    "negative_coef": lambda a: {**a, "kl_coef": -0.5},
+    "bool_coef": lambda a: {**a, "kl_coef": False},
+    "nan_coef": lambda a: {**a, "kl_coef": float("nan")},
+    "estimator": lambda a: {**a, "estimator": "low_var_kl"},
+    "one_dim": lambda a: {**a, "log_probs": a["log_probs"][0], "ref_log_probs": a["ref_log_probs"][0],
+                          "response_mask": a["response_mask"][0]},
+}
+
+
+@st.composite
+def _broken(draw):
+    time = draw(st.integers(2, 5))
+    batch = draw(st.integers(1, 3))
+    args = {"scores": torch.linspace(-1, 1, batch, dtype=torch.float64),
+            "log_probs": -torch.rand(batch, time, dtype=torch.float64, generator=torch.Generator().manual_seed(time)),
+            "ref_log_probs": -torch.rand(batch, time, dtype=torch.float64, generator=torch.Generator().manual_seed(batch)),
+            "response_mask": torch.ones(batch, time, dtype=torch.long), "kl_coef": 0.2, "estimator": "k1"}
+    if draw(st.integers(0, 3)):  # one case in four stays valid, so a body that only raises cannot pass
+        args = _defects[draw(st.sampled_from(sorted(_defects)))](args)
+    return (args["scores"], args["log_probs"], args["ref_log_probs"], args["response_mask"], args["kl_coef"],
+            args["estimator"])
+
+
+reference.agrees("token_level_rewards", _broken(), cases=60)
+
+# %% hidden exercise=gae_advantages points=1 name=recursion_matches_hand_computation
+# hint: delta = r + gamma * V(next valid) - V, A = delta + gamma * lam * A(next valid), nothing after the last valid token; returns = A + V.
+_rewards = torch.tensor([[0.1, -0.2, 1.0]], dtype=torch.float64)
+_values = torch.tensor([[0.5, 0.4, 0.8]], dtype=torch.float64)
+_out = gae_advantages(_rewards, _values, torch.ones(1, 3, dtype=torch.long), 0.9, 0.8)
+_d2 = 1.0 - 0.8
+_d1 = -0.2 + 0.9 * 0.8 - 0.4
+_d0 = 0.1 + 0.9 * 0.4 - 0.5
+_a2, _a1 = _d2, _d1 + 0.72 * _d2
+_a0 = _d0 + 0.72 * _a1
+assert torch.allclose(_out["advantages"], torch.tensor([[_a0, _a1, _a2]], dtype=torch.float64), rtol=1e-12, atol=1e-12)
+assert torch.allclose(_out["returns"], torch.tensor([[_a0 + 0.5, _a1 + 0.4, _a2 + 0.8]], dtype=torch.float64), atol=1e-12)
+
+# %% hidden exercise=gae_advantages points=1 name=masked_positions_are_skipped_not_discounted
+# hint: a masked position is not a step: the next value of a valid token is the value of the next valid token, with one discount.
+_rewards = torch.tensor([[0.0, 0.0, 0.0, 0.0, 2.0]], dtype=torch.float64)
+_values = torch.tensor([[0.3, 5.0, 5.0, 0.6, 0.9]], dtype=torch.float64)
+_holes = gae_advantages(_rewards, _values, torch.tensor([[1, 0, 0, 1, 1]]), 0.5, 0.5)
+_dense = gae_advantages(_rewards[:, [0, 3, 4]], _values[:, [0, 3, 4]], torch.ones(1, 3, dtype=torch.long), 0.5, 0.5)
+assert torch.allclose(_holes["advantages"][:, [0, 3, 4]], _dense["advantages"], atol=1e-12)
+assert torch.allclose(_holes["returns"][:, [0, 3, 4]], _dense["returns"], atol=1e-12)
+assert torch.allclose(_dense["advantages"][0], torch.tensor([0.03125, 0.125, 1.1], dtype=torch.float64), atol=1e-12)
+assert float(_holes["advantages"][0, 1:3].abs().max()) == 0.0 and float(_holes["returns"][0, 1:3].abs().max()) == 0.0
+
+# %% hidden exercise=gae_advantages points=1 name=masked_rewards_and_values_never_used
+# hint: changing the reward or value at a masked position changes nothing at any position.
+_mask = torch.tensor([[1, 1, 1, 0, 0], [0, 1, 0, 1, 1]])
+_rewards = torch.tensor([[0.0, 0.2, 1.0, 0.0, 0.0], [0.0, 0.1, 0.0, -0.3, 1.0]], dtype=torch.float64)
+_values = torch.tensor([[0.2, 0.3, 0.4, 0.0, 0.0], [0.0, 0.5, 0.0, 0.6, 0.7]], dtype=torch.float64)
+_clean = gae_advantages(_rewards, _values, _mask, 0.95, 0.9)
+assert math.isclose(float(_clean["advantages"][0, 2]), 0.6, rel_tol=1e-12)
+assert math.isclose(float(_clean["advantages"][1, 4]), 0.3, rel_tol=1e-12)
+_noise = torch.where(_mask.bool(), torch.zeros_like(_rewards), torch.full_like(_rewards, 3.0))
+_dirty = gae_advantages(_rewards + _noise, _values - _noise, _mask, 0.95, 0.9)
+assert torch.allclose(_clean["advantages"], _dirty["advantages"], atol=1e-12)
+assert torch.allclose(_clean["returns"], _dirty["returns"], atol=1e-12)
+
+# %% hidden exercise=gae_advantages points=1 name=lambda_limits_and_empty_rows
+# hint: lam = 1 with gamma = 1 gives the rewards still to come minus V, lam = 0 the one-step error; a row with no valid token is all 0.
+_rewards = torch.tensor([[0.5, 0.0, 1.0], [4.0, 4.0, 4.0]], dtype=torch.float64)
+_values = torch.tensor([[0.1, 0.2, 0.3], [1.0, 1.0, 1.0]], dtype=torch.float64)
+_mask = torch.tensor([[True, True, True], [False, False, False]])
+_mc = gae_advantages(_rewards, _values, _mask, 1, 1)
+assert torch.allclose(_mc["advantages"][0], torch.tensor([1.4, 0.8, 0.7], dtype=torch.float64), atol=1e-12)
+_td = gae_advantages(_rewards, _values, _mask, 1.0, 0)
+assert torch.allclose(_td["advantages"][0], torch.tensor([0.6, 0.1, 0.7], dtype=torch.float64), atol=1e-12)
+assert float(_mc["advantages"][1].abs().max()) == 0.0 and float(_mc["returns"][1].abs().max()) == 0.0
+_float32 = gae_advantages(_rewards.float(), _values.float(), _mask, 1.0, 1.0)
+assert _float32["advantages"].dtype == torch.float32 and _float32["returns"].dtype == torch.float32
+
+# %% hidden exercise=gae_advantages points=1 name=gae_invalid_inputs_refused_valid_ones_scored
+# hint: check both tensors, the mask, finiteness and gamma and lam in [0, 1] (bools refused) before the recursion.
+_r = torch.tensor([[0.0, 1.0]], dtype=torch.float64)
+_v = torch.tensor([[0.25, 0.5]], dtype=torch.float64)
+_m = torch.tensor([[1, 1]])
+_good = gae_advantages(_r, _v, _m, 1.0, 1.0)
+assert torch.allclose(_good["advantages"], torch.tensor([[0.75, 0.5]], dtype=torch.float64))
+_bad_calls = [
+    (_r, _v.float(), _m, 1.0, 1.0), (_r, _v[:, :1], _m, 1.0, 1.0), (_r.long(), _v.long(), _m, 1.0, 1.0),
+    (_r[0], _v[0], _m[0], 1.0, 1.0), (_r, _v, _m.float(), 1.0, 1.0), (_r, _v, _m - 2, 1.0, 1.0),
+    (_r, _v, _m[:, :1], 1.0, 1.0), (_r, torch.tensor([[0.25, float("nan")]], dtype=torch.float64), _m, 1.0, 1.0),
+    (torch.tensor([[float("inf"), 1.0]], dtype=torch.float64), _v, _m, 1.0, 1.0), (_r, _v, _m, 1.5, 1.0),
+    (_r, _v, _m, 1.0, -0.1), (_r, _v, _m, True, 1.0), (_r, _v, _m, 1.0, False), (_r, _v, _m, float("nan"), 0.5),
+    (_r, _v, _m, "1", 0.5), ([[0.0, 1.0]], _v, _m, 1.0, 1.0), (torch.zeros(0, 2, dtype=torch.float64),
+                                                              torch.zeros(0, 2, dtype=torch.float64),
+                                                              torch.zeros(0, 2, dtype=torch.long), 1.0, 1.0),
+]
+for _args in _bad_calls:
+    try:
+        gae_advantages(*_args)
+    except ValueError:
+        continue
+    raise AssertionError("an invalid input was accepted")
+
+# %% hidden exercise=gae_advantages points=2 name=gae_generated_signals_agree_with_reference
+# hint: any rewards, values, mask, gamma and lambda: the same advantages and returns, 0 at masked positions.
+from hypothesis import strategies as st
+
+
+@st.composite
+def _gae_inputs(draw):
+    batch, time = draw(st.integers(1, 3)), draw(st.integers(1, 7))
+    numbers = st.floats(-3.0, 3.0, allow_nan=False)
+    grid = lambda: torch.tensor(draw(st.lists(st.lists(numbers, min_size=time, max_size=time), min_size=batch,
+                                              max_size=batch)), dtype=torch.float64)
+    mask = torch.tensor(draw(st.lists(st.lists(st.integers(0, 1), min_size=time, max_size=time), min_size=batch,
+                                      max_size=batch)), dtype=draw(st.sampled_from([torch.bool, torch.long])))
+    gamma = draw(st.sampled_from([0.0, 0.5, 0.9, 0.99, 1.0, 1]))
+    lam = draw(st.sampled_from([0.0, 0.3, 0.95, 1.0, 0]))
+    return grid(), grid(), mask, gamma, lam
+
+
+reference.agrees("gae_advantages", _gae_inputs(), cases=80)
+
+# %% hidden exercise=gae_advantages points=2 name=gae_generated_defects_agree_with_reference
+# hint: a valid call gets the reference's result; a call with one defect (dtype, shape, mask, a non-finite value, gamma or lam out of range or a bool) is refused with ValueError.
+from hypothesis import strategies as st
+
+_defects = {
+    "values_dtype": lambda a: {**a, "values": a["values"].float()},
+    "values_shape": lambda a: {**a, "values": a["values"][:, 1:]},
+    "int_rewards": lambda a: {**a, "rewards": a["rewards"].long(), "values": a["values"].long()},
+    "float_mask": lambda a: {**a, "response_mask": a["response_mask"].float()},
+    "mask_minus_one": lambda a: {**a, "response_mask": -a["response_mask"]},
+    "nan_value": lambda a: {**a, "values": a["values"] * float("nan")},
+    "gamma_high": lambda a: {**a, "gamma": 1.01},
+    "lam_negative": lambda a: {**a, "lam": -0.5},
+    "gamma_bool": lambda a: {**a, "gamma": True},
+    "lam_none": lambda a: {**a, "lam": None},
+    "list_rewards": lambda a: {**a, "rewards": a["rewards"].tolist()},
+}
+
+
+@st.composite
+def _broken(draw):
+    batch, time = draw(st.integers(1, 3)), draw(st.integers(2, 5))
+    args = {"rewards": torch.linspace(-1, 1, batch * time, dtype=torch.float64).reshape(batch, time),
+            "values": torch.linspace(0, 1, batch * time, dtype=torch.float64).reshape(batch, time),
+            "response_mask": torch.ones(batch, time, dtype=torch.long), "gamma": 0.9, "lam": 0.8}
+    if draw(st.integers(0, 3)):  # one case in four stays valid, so a body that only raises cannot pass
+        args = _defects[draw(st.sampled_from(sorted(_defects)))](args)
+    return args["rewards"], args["values"], args["response_mask"], args["gamma"], args["lam"]
+
+
+reference.agrees("gae_advantages", _broken(), cases=50)
+
+# %% hidden exercise=whiten_and_gate points=1 name=statistics_from_valid_tokens_only
+# hint: the mean and the unbiased variance come from the valid positions; what sits at masked positions does not matter, and they are 0 afterwards.
+_mask = torch.tensor([[1, 1, 1, 0], [1, 0, 1, 0]])
+_adv = torch.tensor([[1.0, 2.0, 3.0, 100.0], [4.0, -50.0, 5.0, 7.0]], dtype=torch.float64)
+_out = whiten_and_gate(_adv, _mask, torch.zeros_like(_adv), 0.0, torch.ones(2, dtype=torch.float64))
+_valid = torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0], dtype=torch.float64)
+assert math.isclose(_out["advantage_mean"], 3.0, rel_tol=1e-12)
+assert math.isclose(_out["advantage_std"], math.sqrt(2.5), rel_tol=1e-12)
+_expected = (_valid - 3.0) / math.sqrt(2.5 + 1e-8)
+assert torch.allclose(_out["whitened"][_mask.bool()], _expected, rtol=1e-12, atol=1e-12)
+assert float(_out["whitened"][~_mask.bool()].abs().max()) == 0.0
+assert _out["reasons"] == [] and _out["decision"] == "accept"
+
+# %% hidden exercise=whiten_and_gate points=1 name=epsilon_inside_the_square_root
+# hint: whitened = (a - m) / sqrt(v + 1e-8): for advantages that barely differ, the epsilon keeps them small instead of blowing them up to +-0.7.
+_adv = torch.tensor([[1.0, 1.0 + 1e-5]], dtype=torch.float64)
+_out = whiten_and_gate(_adv, torch.ones(1, 2, dtype=torch.long), torch.zeros_like(_adv), 0.0, torch.tensor([1.0], dtype=torch.float64))
+_v = 5e-11
+assert math.isclose(float(_out["whitened"][0, 1]), 5e-6 / math.sqrt(_v + 1e-8), rel_tol=1e-6)
+assert abs(float(_out["whitened"][0, 1])) < 0.1
+assert _out["reasons"] == []
+
+# %% hidden exercise=whiten_and_gate points=1 name=kl_share_limit_is_inclusive
+# hint: share = P / (P + S) with P = kl_coef * sum|kl| over valid tokens and S = sum|scores|; a share equal to the limit passes, one above it is rejected.
+_mask = torch.tensor([[1, 1, 0]])
+_adv = torch.tensor([[0.5, -0.5, 0.0]], dtype=torch.float64)
+_kl = torch.tensor([[0.25, -0.25, 40.0]], dtype=torch.float64)
+_scores = torch.tensor([-1.0], dtype=torch.float64)
+_at = whiten_and_gate(_adv, _mask, _kl, 2, _scores, max_kl_share=0.5)
+assert _at["kl_share"] == 0.5 and _at["reasons"] == [] and _at["decision"] == "accept"
+_above = whiten_and_gate(_adv, _mask, _kl, 2, _scores, max_kl_share=0.49)
+assert _above["reasons"] == ["kl_dominated"] and _above["decision"] == "reject"
+assert whiten_and_gate(_adv, _mask, _kl, 2, _scores, max_kl_share=1)["decision"] == "accept"
+
+# %% hidden exercise=whiten_and_gate points=1 name=zero_signal_rejected_and_reasons_ordered
+# hint: judge the raw advantages: all exactly 0 on valid tokens is "zero_advantages"; both reasons are listed, KL first; no mass at all is a share of 0.0.
+_mask = torch.tensor([[1, 1, 1, 0]])
+_zeros = torch.tensor([[0.0, 0.0, 0.0, 3.0]], dtype=torch.float64)
+_none = whiten_and_gate(_zeros, _mask, torch.zeros_like(_zeros), 0.0, torch.zeros(1, dtype=torch.float64))
+assert _none["kl_share"] == 0.0 and type(_none["kl_share"]) is float
+assert _none["reasons"] == ["zero_advantages"] and _none["decision"] == "reject"
+assert float(_none["whitened"].abs().max()) == 0.0
+_both = whiten_and_gate(_zeros, _mask, torch.ones_like(_zeros), 1.0, torch.zeros(1, dtype=torch.float64))
+assert _both["kl_share"] == 1.0 and _both["reasons"] == ["kl_dominated", "zero_advantages"]
+_tiny = whiten_and_gate(torch.tensor([[0.0, 1e-12, 0.0, 0.0]], dtype=torch.float64), _mask, torch.zeros_like(_zeros), 0.0,
+                        torch.ones(1, dtype=torch.float64))
+assert _tiny["reasons"] == [] and _tiny["decision"] == "accept"
+
+# %% hidden exercise=whiten_and_gate points=1 name=results_are_floats_and_keep_dtype
+# hint: the statistics and the share are Python floats; the whitened tensor keeps the advantages' dtype.
+_adv = torch.tensor([[0.5, -0.25], [1.0, 0.0]], dtype=torch.float32)
+_out = whiten_and_gate(_adv, torch.tensor([[True, True], [True, False]]), torch.zeros_like(_adv), 0.1,
+                       torch.tensor([1.0, 0.0], dtype=torch.float64), max_kl_share=0)
+assert _out["whitened"].dtype == torch.float32 and _out["whitened"].shape == (2, 2)
+assert all(type(_out[key]) is float for key in ("advantage_mean", "advantage_std", "kl_share"))
+assert math.isclose(_out["advantage_mean"], (0.5 - 0.25 + 1.0) / 3, rel_tol=1e-6)
+assert _out["decision"] == "accept", "a KL share of 0 is not above a limit of 0"
+
+# %% hidden exercise=whiten_and_gate points=1 name=gate_invalid_inputs_refused_valid_ones_scored
+# hint: validate the tensors, the mask (at least two valid tokens), finiteness and both numbers before whitening.
+_a = torch.tensor([[0.1, 0.2, 0.3]], dtype=torch.float64)
+_m = torch.tensor([[1, 1, 0]])
+_k = torch.zeros(1, 3, dtype=torch.float64)
+_s = torch.tensor([1.0], dtype=torch.float64)
+_good = whiten_and_gate(_a, _m, _k, 0.0, _s)
+assert torch.allclose(_good["whitened"], torch.tensor([[-0.05, 0.05, 0.0]], dtype=torch.float64) / math.sqrt(0.005 + 1e-8))
+_bad_calls = [
+    (_a, torch.tensor([[1, 0, 0]]), _k, 0.0, _s, 0.5), (_a, _m.float(), _k, 0.0, _s, 0.5), (_a, _m + 1, _k, 0.0, _s, 0.5),
+    (_a, _m, _k.float(), 0.0, _s, 0.5), (_a, _m, _k[:, :2], 0.0, _s, 0.5), (_a, _m, _k, 0.0, _s.repeat(2), 0.5),
+    (_a, _m, _k, 0.0, torch.tensor([1]), 0.5), (_a.long(), _m, _k.long(), 0.0, _s, 0.5), (_a[0], _m[0], _k[0], 0.0, _s, 0.5),
+    (_a, _m, _k, -1.0, _s, 0.5), (_a, _m, _k, True, _s, 0.5), (_a, _m, _k, 0.0, _s, 1.5), (_a, _m, _k, 0.0, _s, -0.1),
+    (_a, _m, _k, 0.0, _s, False), (_a, _m, _k, 0.0, _s, float("nan")), (_a * float("nan"), _m, _k, 0.0, _s, 0.5),
+    (_a, _m, _k + float("inf"), 0.0, _s, 0.5), (_a, _m, _k, 0.0, _s * float("inf"), 0.5),
+]
+for _args in _bad_calls:
+    try:
+        whiten_and_gate(*_args)
+    except ValueError:
+        continue
+    raise AssertionError("an invalid input was accepted")
+
+# %% hidden exercise=whiten_and_gate points=2 name=gate_generated_signals_agree_with_reference
+# hint: any advantages, mask, KL, coefficient, scores and limit: the same whitened tensor, statistics, share, reasons and decision.
+from hypothesis import strategies as st
+
+
+@st.composite
+def _gate_inputs(draw):
+    batch, time = draw(st.integers(1, 3)), draw(st.integers(2, 6))
+    rows = [draw(st.lists(st.integers(0, 1), min_size=time, max_size=time)) for _ in range(batch)]
+    rows[0][0], rows[0][1] = 1, 1
+    numbers = st.one_of(st.just(0.0), st.floats(-2.0, 2.0, allow_nan=False))
+    zero = draw(st.integers(0, 4)) == 0
+    grid = lambda: torch.tensor(draw(st.lists(st.lists(numbers, min_size=time, max_size=time), min_size=batch,
+                                              max_size=batch)), dtype=torch.float64)
+    advantages = torch.zeros(batch, time, dtype=torch.float64) if zero else grid()
+    scores = torch.tensor(draw(st.lists(numbers, min_size=batch, max_size=batch)), dtype=torch.float64)
+    coefficient = draw(st.sampled_from([0.0, 0.1, 1, 5.0]))
+    limit = draw(st.sampled_from([0.0, 0.25, 0.5, 1.0, 1]))
+    return advantages, torch.tensor(rows, dtype=draw(st.sampled_from([torch.bool, torch.long]))), grid(), coefficient, scores, limit
+
+
+reference.agrees("whiten_and_gate", _gate_inputs(), cases=80)
+
+# %% hidden exercise=whiten_and_gate points=2 name=gate_generated_defects_agree_with_reference
+# hint: a valid call gets the reference's result; a call with one defect (fewer than two valid tokens, dtype, shape, a non-finite value, a number out of range or a bool) is refused with ValueError.
+from hypothesis import strategies as st
+
+def _one_valid(args):
+    mask = torch.zeros_like(args["response_mask"])
+    mask[-1, -1] = 1
+    return {**args, "response_mask": mask}
+
+
+_defects = {
+    "one_valid": _one_valid,
+    "kl_dtype": lambda a: {**a, "kl": a["kl"].float()},
+    "kl_shape": lambda a: {**a, "kl": a["kl"][:, :-1]},
+    "scores_shape": lambda a: {**a, "scores": a["scores"][:-1] if len(a["scores"]) > 1 else a["scores"][None]},
+    "mask_float": lambda a: {**a, "response_mask": a["response_mask"].double()},
+    "nan_advantage": lambda a: {**a, "advantages": a["advantages"] + float("nan")},
+    "inf_kl": lambda a: {**a, "kl": a["kl"] - float("inf")},
+    "coef_negative": lambda a: {**a, "kl_coef": -0.01},
+    "coef_bool": lambda a: {**a, "kl_coef": True},
+    "limit_high": lambda a: {**a, "max_kl_share": 1.0001},
+    "limit_bool": lambda a: {**a, "max_kl_share": True},
+}
+
+
+@st.composite
+def _broken(draw):
+    batch, time = draw(st.integers(1, 3)), draw(st.integers(2, 5))
+    args = {"advantages": torch.linspace(-1, 1, batch * time, dtype=torch.float64).reshape(batch, time),
+            "response_mask": torch.ones(batch, time, dtype=torch.long),
+            "kl": torch.full((batch, time), 0.1, dtype=torch.float64), "kl_coef": 0.5,
+            "scores": torch.ones(batch, dtype=torch.float64), "max_kl_share": 0.5}
+    if draw(st.integers(0, 3)):  # one case in four stays valid, so a body that only raises cannot pass
+        args = _defects[draw(st.sampled_from(sorted(_defects)))](args)
+    return (args["advantages"], args["response_mask"], args["kl"], args["kl_coef"], args["scores"], args["max_kl_share"])
+
+
+reference.agrees("whiten_and_gate", _broken(), cases=50)

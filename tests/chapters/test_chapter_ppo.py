@@ -1,0 +1,103 @@
+"""Chapter 16's library: the example, the figures, the resident account and the framework checks."""
+
+from __future__ import annotations
+
+import math
+
+import matplotlib
+import pytest
+import torch
+
+matplotlib.use("Agg")
+
+from chapter_factory import REPO_ROOT
+from tools.chapters import ppo as chapter
+from tools.chapters import tensor_checks
+from tools.core.catalog import find_chapter
+from tools.course.cells import read_notebook
+from tools.course.grader.build import reference_source
+from tools.experiments.reward import resident
+
+EXERCISES = ("ppo_policy_loss", "ppo_value_loss", "ppo_resident_memory")
+
+
+@pytest.fixture(scope="module")
+def reference():
+    """The notebook's reference implementations, with the names its setup cell imports."""
+    notebook = read_notebook(find_chapter("16", REPO_ROOT).notebook_path(REPO_ROOT))
+    namespace = {"math": math, "torch": torch, "PROJECTIONS": resident.PROJECTIONS,
+                 **{name: getattr(tensor_checks, name) for name in dir(tensor_checks) if name.startswith("check_")}}
+    for name in EXERCISES:
+        exec(reference_source(notebook, name), namespace)
+    return {name: namespace[name] for name in EXERCISES}
+
+
+@pytest.mark.slow  # imports verl (several seconds)
+def test_losses_match_verl_and_a_sequence_mean_does_not(reference):
+    result = chapter.compare_with_verl(chapter.example_batch(), reference)
+    assert result["matches"] and result["max_abs_diff"] <= chapter.FRAMEWORK_TOLERANCE
+    assert result["verl"]["clip_fraction"] == pytest.approx(0.5) and result["verl"]["value_clip_fraction"] == pytest.approx(2 / 12)
+
+    def sequence_mean(log_probs, old_log_probs, advantages, response_mask, clip_ratio=0.2):
+        rows = [reference["ppo_policy_loss"](log_probs[i:i + 1], old_log_probs[i:i + 1], advantages[i:i + 1],
+                                             response_mask[i:i + 1], clip_ratio) for i in range(log_probs.shape[0])]
+        return {"loss": sum(row["loss"] for row in rows) / len(rows),
+                "clip_fraction": sum(row["clip_fraction"] for row in rows) / len(rows),
+                "approx_kl": sum(row["approx_kl"] for row in rows) / len(rows)}
+
+    wrong = chapter.compare_with_verl(chapter.example_batch(), {**reference, "ppo_policy_loss": sequence_mean})
+    assert not wrong["matches"] and wrong["policy_abs_diff"]["loss"] > 1e-3
+
+
+@pytest.mark.slow  # imports verl (several seconds)
+def test_random_batches_match_verl(reference):
+    generator = torch.Generator().manual_seed(3)
+    for _ in range(3):
+        old = -torch.rand(4, 6, generator=generator, dtype=torch.float64) * 3
+        mask = (torch.rand(4, 6, generator=generator) > 0.25).long()
+        mask[:, 0] = 1
+        batch = {"log_probs": old + (torch.rand(4, 6, generator=generator, dtype=torch.float64) - 0.5),
+                 "old_log_probs": old, "advantages": torch.randn(4, 6, generator=generator, dtype=torch.float64),
+                 "values": torch.randn(4, 6, generator=generator, dtype=torch.float64),
+                 "old_values": torch.randn(4, 6, generator=generator, dtype=torch.float64),
+                 "returns": torch.randn(4, 6, generator=generator, dtype=torch.float64), "response_mask": mask}
+        assert chapter.compare_with_verl(batch, reference, clip_ratio=0.15, clip_range=0.3)["matches"]
+
+
+@pytest.mark.slow  # builds Qwen2 models on the meta device three times
+def test_parameter_counts_match_transformers_and_peft(reference):
+    counts = chapter.compare_parameter_counts(reference["ppo_resident_memory"])
+    assert counts["matches"] and counts["libraries"]["causal_lm"] == 494032768
+    untied = {**resident.QWEN25_05B_CONFIG, "tie_word_embeddings": False, "num_hidden_layers": 2}
+    assert chapter.compare_parameter_counts(reference["ppo_resident_memory"], untied, 4, resident.PROJECTIONS)["matches"]
+
+    def no_biases(config, setup, gpu_gib):
+        out = reference["ppo_resident_memory"](config, setup, gpu_gib)
+        layers, kv = config["num_hidden_layers"], config["num_key_value_heads"] * config["hidden_size"] // config[
+            "num_attention_heads"]
+        bias = layers * (config["hidden_size"] + 2 * kv)
+        return {**out, "parameters": {**out["parameters"], "causal_lm": out["parameters"]["causal_lm"] - bias}}
+
+    assert not chapter.compare_parameter_counts(no_biases)["matches"]
+
+
+@pytest.mark.parametrize("name", list(chapter.PPO_SETUPS))
+def test_stage_account_agrees_with_the_chapter_reference(reference, name):
+    setup = chapter.PPO_SETUPS[name]
+    assert resident.resident_account(resident.QWEN25_05B_CONFIG, setup, 24) == reference["ppo_resident_memory"](
+        dict(resident.QWEN25_05B_CONFIG), dict(setup), 24)
+
+
+def test_lora_and_a_shared_reference_shrink_the_account():
+    totals = [resident.resident_account(resident.QWEN25_05B_CONFIG, setup, 24)["total_bytes"]
+              for setup in chapter.PPO_SETUPS.values()]
+    assert totals[0] > totals[1] > totals[2]
+    assert totals[1] - totals[2] == 2 * 494032768, "sharing removes exactly the reference's bf16 weights"
+
+
+def test_figures_draw():
+    accounts = {name: resident.resident_account(resident.QWEN25_05B_CONFIG, setup, 24)
+                for name, setup in chapter.PPO_SETUPS.items()}
+    for figure in (chapter.draw_roles(), chapter.draw_clipped_objective(0.2), chapter.draw_resident(accounts, 24)):
+        assert figure.axes
+        matplotlib.pyplot.close(figure)

@@ -1,0 +1,17 @@
+"""The online RL experiments in the experiment registry (see tools.experiments.registry)."""
+
+from __future__ import annotations
+
+from tools.experiments.registry import DeviceStep, Experiment
+
+EXPERIMENTS = (
+    Experiment(
+        name="grpo_rlvr",
+        title="GRPO with the verifier integer-answer-v1: a minimal vs an extended candidate group",
+        chapters=("18",),
+        runner="tools.experiments.online_rl.grpo_stage:run",
+        variants=("minimal", "extended"),
+        run_modes=("dry_run", "cpu_smoke", "real_gpu"),
+        device_steps=(DeviceStep("grpo_18", "grpo_rlvr", order=60, chapter="18", max_s=240),),
+    ),
+)

@@ -1,0 +1,141 @@
+"""Chapter 18's stage: GRPO with the verifier integer-answer-v1, a minimal vs an extended candidate group.
+
+Each variant starts from the same weights (the model is loaded afresh), measures held-out exact match,
+runs GRPO steps on training tasks and measures again; one write-once record per variant (status ok,
+oom or failed), then a decision record computed from them with their lineage. The decision never picks
+a group size from the clip rate: the clip rate says how far the policy moved, not whether it got better.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from tools.data.arithmetic import generate_tasks
+from tools.experiments.online_rl.grpo import PACKAGE_MECHANISM, GrpoSettings, Mechanism, run_grpo
+from tools.experiments.online_rl.models import load_quietly
+from tools.measure.sampler import ResourceSampler, peaks
+
+VARIANTS = {"minimal": 2, "extended": 6}
+"""Variant -> candidates sampled per prompt."""
+SCHEMA = "grpo-rlvr-variant/v1"
+DECISION_SCHEMA = "grpo-rlvr-decision/v1"
+MIB = 2 ** 20
+MIN_EXACT_MATCH_GAIN = 0.05
+"""A variant is accepted when held-out exact match rises by at least this much (absolute)."""
+PLANS = {
+    "cpu_smoke": {"steps": 8, "prompts_per_step": 4, "updates_per_batch": 2, "learning_rate": 2e-3,
+                  "max_new_tokens": 6, "train_seed": 101, "eval_seed": 20240601, "per_operation": 4},
+    "real_gpu": {"steps": 4, "prompts_per_step": 2, "updates_per_batch": 1, "learning_rate": 1e-5,
+                 "max_new_tokens": 16, "train_seed": 101, "eval_seed": 20240601, "per_operation": 2},
+}
+"""Per run mode; real_gpu follows the original course's scale: 2 prompts, 4 updates."""
+
+
+def stage_names(variants) -> list[str]:
+    return [f"grpo_{variant}" for variant in variants] + ["decision"]
+
+
+def settings_for(run_mode: str, variant: str, seed: int, overrides: dict | None = None) -> tuple[GrpoSettings, dict]:
+    plan = {**PLANS["real_gpu" if run_mode == "real_gpu" else "cpu_smoke"], **(overrides or {})}
+    settings = GrpoSettings(group_size=VARIANTS[variant], steps=plan["steps"], prompts_per_step=plan["prompts_per_step"],
+                            updates_per_batch=plan["updates_per_batch"], learning_rate=plan["learning_rate"],
+                            max_new_tokens=plan["max_new_tokens"], seed=seed)
+    return settings, plan
+
+
+def run_variant(model_id: str, model_source: str, device: str, variant: str, seed: int, run_mode: str,
+                overrides: dict | None = None, mechanism: Mechanism = PACKAGE_MECHANISM,
+                log: Callable | None = None) -> dict:
+    """One variant from fresh weights; the body of its record (measurements, or the failure as a status)."""
+    import torch
+
+    settings, plan = settings_for(run_mode, variant, seed, overrides)
+    train = generate_tasks(plan["train_seed"], plan["per_operation"])
+    held_out = generate_tasks(plan["eval_seed"], plan["per_operation"])
+    model, tokenizer, identity = load_quietly(model_id, model_source, device)
+    cuda = device.startswith("cuda")
+    body = {"variant": variant, "group_size": settings.group_size, "settings": settings.public(), "model": identity,
+            "tasks": {"train_seed": plan["train_seed"], "eval_seed": plan["eval_seed"], "train": len(train),
+                      "held_out": len(held_out)}}
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    sampler = ResourceSampler(device="cuda" if cuda else "cpu")
+    started = time.perf_counter()
+    try:
+        with sampler:
+            result = run_grpo(model, tokenizer, train, held_out, settings, mechanism, log=log)
+    except torch.OutOfMemoryError as error:
+        return {**body, "status": "oom", "error": str(error).splitlines()[0]}
+    samples = sampler.snapshot()
+    return {**body, "status": "ok", "error": None, **result, "seconds": time.perf_counter() - started,
+            "peak_allocated_mib": torch.cuda.max_memory_allocated() / MIB if cuda else None,
+            "sampled": {**peaks(samples), **sampler.summary()}}
+
+
+def variant_summary(record: dict) -> dict:
+    """What the decision reads from a variant record."""
+    if record.get("status") != "ok":
+        return {"variant": record["variant"], "status": record.get("status"), "exact_match_gain": None}
+    updates = [update for step in record["steps"] for update in step["updates"]]
+    return {"variant": record["variant"], "status": "ok", "group_size": record["group_size"],
+            "exact_match_before": record["before"]["exact_match"], "exact_match_after": record["after"]["exact_match"],
+            "exact_match_gain": record["after"]["exact_match"] - record["before"]["exact_match"],
+            "scoreable_share_mean": sum(step["scoreable_share"] for step in record["steps"]) / len(record["steps"]),
+            "updates": len(updates),
+            "clip_rate_mean": sum(update["clip_rate"] for update in updates) / len(updates) if updates else None}
+
+
+def decide(summaries: list[dict]) -> dict:
+    """Per-variant verdicts and the stage's; a group size is named only from held-out exact match."""
+    verdicts = {}
+    for item in summaries:
+        if item["status"] != "ok":
+            verdicts[item["variant"]] = {"decision": "reject", "reason": f"status {item['status']}"}
+        elif item["updates"] == 0:
+            verdicts[item["variant"]] = {"decision": "reject", "reason": "no scoreable group: nothing was updated"}
+        elif item["exact_match_gain"] >= MIN_EXACT_MATCH_GAIN:
+            verdicts[item["variant"]] = {"decision": "accept_mechanism",
+                                         "reason": f"held-out exact match +{item['exact_match_gain']:.3f}"}
+        else:
+            verdicts[item["variant"]] = {"decision": "tune",
+                                         "reason": f"held-out exact match {item['exact_match_gain']:+.3f}, below "
+                                                   f"+{MIN_EXACT_MATCH_GAIN}"}
+    accepted = [item for item in summaries if verdicts[item["variant"]]["decision"] == "accept_mechanism"]
+    gains = sorted((item["exact_match_gain"] for item in accepted), reverse=True)
+    if len(accepted) >= 2 and gains[0] - gains[1] < MIN_EXACT_MATCH_GAIN:
+        choice = {"group_size": None, "reason": "the accepted variants' held-out gains differ by less than "
+                                                f"{MIN_EXACT_MATCH_GAIN}; the clip rate is not a quality signal"}
+    elif accepted:
+        best = max(accepted, key=lambda item: item["exact_match_gain"])
+        choice = {"group_size": best["group_size"], "reason": f"largest held-out gain ({best['variant']}); clip rate "
+                                                              "not used"}
+    else:
+        choice = {"group_size": None, "reason": "no variant improved held-out exact match"}
+    stage = "accept_mechanism" if accepted else ("tune" if any(v["decision"] == "tune" for v in verdicts.values())
+                                                 else "reject")
+    return {"decision": stage, "variants": verdicts, "group_size_choice": choice, "clip_rate_used": False}
+
+
+def run(plan, sink, *, log: Callable | None = None) -> None:
+    """The contract runner: the plan's variants (default both), then the decision record."""
+    variants = tuple(plan.variants) or tuple(VARIANTS)
+    sink.require_new(stage_names(variants))
+    seed = plan.seeds[0] if plan.seeds else 0
+    say = log or (lambda _: None)
+    if not plan.writes:
+        for variant in variants:
+            settings, _ = settings_for(plan.run_mode, variant, seed, dict(plan.options))
+            say(f"would run GRPO variant {variant}: {settings.public()} on {plan.model} ({plan.model_source})")
+        return
+    summaries, lineage = [], []
+    for variant in variants:
+        say(f"variant {variant} (group size {VARIANTS[variant]})")
+        body = run_variant(plan.model, plan.model_source, plan.device, variant, seed, plan.run_mode,
+                           dict(plan.options), log=say)
+        path, _ = sink.save_record(f"grpo_{variant}", body, schema_version=SCHEMA)
+        lineage.append(sink.lineage(path))
+        summaries.append(variant_summary(body))
+    sink.save_record("decision", {"measurement": "decision computed from the variant records", "lineage": lineage,
+                                  "summaries": summaries, "decision": decide(summaries)},
+                     schema_version=DECISION_SCHEMA)

@@ -1,0 +1,45 @@
+"""The preference experiments in the experiment registry: chapter 17's DPO beta sweep (a GPU-batch step), and
+PT-KTO's binary-label runs and 51's online rounds (CPU: the original course registered no GPU result for them)."""
+
+from __future__ import annotations
+
+from tools.experiments.registry import DeviceStep, Experiment
+
+
+def add_dpo_arguments(parser) -> None:
+    """The sweep's own knobs (None keeps the run mode's default)."""
+    parser.add_argument("--pairs", type=int, default=None, help="preference pairs to train on")
+    parser.add_argument("--steps", type=int, default=None, help="full-batch DPO updates per beta")
+    parser.add_argument("--learning-rate", dest="learning_rate", type=float, default=None)
+
+
+EXPERIMENTS = (
+    Experiment(
+        name="dpo_beta_sweep",
+        title="DPO on pairs from the model's own samples, beta 0.05 / 0.10 / 0.30 from the same start",
+        chapters=("17",),
+        runner="tools.experiments.preference.dpo_sweep:run",
+        stages=("sweep",),
+        default_stage="sweep",
+        variants="tools.experiments.preference.dpo_sweep:variant_names",
+        arguments="tools.experiments.preference.experiment:add_dpo_arguments",
+        device_steps=(DeviceStep("dpo_17", "dpo_beta_sweep", order=50, stage="sweep", chapter="17", max_s=240),),
+    ),
+    Experiment(
+        name="kto_binary",
+        title="KTO from the verifier's binary labels: a balanced set, and an imbalanced one with and without weights",
+        chapters=("PT-KTO",),
+        runner="tools.experiments.preference.kto_runs:run",
+        stages=("train",),
+        default_stage="train",
+        variants="tools.experiments.preference.kto_runs:variant_names",
+    ),
+    Experiment(
+        name="online_dpo",
+        title="Online DPO rounds: the serving version's own samples, an adoption gate, a guard metric and rollback",
+        chapters=("51",),
+        runner="tools.experiments.preference.online_runs:run",
+        stages=("rounds",),
+        default_stage="rounds",
+    ),
+)
