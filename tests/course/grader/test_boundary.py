@@ -68,6 +68,9 @@ def noisy(x):
 
 def grads_seen(model, tensor):
     return [float(p.grad.flatten()[0]) for p in model.parameters()] + [float(tensor.grad[0])]
+
+def doubled(x):
+    return x * 2, torch.is_grad_enabled()
 '''
 
 
@@ -84,7 +87,7 @@ def proxies():
     learner["SETUP_ITEMS"] = ["a", "b"]
     trusted = {"SETUP_ITEMS": ["a", "b"]}
     names = ["append_and_total", "scale_", "train_step", "nll", "checked", "module_out", "uses_setup", "pure",
-             "grads_seen", "noisy", "missing"]
+             "grads_seen", "noisy", "doubled", "missing"]
     return learner_proxies(names, InProcessChannel(learner), shared_names(trusted)), trusted
 
 
@@ -192,6 +195,16 @@ def test_gradients_through_the_learners_function_come_back_on_the_arguments(prox
     backward_through(functions["nll"], logits, select=["nll"], reduce="square_sum")
     backward_through(namespace["nll"], local, select=["nll"], reduce="square_sum")
     assert torch.allclose(logits.grad, local.grad)
+
+
+def test_a_call_runs_in_the_callers_grad_mode(proxies):
+    functions, _ = proxies
+    x = torch.ones(2, requires_grad=True)
+    with torch.no_grad():
+        result, enabled = functions["doubled"](x)
+    assert enabled is False and not result.requires_grad  # as a local call under no_grad
+    result, enabled = functions["doubled"](x)
+    assert enabled is True and result.requires_grad
 
 
 def test_what_the_learners_function_prints_shows_with_the_tests_output(proxies):

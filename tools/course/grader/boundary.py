@@ -307,7 +307,7 @@ def serve_request(payload: bytes, namespace: dict, limit: int = MAX_REPLY_BYTES)
     """In the learner's process: run one request from the trusted side; return the encoded reply.
 
     Requests: `call` (one argument tuple), `call_many` (a list of them), `gradient` (one call, then
-    backward through the selected, reduced part of its result)."""
+    backward through the selected, reduced part of its result). Each runs in the caller's grad mode."""
     request = load_call(payload, namespace)
     if request.get("grads") is not None:  # pickling drops `.grad`: the arguments' gradients come as a state
         mirror((request["args"], request["kwargs"]), request["grads"])
@@ -315,6 +315,14 @@ def serve_request(payload: bytes, namespace: dict, limit: int = MAX_REPLY_BYTES)
     if function is None or not callable(function):
         error = NameError(f"name {request['name']!r} is not defined")
         return encode({"raised": exception_record(error)["exception"], "state": ("?",)}, limit)
+    torch = sys.modules.get("torch")
+    if torch is not None and request.get("grad_enabled") is not None:  # the caller's grad mode, as a local call has it
+        with torch.set_grad_enabled(bool(request["grad_enabled"])):
+            return _serve(request, function, limit)
+    return _serve(request, function, limit)
+
+
+def _serve(request: dict, function: Callable, limit: int) -> bytes:
     if request["op"] == "call":
         return _encode_reply(_outcome(function, request["args"], request["kwargs"]), limit)
     if request["op"] == "call_many":
@@ -406,6 +414,9 @@ class LearnerFunction:
 
     def _request(self, request: dict) -> Any:
         request = {"name": self.__name__, **request}
+        torch = sys.modules.get("torch")
+        if torch is not None:  # a call under torch.no_grad() runs under it in the learner's process too
+            request["grad_enabled"] = torch.is_grad_enabled()
         if request.get("op") in ("call", "gradient") and carries_grads((request["args"], request["kwargs"])):
             request["grads"] = state_of((request["args"], request["kwargs"]))
         try:
