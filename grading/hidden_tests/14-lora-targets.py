@@ -335,18 +335,31 @@ reference.agrees("frozen_base_report", st.one_of(st.tuples(_dicts, _dicts), st.t
 })
 
 # %% hidden exercise=judge_merge points=1 name=thresholds_are_inclusive
-# hint: a drift exactly at a threshold takes the better band (accept at 1e-5 in float32, accept at 2**-7 and tune at 2**-4 in bfloat16).
+# hint: a drift exactly at a threshold takes the better band (accept at 1e-4 in float32; in bfloat16 accept at 2 and tune at 16 spacings of the logit scale: 2**-6 and 2**-3 at scale 1).
 _z = torch.zeros(3, dtype=torch.float64)
-assert judge_merge(_z, _z + 1e-5, "float32")["decision"] == "accept"
-assert judge_merge(_z, _z + 2.0 ** -7, "bfloat16")["decision"] == "accept"
-assert judge_merge(_z, _z + 2.0 ** -4, "bfloat16")["decision"] == "tune"
-assert judge_merge(_z, _z + 2.0 ** -4 + 1e-9, "bfloat16")["decision"] == "reject"
+assert judge_merge(_z, _z + 1e-4, "float32")["decision"] == "accept"
+assert judge_merge(_z, _z + 1.5e-4, "float32")["decision"] == "reject"
+assert judge_merge(_z, _z + 2.0 ** -6, "bfloat16")["decision"] == "accept"
+assert judge_merge(_z, _z + 2.0 ** -3, "bfloat16")["decision"] == "tune"
+assert judge_merge(_z, _z + 2.0 ** -3 + 1e-9, "bfloat16")["decision"] == "reject"
+
+# %% hidden exercise=judge_merge points=1 name=bfloat16_bands_are_counted_in_spacings_at_the_logit_scale
+# hint: spacing = 2**(floor(log2(scale)) - 7): at scale 10.5 it is 2**-4, so accept up to 0.125 and tune up to 1.0 in absolute difference (thresholds returned relative to the scale).
+_u = torch.tensor([10.5, -3.0, 0.0], dtype=torch.float64)
+_near = judge_merge(_u, _u + torch.tensor([1.5 * 2 ** -4, 0.0, 0.0], dtype=torch.float64), "bfloat16")
+assert _near["decision"] == "accept", _near
+assert math.isclose(_near["accept_below"], 2 * 2 ** -4 / 10.5) and math.isclose(_near["tune_below"], 16 * 2 ** -4 / 10.5), _near
+assert judge_merge(_u, _u + torch.tensor([0.125, 0.0, 0.0], dtype=torch.float64), "bfloat16")["decision"] == "accept"
+assert judge_merge(_u, _u + torch.tensor([1.0, 0.0, 0.0], dtype=torch.float64), "bfloat16")["decision"] == "tune"
+assert judge_merge(_u, _u + torch.tensor([1.0 + 1e-9, 0.0, 0.0], dtype=torch.float64), "bfloat16")["decision"] == "reject"
+_pow2 = judge_merge(torch.tensor([8.0]), torch.tensor([8.0]), "bfloat16")  # a power of two: 2**3 exactly
+assert _pow2["accept_below"] == 2 * 2.0 ** -4 / 8 and _pow2["tune_below"] == 16 * 2.0 ** -4 / 8, _pow2
 
 # %% hidden exercise=judge_merge points=1 name=float32_has_no_tune_band
-# hint: in float32 anything above 1e-5 is reject, and tune_below is None.
+# hint: in float32 anything above 1e-4 is reject, and tune_below is None.
 _z = torch.zeros(2, 2)
 _result = judge_merge(_z, _z + 0.01, "float32")
-assert _result["decision"] == "reject" and _result["tune_below"] is None and _result["accept_below"] == 1e-5, _result
+assert _result["decision"] == "reject" and _result["tune_below"] is None and _result["accept_below"] == 1e-4, _result
 
 # %% hidden exercise=judge_merge points=1 name=drift_is_relative_to_the_unmerged_scale
 # hint: the scale is max |unmerged| (at least 1), taken from the unmerged logits, not from the merged ones.
@@ -406,7 +419,8 @@ with torch.no_grad():
     _unmerged = _model(input_ids=ids).logits.float()
     _merged = _model.merge_and_unload()(input_ids=ids).logits.float()
 _result = judge_merge(_unmerged, _merged, "bfloat16")
-assert _result["decision"] in ("accept", "tune") and _result["tune_below"] == 2.0 ** -4, _result
+_spacing = 2.0 ** (math.frexp(_result["logit_scale"])[1] - 8)
+assert _result["decision"] in ("accept", "tune") and math.isclose(_result["tune_below"], 16 * _spacing / _result["logit_scale"]), _result
 assert type(_result["max_abs_diff"]) is float and type(_result["logit_scale"]) is float, _result
 
 # %% hidden exercise=judge_merge points=2 name=agrees_with_reference_on_generated_logits
@@ -427,11 +441,20 @@ def _logits(shape, values, offsets, specials, tensor_dtype, dtype):
 
 _calls = st.builds(_logits, st.sampled_from([(1,), (3,), (2, 3), (1, 2, 2)]),
                    st.lists(st.sampled_from([0.0, 0.3, -0.7, 3.0, -12.0, 40.0]), min_size=1, max_size=4),
-                   st.lists(st.sampled_from([0.0, 1e-7, 1e-5, 2e-3, 0.0078125, 0.02, 0.0625, 0.2, 3.0]), min_size=1,
+                   st.lists(st.sampled_from([0.0, 1e-7, 1e-5, 1e-4, 2e-3, 0.0078125, 0.015625, 0.02, 0.0625, 0.125, 0.2, 0.5,
+                                             1.0, 3.0]), min_size=1,
                             max_size=4),
                    st.sampled_from([None] * 6 + [float("nan"), float("inf")]),
                    st.sampled_from([torch.float64, torch.float32, torch.bfloat16, torch.float16]),
                    st.sampled_from(["float32", "bfloat16"]))
+def _bands(unmerged, dtype):
+    if dtype == "float32":
+        return (1e-4, None)
+    scale = max(1.0, unmerged.double().abs().max().item())
+    spacing = 2.0 ** (math.frexp(scale)[1] - 8)
+    return (2 * spacing / scale, 16 * spacing / scale)
+
+
 def _drift(unmerged, merged, dtype):
     if not torch.isfinite(merged).all():
         return math.inf
@@ -441,9 +464,10 @@ def _drift(unmerged, merged, dtype):
 
 reference.agrees("judge_merge", _calls, cases=150, clauses={
     "a NaN or infinity in the merged logits": lambda u, m, d: not bool(torch.isfinite(m).all()),
-    "bfloat16 drift in the tune band": lambda u, m, d: d == "bfloat16" and 2 ** -7 < _drift(u, m, d) <= 2 ** -4,
-    "a drift exactly at a threshold": lambda u, m, d: _drift(u, m, d) in ((1e-5,) if d == "float32" else (2 ** -7, 2 ** -4)),
-    "float32 drift above 1e-5 (no tune band)": lambda u, m, d: d == "float32" and 1e-5 < _drift(u, m, d) <= 2 ** -4,
+    "bfloat16 drift in the tune band": lambda u, m, d: d == "bfloat16" and _bands(u, d)[0] < _drift(u, m, d) <= _bands(u, d)[1],
+    "a drift exactly at a threshold": lambda u, m, d: _drift(u, m, d) in _bands(u, d),
+    "a logit scale that is not a power of two": lambda u, m, d: math.frexp(max(1.0, u.double().abs().max().item()))[0] != 0.5,
+    "float32 drift above 1e-4 (no tune band)": lambda u, m, d: d == "float32" and 1e-4 < _drift(u, m, d) <= 2 ** -3,
     "logits scale above 1": lambda u, m, d: u.double().abs().max().item() > 1,
     "logits all below 1 in size": lambda u, m, d: u.double().abs().max().item() < 1,
     "tensors in float16 or bfloat16": lambda u, m, d: u.dtype in (torch.float16, torch.bfloat16),

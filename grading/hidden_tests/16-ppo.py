@@ -88,7 +88,22 @@ def _policy_batches(draw):
     return new, old, grid(-2.0, 2.0), mask, draw(st.sampled_from([0.1, 0.2, 0.3, 0.5]))
 
 
-reference.agrees("ppo_policy_loss", _policy_batches(), cases=80)
+def _clipped(new, old, adv, mask, eps, sign):
+    ratio = (new - old).exp()
+    hit = (ratio > 1 + eps) & (adv > 0) if sign > 0 else (ratio < 1 - eps) & (adv < 0)
+    return bool(hit[mask.bool()].any())
+
+
+reference.agrees("ppo_policy_loss", _policy_batches(), cases=80, clauses={
+    "a clipped token with a positive advantage": lambda n, o, a, m, e: _clipped(n, o, a, m, e, 1),
+    "a clipped token with a negative advantage": lambda n, o, a, m, e: _clipped(n, o, a, m, e, -1),
+    "a ratio outside the range whose side is not clipped": lambda n, o, a, m, e: bool((
+        (((n - o).exp() > 1 + e) & (a < 0)) | (((n - o).exp() < 1 - e) & (a > 0)))[m.bool()].any()),
+    "masked positions": lambda n, o, a, m, e: not bool(m.bool().all()),
+    "a bool mask": lambda n, o, a, m, e: m.dtype == torch.bool,
+    "responses with different valid counts": lambda n, o, a, m, e: len(set(m.long().sum(dim=1).tolist())) > 1,
+    "a response of one token": lambda n, o, a, m, e: n.shape[1] == 1,
+})
 
 # %% hidden exercise=ppo_policy_loss points=2 name=ppo_policy_generated_defects_agree_with_reference
 # hint: a valid call gets the reference's result; a call with one defect (dtype or shape mismatch, a float or empty mask, a non-finite value, epsilon out of (0, 1)) is refused with ValueError.
@@ -105,21 +120,37 @@ _defects = {
     "eps_zero": lambda a: {**a, "eps": 0.0},
     "eps_bool": lambda a: {**a, "eps": False},
     "one_dim": lambda a: {**a, "new": a["new"][0], "old": a["old"][0], "adv": a["adv"][0], "mask": a["mask"][0]},
+    "eps_text": lambda a: {**a, "eps": "0.2"},
+    "list_adv": lambda a: {**a, "adv": a["adv"].tolist()},
 }
+from tools.course.grader.clauses import each_of, is_bool, is_number
 
 
-@st.composite
-def _broken(draw):
-    batch, time = draw(st.integers(1, 3)), draw(st.integers(2, 5))
+def _broken(case, rng):
+    batch, time = rng.randint(1, 3), rng.randint(2, 5)
     old = -torch.linspace(0.1, 2.0, batch * time, dtype=torch.float64).reshape(batch, time)
     args = {"new": old + 0.3, "old": old, "adv": torch.linspace(-1, 1, batch * time, dtype=torch.float64).reshape(batch, time),
             "mask": torch.ones(batch, time, dtype=torch.long), "eps": 0.2}
-    if draw(st.integers(0, 3)):  # one case in four stays valid, so a body that only raises cannot pass
-        args = _defects[draw(st.sampled_from(sorted(_defects)))](args)
+    if case[0] != "valid":  # the valid cases beside the defects: a body that only raises cannot pass
+        args = _defects[case[0]](args)
     return args["new"], args["old"], args["adv"], args["mask"], args["eps"]
 
 
-reference.agrees("ppo_policy_loss", _broken(), cases=50)
+_cases = [("valid", n) for n in range(6)] + [(name, 0) for name in sorted(_defects)]
+reference.agrees("ppo_policy_loss", each_of(_cases, _broken, variants=2), cases=2 * len(_cases), clauses={
+    "old log-probs of another dtype": lambda n, o, a, m, e: o.dtype != n.dtype,
+    "advantages of another shape": lambda n, o, a, m, e: isinstance(a, torch.Tensor) and a.shape != n.shape,
+    "a float mask": lambda n, o, a, m, e: m.is_floating_point(),
+    "a mask without a valid token": lambda n, o, a, m, e: not m.is_floating_point() and not bool(m.any()),
+    "a negative mask value": lambda n, o, a, m, e: bool((m < 0).any()),
+    "a NaN log-probability": lambda n, o, a, m, e: bool(n.isnan().any()),
+    "a clip ratio of 1": lambda n, o, a, m, e: is_number(e) and e >= 1,
+    "a clip ratio of 0": lambda n, o, a, m, e: is_number(e) and e <= 0,
+    "a clip ratio that is a bool": lambda n, o, a, m, e: is_bool(e),
+    "a clip ratio that is text": lambda n, o, a, m, e: isinstance(e, str),
+    "1-D tensors": lambda n, o, a, m, e: n.dim() == 1,
+    "advantages that are a list": lambda n, o, a, m, e: isinstance(a, list),
+})
 
 # %% hidden exercise=ppo_value_loss points=1 name=larger_squared_error_around_old_values
 # hint: clip the new value to old +- c, square both errors against the return, keep the larger, and halve the mean.
@@ -197,7 +228,22 @@ def _value_batches(draw):
     return grid(), grid(), grid(), mask, draw(st.sampled_from([0.05, 0.2, 0.5, 1, 3.0]))
 
 
-reference.agrees("ppo_value_loss", _value_batches(), cases=80)
+def _value_cases(new, old, ret, mask, c):
+    clipped = old + (new - old).clamp(-c, c)
+    valid = mask.bool()
+    return {"moved": bool(((new - old).abs() > c)[valid].any()),
+            "clipped_larger": bool((((clipped - ret) ** 2) > ((new - ret) ** 2))[valid].any())}
+
+
+reference.agrees("ppo_value_loss", _value_batches(), cases=80, clauses={
+    "a value moved beyond the clip range": lambda n, o, r, m, c: _value_cases(n, o, r, m, c)["moved"],
+    "a token where the clipped error is the larger": lambda n, o, r, m, c: _value_cases(n, o, r, m, c)["clipped_larger"],
+    "masked positions": lambda n, o, r, m, c: not bool(m.bool().all()),
+    "a bool mask": lambda n, o, r, m, c: m.dtype == torch.bool,
+    "an int32 mask": lambda n, o, r, m, c: m.dtype == torch.int32,
+    "a clip range that is an int": lambda n, o, r, m, c: type(c) is int,
+    "a response of one token": lambda n, o, r, m, c: n.shape[1] == 1,
+})
 
 # %% hidden exercise=ppo_value_loss points=2 name=ppo_value_generated_defects_agree_with_reference
 # hint: a valid call gets the reference's result; a call with one defect (dtype or shape mismatch, a float or empty mask, a non-finite value, a clip range <= 0 or a bool) is refused with ValueError.
@@ -213,20 +259,35 @@ _defects = {
     "bool_c": lambda a: {**a, "c": True},
     "none_c": lambda a: {**a, "c": None},
     "int_values": lambda a: {**a, "new": a["new"].long(), "old": a["old"].long(), "ret": a["ret"].long()},
+    "negative_c": lambda a: {**a, "c": -0.2},
+    "one_dim": lambda a: {**a, "new": a["new"][0], "old": a["old"][0], "ret": a["ret"][0], "mask": a["mask"][0]},
 }
+from tools.course.grader.clauses import below, each_of, is_bool
 
 
-@st.composite
-def _broken(draw):
-    batch, time = draw(st.integers(1, 3)), draw(st.integers(2, 5))
+def _broken(case, rng):
+    batch, time = rng.randint(1, 3), rng.randint(2, 5)
     base = torch.linspace(-1, 1, batch * time, dtype=torch.float64).reshape(batch, time)
     args = {"new": base * 2, "old": base, "ret": base + 0.5, "mask": torch.ones(batch, time, dtype=torch.long), "c": 0.2}
-    if draw(st.integers(0, 3)):  # one case in four stays valid, so a body that only raises cannot pass
-        args = _defects[draw(st.sampled_from(sorted(_defects)))](args)
+    if case[0] != "valid":  # the valid cases beside the defects: a body that only raises cannot pass
+        args = _defects[case[0]](args)
     return args["new"], args["old"], args["ret"], args["mask"], args["c"]
 
 
-reference.agrees("ppo_value_loss", _broken(), cases=50)
+_cases = [("valid", n) for n in range(6)] + [(name, 0) for name in sorted(_defects)]
+reference.agrees("ppo_value_loss", each_of(_cases, _broken, variants=2), cases=2 * len(_cases), clauses={
+    "old values of another dtype": lambda n, o, r, m, c: n.is_floating_point() and o.dtype != n.dtype,
+    "returns of another shape": lambda n, o, r, m, c: r.shape != n.shape,
+    "a float mask": lambda n, o, r, m, c: m.is_floating_point(),
+    "a mask without a valid token": lambda n, o, r, m, c: not m.is_floating_point() and not bool(m.any()),
+    "an infinite return": lambda n, o, r, m, c: r.is_floating_point() and bool(r.isinf().any()),
+    "a clip range of 0": lambda n, o, r, m, c: c == 0 and not is_bool(c),
+    "a negative clip range": lambda n, o, r, m, c: below(c, 0),
+    "a clip range that is a bool": lambda n, o, r, m, c: is_bool(c),
+    "a clip range that is None": lambda n, o, r, m, c: c is None,
+    "integer values": lambda n, o, r, m, c: not n.is_floating_point(),
+    "1-D tensors": lambda n, o, r, m, c: n.dim() == 1,
+})
 
 # %% hidden exercise=ppo_resident_memory points=1 name=parameter_counts_of_qwen2_shapes
 # hint: q carries a bias of d, k and v biases of g*e each, o none; norms 2d per layer and d at the end; an untied output head adds V*d; the scalar model adds d.
@@ -343,7 +404,22 @@ def _accounts(draw):
     return config, setup, draw(st.sampled_from([0.001, 0.01, 0.1, 1, 24.0]))
 
 
-reference.agrees("ppo_resident_memory", _accounts(), cases=80)
+def _fits(config, setup, gpu):
+    return reference("ppo_resident_memory")(config, setup, gpu)["fits"]
+
+
+reference.agrees("ppo_resident_memory", _accounts(), cases=80, clauses={
+    "a full fine-tune": lambda c, s, g: s["finetune"] == "full",
+    "LoRA with a separate reference": lambda c, s, g: s["finetune"] == "lora" and not s["shared_reference"],
+    "LoRA with a shared reference": lambda c, s, g: s["finetune"] == "lora" and s["shared_reference"],
+    "several LoRA targets": lambda c, s, g: len(s.get("lora_targets", [])) >= 2,
+    "untied embeddings": lambda c, s, g: not c["tie_word_embeddings"],
+    "grouped key-value heads": lambda c, s, g: c["num_key_value_heads"] < c["num_attention_heads"],
+    "4-byte weights": lambda c, s, g: s["weight_bytes"] == 4,
+    "a setup that fits the GPU": lambda c, s, g: _fits(c, s, g),
+    "a setup that does not fit": lambda c, s, g: not _fits(c, s, g),
+    "a GPU size that is an int": lambda c, s, g: type(g) is int,
+})
 
 # %% hidden exercise=ppo_resident_memory points=2 name=ppo_memory_generated_defects_agree_with_reference
 # hint: a valid call gets the reference's result; a call with one defect in the config, the setup or the GPU size is refused with ValueError.
@@ -360,19 +436,39 @@ _defects = {
     "bytes_three": lambda a: {**a, "setup": {**a["setup"], "weight_bytes": 3}},
     "gpu_zero": lambda a: {**a, "gpu": 0.0},
     "gpu_nan": lambda a: {**a, "gpu": float("nan")},
+    "gpu_bool": lambda a: {**a, "gpu": True},
+    "missing_vocab": lambda a: {**a, "config": {k: v for k, v in a["config"].items() if k != "vocab_size"}},
+    "rank_zero": lambda a: {**a, "setup": {**a["setup"], "lora_rank": 0}},
+    "targets_repeated": lambda a: {**a, "setup": {**a["setup"], "lora_targets": ["q_proj", "q_proj"]}},
 }
+from tools.course.grader.clauses import each_of, is_bool, is_number, not_finite
 
 
-@st.composite
-def _broken(draw):
+def _broken(case, rng):
     config = {"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
               "num_key_value_heads": 2, "vocab_size": 40, "tie_word_embeddings": True}
     setup = {"finetune": "lora", "lora_rank": 2, "lora_targets": ["q_proj", "v_proj"], "shared_reference": False,
-             "weight_bytes": 2, "batch_tokens": draw(st.integers(1, 64))}
-    args = {"config": config, "setup": setup, "gpu": draw(st.sampled_from([0.001, 1.0]))}
-    if draw(st.integers(0, 3)):  # one case in four stays valid, so a body that only raises cannot pass
-        args = _defects[draw(st.sampled_from(sorted(_defects)))](args)
+             "weight_bytes": 2, "batch_tokens": rng.randint(1, 64)}
+    args = {"config": config, "setup": setup, "gpu": rng.choice([0.001, 1.0])}
+    if case[0] != "valid":  # the valid cases beside the defects: a body that only raises cannot pass
+        args = _defects[case[0]](args)
     return args["config"], args["setup"], args["gpu"]
 
 
-reference.agrees("ppo_resident_memory", _broken(), cases=50)
+_cases = [("valid", n) for n in range(8)] + [(name, 0) for name in sorted(_defects)]
+reference.agrees("ppo_resident_memory", each_of(_cases, _broken, variants=2), cases=2 * len(_cases), clauses={
+    "a hidden size that is a float": lambda c, s, g: isinstance(c["hidden_size"], float),
+    "zero layers": lambda c, s, g: c["num_hidden_layers"] == 0,
+    "heads that do not divide the hidden size": lambda c, s, g: c["hidden_size"] % c["num_attention_heads"] != 0,
+    "tie_word_embeddings that is not a bool": lambda c, s, g: not isinstance(c["tie_word_embeddings"], bool),
+    "a config without vocab_size": lambda c, s, g: "vocab_size" not in c,
+    "a full fine-tune sharing its reference": lambda c, s, g: s["finetune"] == "full" and s["shared_reference"],
+    "an unknown LoRA target": lambda c, s, g: any(t not in PROJECTIONS for t in s.get("lora_targets", [])),
+    "a LoRA target listed twice": lambda c, s, g: len(set(s.get("lora_targets", []))) < len(s.get("lora_targets", [])),
+    "a LoRA rank that is a bool": lambda c, s, g: is_bool(s.get("lora_rank")),
+    "a LoRA rank of 0": lambda c, s, g: s.get("lora_rank") == 0 and not is_bool(s.get("lora_rank")),
+    "weight bytes of 3": lambda c, s, g: s["weight_bytes"] == 3,
+    "a GPU size of 0": lambda c, s, g: is_number(g) and g == 0,
+    "a GPU size that is NaN": lambda c, s, g: not_finite(g),
+    "a GPU size that is a bool": lambda c, s, g: is_bool(g),
+})

@@ -278,24 +278,40 @@ def valid_batches(draw):
     mask = torch.tensor(rows, dtype=draw(st.sampled_from([torch.bool, torch.int64, torch.int32, torch.uint8])))
     return logits, ids, mask
 
-reference.agrees("sequence_logprobs", valid_batches(), cases=120)
+reference.agrees("sequence_logprobs", valid_batches(), cases=120, clauses={
+    "float64 logits": lambda logits, ids, mask: logits.dtype == torch.float64,
+    "float32 logits": lambda logits, ids, mask: logits.dtype == torch.float32,
+    "a bool mask": lambda logits, ids, mask: mask.dtype == torch.bool,
+    "an int64 mask": lambda logits, ids, mask: mask.dtype == torch.int64,
+    "a narrower integer mask": lambda logits, ids, mask: mask.dtype in (torch.int32, torch.uint8),
+    "a vocabulary of one": lambda logits, ids, mask: logits.shape[-1] == 1,
+    "two positions only": lambda logits, ids, mask: logits.shape[1] == 2,
+    "a response that ends the row (left padding)": lambda logits, ids, mask: bool(mask[:, -1].bool().any()),
+    "a response followed by padding (right padding)": lambda logits, ids, mask: bool(
+        (mask[:, :-1].bool() & ~mask[:, -1:].bool()).any()),
+    "a mask with a gap inside the response": lambda logits, ids, mask: any(
+        "101" in "".join(str(int(v)) for v in row) for row in mask),
+    "a batch of more than one row": lambda logits, ids, mask: logits.shape[0] > 1,
+})
 
 # %% hidden exercise=sequence_logprobs points=2 name=agrees_with_reference_on_generated_invalid_batches
-# hint: one thing wrong anywhere (a dtype, a shape, a mask value, an id out of range, position 0, an empty row): the same ValueError.
-from hypothesis import strategies as st
+# hint: valid batches, or one thing wrong anywhere (a dtype, a shape, a mask value, an id out of range, position 0, an empty row): the same tensor, or the same ValueError.
+from tools.course.grader.clauses import each_of
 
-defects = ["half_logits", "int_logits", "two_dim_logits", "short_time", "list_logits", "int32_ids", "float_ids",
-           "ids_shape", "mask_shape", "float_mask", "mask_value", "negative_mask", "id_too_large", "negative_id",
-           "position_zero", "empty_row", "list_mask", "empty_batch"]
+defects = ([("valid", n) for n in range(24)]
+           + [(kind, None) for kind in ["half_logits", "int_logits", "two_dim_logits", "short_time", "list_logits",
+                                        "int32_ids", "float_ids", "ids_shape", "mask_shape", "float_mask", "mask_value",
+                                        "negative_mask", "id_too_large", "negative_id", "position_zero", "empty_row",
+                                        "list_mask", "empty_batch"]])
 
-@st.composite
-def one_defect(draw):
-    kind = draw(st.sampled_from(defects))
-    generator = torch.Generator().manual_seed(draw(st.integers(0, 1000)))
-    logits = torch.randn(2, 4, 3, generator=generator)
+def one_defect(defect, rng):
+    """A valid batch of two rows, or one with exactly this defect."""
+    kind, _ = defect
+    generator = torch.Generator().manual_seed(rng.randrange(1000))
+    logits = torch.randn(2, 4, 3, generator=generator).to(rng.choice([torch.float32, torch.float64]))
     ids = torch.randint(0, 3, (2, 4), generator=generator)
-    mask = torch.tensor([[0, 1, 1, 0], [0, 0, 1, 1]])
-    row = draw(st.integers(0, 1))
+    mask = torch.tensor([[0, 1, 1, 0], [0, 0, 1, 1]]).to(rng.choice([torch.int64, torch.bool, torch.int32]))
+    row = rng.randrange(2)
     if kind == "half_logits":
         logits = logits.half()
     elif kind == "int_logits":
@@ -317,24 +333,67 @@ def one_defect(draw):
     elif kind == "float_mask":
         mask = mask.float()
     elif kind == "mask_value":
-        mask[row, 2] = draw(st.sampled_from([2, 3, 7]))
+        mask = mask.long()
+        mask[row, 2] = rng.choice([2, 3, 7])
     elif kind == "negative_mask":
+        mask = mask.long()
         mask[row, 1] = -1
     elif kind == "id_too_large":
-        ids[row, draw(st.integers(0, 3))] = draw(st.integers(3, 9))
+        ids[row, rng.randrange(4)] = rng.randint(3, 9)
     elif kind == "negative_id":
-        ids[row, draw(st.integers(0, 3))] = -1
+        ids[row, rng.randrange(4)] = -1
     elif kind == "position_zero":
         mask[row, 0] = 1
     elif kind == "empty_row":
         mask[row] = 0
     elif kind == "list_mask":
         mask = mask.tolist()
-    else:
+    elif kind == "empty_batch":
         logits, ids, mask = logits[:0], ids[:0], mask[:0]
     return logits, ids, mask
 
-reference.agrees("sequence_logprobs", one_defect(), cases=120)
+
+def tensor(value):
+    return isinstance(value, torch.Tensor)
+
+
+def good_logits(logits):
+    return tensor(logits) and logits.dim() == 3 and logits.dtype in (torch.float32, torch.float64)
+
+
+def shaped(logits, ids, mask):
+    """Logits, ids and mask well formed in type and shape, with a batch and two positions."""
+    return (good_logits(logits) and logits.shape[0] > 0 and logits.shape[1] >= 2 and tensor(ids)
+            and ids.dtype == torch.int64 and tuple(ids.shape) == tuple(logits.shape[:2]) and tensor(mask)
+            and tuple(mask.shape) == tuple(logits.shape[:2]) and not mask.is_floating_point())
+
+
+reference.agrees("sequence_logprobs", each_of(defects, one_defect, variants=2), cases=2 * len(defects), clauses={
+    "logits that are not a tensor": lambda logits, ids, mask: not tensor(logits),
+    "half-precision logits": lambda logits, ids, mask: tensor(logits) and logits.dtype == torch.float16,
+    "integer logits": lambda logits, ids, mask: tensor(logits) and not logits.is_floating_point(),
+    "logits that are not 3-D": lambda logits, ids, mask: tensor(logits) and logits.dim() != 3,
+    "fewer than two positions": lambda logits, ids, mask: good_logits(logits) and logits.shape[1] < 2,
+    "an empty batch": lambda logits, ids, mask: good_logits(logits) and logits.shape[0] == 0,
+    "int32 input_ids": lambda logits, ids, mask: tensor(ids) and ids.dtype == torch.int32,
+    "float input_ids": lambda logits, ids, mask: tensor(ids) and ids.is_floating_point(),
+    "input_ids of another shape": lambda logits, ids, mask: good_logits(logits) and tensor(ids) and tuple(
+        ids.shape) != tuple(logits.shape[:2]),
+    "a mask of another shape": lambda logits, ids, mask: good_logits(logits) and tensor(mask) and tuple(
+        mask.shape) != tuple(logits.shape[:2]),
+    "a mask that is not a tensor": lambda logits, ids, mask: not tensor(mask),
+    "a float mask": lambda logits, ids, mask: tensor(mask) and mask.is_floating_point(),
+    "an integer mask value above 1": lambda logits, ids, mask: shaped(logits, ids, mask) and bool((mask > 1).any()),
+    "a negative integer mask value": lambda logits, ids, mask: shaped(logits, ids, mask) and mask.dtype != torch.bool
+        and bool((mask < 0).any()),
+    "a token id at or above the vocabulary": lambda logits, ids, mask: shaped(logits, ids, mask) and bool(
+        (ids >= logits.shape[-1]).any()),
+    "a negative token id": lambda logits, ids, mask: shaped(logits, ids, mask) and bool((ids < 0).any()),
+    "a response token at position 0": lambda logits, ids, mask: shaped(logits, ids, mask) and bool(
+        mask[:, 0].bool().any()),
+    "a row without a response token": lambda logits, ids, mask: shaped(logits, ids, mask) and not bool(
+        mask.bool().any(dim=1).all()),
+})
 
 # %% hidden exercise=dpo_loss points=2 name=agrees_with_reference_on_generated_valid_pairs
 # hint: any batch of finite log-probabilities and any positive beta (ties, huge margins, float64): the same loss, rewards, margins and accuracy.
@@ -352,24 +411,45 @@ def valid_pairs(draw):
     beta = draw(st.sampled_from([0.05, 0.1, 0.3, 1, 2.5]))
     return (*tensors, beta)
 
-reference.agrees("dpo_loss", valid_pairs(), cases=120)
+
+def margins(pc, pr, rc, rr, beta):
+    return beta * ((pc - rc) - (pr - rr))
+
+
+reference.agrees("dpo_loss", valid_pairs(), cases=120, clauses={
+    "float64 log-probabilities": lambda pc, pr, rc, rr, beta: pc.dtype == torch.float64,
+    "float32 log-probabilities": lambda pc, pr, rc, rr, beta: pc.dtype == torch.float32,
+    "a single pair": lambda pc, pr, rc, rr, beta: pc.numel() == 1,
+    "policy equal to the reference (every margin 0)": lambda pc, pr, rc, rr, beta: bool(
+        (margins(pc, pr, rc, rr, beta) == 0).all()),
+    "a negative margin": lambda pc, pr, rc, rr, beta: bool((margins(pc, pr, rc, rr, beta) < 0).any()),
+    "a positive margin": lambda pc, pr, rc, rr, beta: bool((margins(pc, pr, rc, rr, beta) > 0).any()),
+    "a margin large enough to overflow a naive log(sigmoid)": lambda pc, pr, rc, rr, beta: bool(
+        (margins(pc, pr, rc, rr, beta).abs() > 100).any()),
+    "beta given as an int": lambda pc, pr, rc, rr, beta: type(beta) is int,
+})
 
 # %% hidden exercise=dpo_loss points=2 name=agrees_with_reference_on_generated_invalid_pairs
-# hint: one thing wrong (a shape, a dtype, an empty or 2-D tensor, a NaN or infinity, a bool or non-positive beta): the same ValueError.
-from hypothesis import strategies as st
+# hint: valid pairs, or one thing wrong (a shape, a dtype, an empty or 2-D tensor, a NaN or infinity, a bool or non-positive beta): the same result, or the same ValueError.
+from tools.course.grader.clauses import below, each_of, is_bool, not_a_number, not_finite
 
-@st.composite
-def one_defect(draw):
-    tensors = [torch.tensor([-1.0, -2.0, -0.5]) for _ in range(4)]
-    beta = 0.1
-    where = draw(st.integers(0, 3))
-    kind = draw(st.sampled_from(["list", "shape", "dtype", "int", "half", "two_dim", "empty", "nan", "inf", "beta"]))
+defects = ([("valid", n) for n in range(24)]
+           + [(kind, None) for kind in ["list", "shape", "dtype", "int", "half", "two_dim", "empty", "nan", "inf"]]
+           + [("beta", bad) for bad in [0, 0.0, -0.1, True, False, None, "0.1", float("nan"), float("inf")]])
+
+def one_defect(defect, rng):
+    """Three valid pairs, or with exactly this defect."""
+    kind, bad = defect
+    dtype = rng.choice([torch.float32, torch.float64])
+    tensors = [torch.tensor([-rng.uniform(0.1, 3) for _ in range(3)], dtype=dtype) for _ in range(4)]
+    beta = rng.choice([0.1, 0.5, 1])
+    where = rng.randrange(4)
     if kind == "list":
         tensors[where] = tensors[where].tolist()
     elif kind == "shape":
         tensors[where] = tensors[where][:2]
     elif kind == "dtype":
-        tensors[where] = tensors[where].double()
+        tensors[where] = tensors[where].to(torch.float64 if dtype == torch.float32 else torch.float32)
     elif kind == "int":
         tensors = [tensor.long() for tensor in tensors]
     elif kind == "half":
@@ -379,17 +459,51 @@ def one_defect(draw):
     elif kind == "empty":
         tensors = [tensor[:0] for tensor in tensors]
     elif kind == "nan":
-        tensors[where][draw(st.integers(0, 2))] = float("nan")
+        tensors[where][rng.randrange(3)] = float("nan")
     elif kind == "inf":
-        tensors[where][draw(st.integers(0, 2))] = draw(st.sampled_from([float("inf"), float("-inf")]))
-    else:
-        beta = draw(st.sampled_from([0, 0.0, -0.1, True, False, None, "0.1", float("nan"), float("inf")]))
+        tensors[where][rng.randrange(3)] = rng.choice([float("inf"), float("-inf")])
+    elif kind == "beta":
+        beta = bad
     return (*tensors, beta)
 
-reference.agrees("dpo_loss", one_defect(), cases=120)
+
+def four(args):
+    return args[:4]
+
+
+def all_tensors(*args):
+    return all(isinstance(value, torch.Tensor) for value in four(args))
+
+
+def well_formed(*args):
+    """Four 1-D float tensors of one shape and dtype, none empty."""
+    first = args[0]
+    return all_tensors(*args) and all(value.dim() == 1 and value.numel() > 0 and value.shape == first.shape
+                                      and value.dtype == first.dtype and value.dtype in (torch.float32, torch.float64)
+                                      for value in four(args))
+
+
+reference.agrees("dpo_loss", each_of(defects, one_defect, variants=2), cases=2 * len(defects), clauses={
+    "an input that is not a tensor": lambda *a: not all_tensors(*a),
+    "shapes that differ": lambda *a: all_tensors(*a) and len({tuple(v.shape) for v in four(a)}) > 1,
+    "dtypes that differ": lambda *a: all_tensors(*a) and len({tuple(v.shape) for v in four(a)}) == 1 and len(
+        {v.dtype for v in four(a)}) > 1,
+    "integer tensors": lambda *a: all_tensors(*a) and not a[0].is_floating_point(),
+    "half-precision tensors": lambda *a: all_tensors(*a) and a[0].dtype == torch.float16,
+    "2-D tensors": lambda *a: all_tensors(*a) and a[0].dim() == 2,
+    "empty tensors": lambda *a: all_tensors(*a) and a[0].numel() == 0,
+    "a NaN": lambda *a: well_formed(*a) and any(bool(v.isnan().any()) for v in four(a)),
+    "an infinity": lambda *a: well_formed(*a) and any(bool(v.isinf().any()) for v in four(a)),
+    "beta a bool": lambda *a: well_formed(*a) and is_bool(a[4]),
+    "beta not a number": lambda *a: well_formed(*a) and not_a_number(a[4]),
+    "beta <= 0": lambda *a: well_formed(*a) and not is_bool(a[4]) and below(a[4], 0, or_equal=True),
+    "beta not finite": lambda *a: well_formed(*a) and not_finite(a[4]),
+})
 
 # %% hidden exercise=judge_beta_sweep points=2 name=agrees_with_reference_on_generated_valid_sweeps
 # hint: any well-formed sweep (margins and drifts at the thresholds, ties, one or many responses): the same per-beta report, choice and decision.
+import math as _math
+
 from hypothesis import strategies as st
 
 logp = st.sampled_from([-0.1, -0.5, -1.0, -1.5, -2.0, -3.0])
@@ -410,30 +524,59 @@ def valid_sweeps(draw):
     return (sweep if draw(st.booleans()) else tuple(sweep), draw(st.sampled_from([0.05, 0.2, 0.5, 1, 2.0])),
             draw(st.sampled_from([0.5, 1, 1.0, 1.5])))
 
-reference.agrees("judge_beta_sweep", valid_sweeps(), cases=150)
+
+def k3(run):
+    terms = [_math.exp(r - p) - 1 - (r - p) for mine, theirs in zip(run["policy_logps"], run["reference_logps"])
+             for p, r in zip(mine, theirs)]
+    return sum(terms) / len(terms)
+
+
+def eligible(sweep, max_kl, min_margin):
+    return [run for run in sweep if run["margin"] >= min_margin and k3(run) <= max_kl]
+
+
+reference.agrees("judge_beta_sweep", valid_sweeps(), cases=150, clauses={
+    "sweep is a tuple": lambda sweep, max_kl, min_margin: isinstance(sweep, tuple),
+    "a single beta": lambda sweep, max_kl, min_margin: len(sweep) == 1,
+    "betas not in ascending order": lambda sweep, max_kl, min_margin: [r["beta"] for r in sweep] != sorted(
+        r["beta"] for r in sweep),
+    "a margin exactly at min_margin": lambda sweep, max_kl, min_margin: any(r["margin"] == min_margin for r in sweep),
+    "a margin below min_margin": lambda sweep, max_kl, min_margin: any(r["margin"] < min_margin for r in sweep),
+    "a drift above max_kl": lambda sweep, max_kl, min_margin: any(k3(r) > max_kl for r in sweep),
+    "both reasons on one beta": lambda sweep, max_kl, min_margin: any(
+        k3(r) > max_kl and r["margin"] < min_margin for r in sweep),
+    "no eligible beta (tune)": lambda sweep, max_kl, min_margin: not eligible(sweep, max_kl, min_margin),
+    "eligible betas tied on margin": lambda sweep, max_kl, min_margin: len(
+        [r["margin"] for r in eligible(sweep, max_kl, min_margin)]) > len(
+        {r["margin"] for r in eligible(sweep, max_kl, min_margin)}),
+    "several responses of different lengths": lambda sweep, max_kl, min_margin: any(
+        len({len(tokens) for tokens in r["policy_logps"]}) > 1 for r in sweep),
+    "a threshold given as an int": lambda sweep, max_kl, min_margin: type(max_kl) is int or type(min_margin) is int,
+})
 
 # %% hidden exercise=judge_beta_sweep points=2 name=agrees_with_reference_on_generated_invalid_sweeps
-# hint: one thing wrong anywhere (a key, a repeated or non-positive beta, a NaN margin, responses that do not pair up, a bool, a bad threshold): the same ValueError.
-from hypothesis import strategies as st
+# hint: a valid sweep, or one thing wrong anywhere (a key, a repeated or non-positive beta, a NaN margin, responses that do not pair up, a bool, a bad threshold): the same report, or the same ValueError.
+from tools.course.grader.clauses import below, dicts, each_of, is_bool, not_a_number, not_finite
 
-defects = ([("sweep", bad) for bad in [None, [], (), "runs", {"beta": 0.1}]]
+defects = ([("valid", n) for n in range(30)]
+           + [("sweep", bad) for bad in [None, [], (), "runs", {"beta": 0.1}]]
            + [("run", bad) for bad in [None, "run", [0.1, 1.0]]]
            + [("beta", bad) for bad in [0, -0.1, True, None, "0.1", float("nan"), float("inf")]] + [("dup_beta", None)]
            + [("margin", bad) for bad in [None, "1", True, float("nan"), float("-inf")]]
            + [("drop", key) for key in ["beta", "margin", "policy_logps", "reference_logps"]] + [("extra", "seed")]
-           + [("responses", bad) for bad in [[], None, "x", [[]], [-1.0]]]
+           + [("responses", bad) for bad in [[], None, "x", [[]], [-1.0], [[], [-1.0]], [-1.0, [-2.0]]]]
            + [("unpaired", None), ("short_token_list", None), ("token", True), ("token", float("nan")),
               ("token", "x"), ("token", None)]
            + [("max_kl", bad) for bad in [0, -1, True, None, float("nan"), float("inf")]]
            + [("min_margin", bad) for bad in [0, -0.5, False, "0.5", float("nan")]])
 
-@st.composite
-def one_defect(draw):
-    kind, bad = draw(st.sampled_from(defects))
-    sweep = [{"beta": beta, "margin": 1.0, "policy_logps": [[-1.0, -0.5], [-2.0]],
-              "reference_logps": [[-1.2, -0.5], [-1.0]]} for beta in (0.1, 0.3)]
-    arguments = {"max_kl": 0.5, "min_margin": 0.5}
-    where = draw(st.integers(0, 1))
+def one_defect(defect, rng):
+    """A valid sweep of two betas, or with exactly this defect."""
+    kind, bad = defect
+    sweep = [{"beta": beta, "margin": rng.choice([1.0, 0.2, 0.5]), "policy_logps": [[-1.0, -0.5], [-2.0]],
+              "reference_logps": [[-1.2, rng.choice([-0.5, -3.0])], [-1.0]]} for beta in (0.1, 0.3)]
+    arguments = {"max_kl": rng.choice([0.5, 1]), "min_margin": 0.5}
+    where = rng.randrange(2)
     run = sweep[where]
     if kind == "sweep":
         sweep = bad
@@ -448,15 +591,81 @@ def one_defect(draw):
     elif kind == "extra":
         run[bad] = 1
     elif kind == "responses":
-        run[draw(st.sampled_from(["policy_logps", "reference_logps"]))] = bad
+        run[rng.choice(["policy_logps", "reference_logps"])] = bad
     elif kind == "unpaired":
         run["reference_logps"] = run["reference_logps"][:1]
     elif kind == "short_token_list":
         run["policy_logps"] = [[-1.0], [-2.0]]
     elif kind == "token":
-        run[draw(st.sampled_from(["policy_logps", "reference_logps"]))][0][0] = bad
-    else:
+        run[rng.choice(["policy_logps", "reference_logps"])][0][0] = bad
+    elif kind != "valid":
         arguments[kind] = bad
     return (sweep,), arguments
 
-reference.agrees("judge_beta_sweep", one_defect(), cases=150)
+RUN_KEYS = {"beta", "margin", "policy_logps", "reference_logps"}
+
+
+def runs(sweep):
+    return [run for run in dicts(sweep) if set(run) == RUN_KEYS]
+
+
+def responses(sweep):
+    return [(run["policy_logps"], run["reference_logps"]) for run in runs(sweep)]
+
+
+def token_pairs(sweep):
+    return [(mine, theirs) for policy, ref in responses(sweep)
+            if isinstance(policy, (list, tuple)) and isinstance(ref, (list, tuple)) and len(policy) == len(ref)
+            for mine, theirs in zip(policy, ref)]
+
+
+def tokens(sweep):
+    return [value for mine, theirs in token_pairs(sweep) if isinstance(mine, (list, tuple))
+            and isinstance(theirs, (list, tuple)) and len(mine) == len(theirs) for value in [*mine, *theirs]]
+
+
+def threshold_clauses(name):
+    def value(sweep, max_kl, min_margin):
+        return {"max_kl": max_kl, "min_margin": min_margin}[name]
+    return {
+        f"{name} a bool": lambda *a, **k: is_bool(value(*a, **k)),
+        f"{name} not a number": lambda *a, **k: not_a_number(value(*a, **k)),
+        f"{name} not finite": lambda *a, **k: not_finite(value(*a, **k)),
+        f"{name} <= 0": lambda *a, **k: not is_bool(value(*a, **k)) and below(value(*a, **k), 0, or_equal=True),
+    }
+
+
+reference.agrees("judge_beta_sweep", each_of(defects, one_defect, variants=2), cases=2 * len(defects), clauses={
+    "sweep is not a list or tuple": lambda sweep, **k: not isinstance(sweep, (list, tuple)),
+    "an empty sweep": lambda sweep, **k: isinstance(sweep, (list, tuple)) and not sweep,
+    "a run that is not a dict": lambda sweep, **k: isinstance(sweep, (list, tuple)) and any(
+        not isinstance(run, dict) for run in sweep),
+    "a run without one of the four keys": lambda sweep, **k: any(RUN_KEYS - set(run) for run in dicts(sweep)),
+    "a run with an extra key": lambda sweep, **k: any(set(run) - RUN_KEYS for run in dicts(sweep)),
+    "a beta that is a bool": lambda sweep, **k: any(is_bool(run["beta"]) for run in runs(sweep)),
+    "a beta that is not a number": lambda sweep, **k: any(not_a_number(run["beta"]) for run in runs(sweep)),
+    "a beta <= 0": lambda sweep, **k: any(below(run["beta"], 0, or_equal=True) and not is_bool(run["beta"])
+                                          for run in runs(sweep)),
+    "a beta that is not finite": lambda sweep, **k: any(not_finite(run["beta"]) for run in runs(sweep)),
+    "a repeated beta": lambda sweep, **k: len(runs(sweep)) == 2 and runs(sweep)[0]["beta"] == runs(sweep)[1]["beta"],
+    "a margin that is a bool": lambda sweep, **k: any(is_bool(run["margin"]) for run in runs(sweep)),
+    "a margin that is not a number": lambda sweep, **k: any(not_a_number(run["margin"]) for run in runs(sweep)),
+    "a margin that is not finite": lambda sweep, **k: any(not_finite(run["margin"]) for run in runs(sweep)),
+    "responses that are not a non-empty list": lambda sweep, **k: any(
+        not isinstance(side, (list, tuple)) or not side for pair in responses(sweep) for side in pair),
+    "response lists of different lengths": lambda sweep, **k: any(
+        isinstance(p, (list, tuple)) and isinstance(r, (list, tuple)) and p and r and len(p) != len(r)
+        for p, r in responses(sweep)),
+    "a response that is not a list of tokens": lambda sweep, **k: any(
+        not isinstance(mine, (list, tuple)) or not isinstance(theirs, (list, tuple)) for mine, theirs in token_pairs(sweep)),
+    "an empty token list": lambda sweep, **k: any(
+        isinstance(mine, (list, tuple)) and not mine for pair in token_pairs(sweep) for mine in pair),
+    "token lists of different lengths": lambda sweep, **k: any(
+        isinstance(mine, (list, tuple)) and isinstance(theirs, (list, tuple)) and len(mine) != len(theirs)
+        for mine, theirs in token_pairs(sweep)),
+    "a token log-probability that is a bool": lambda sweep, **k: any(is_bool(v) for v in tokens(sweep)),
+    "a token log-probability that is not a number": lambda sweep, **k: any(not_a_number(v) for v in tokens(sweep)),
+    "a token log-probability that is not finite": lambda sweep, **k: any(not_finite(v) for v in tokens(sweep)),
+    **threshold_clauses("max_kl"), **threshold_clauses("min_margin"),
+    "max_kl given as an int": lambda sweep, max_kl, min_margin: type(max_kl) is int and max_kl > 0,
+})

@@ -55,8 +55,39 @@ _lines = st.lists(st.one_of(_spellings, st.sampled_from(["12 + 30 = 42", "Let me
                   max_size=3)
 _replies = st.tuples(_lines, st.sampled_from(["\n", "\r\n", "\n\n"]), st.sampled_from(["", "\n", " \n\t", "  "])).map(
     lambda drawn: drawn[1].join(drawn[0]) + drawn[2])
-reference.agrees("verify_integer_answer", st.tuples(_replies, st.one_of(_numbers, st.just(42)), st.booleans()),
-                 cases=200)
+
+
+def _final_line(text):
+    return text.rstrip().split("\n")[-1].strip()
+
+
+def _reads_as_int(line):
+    try:
+        int(line)
+    except ValueError:
+        return False
+    return True
+
+
+_correct = _numbers.flatmap(lambda n: st.tuples(st.sampled_from([f"{n}", f"12 + 30\n{n}", f" {n} \n", f"x\r\n{n}\r\n"]),
+                                                 st.just(n), st.just(True)))
+reference.agrees("verify_integer_answer", st.one_of(st.tuples(_replies, st.one_of(_numbers, st.just(42)), st.booleans()),
+                                                    _correct), cases=200, clauses={
+    "an unfinished reply": lambda text, label, finished: not finished,
+    "a correct canonical final line": lambda text, label, finished: finished and _final_line(text) == str(label),
+    "a wrong canonical integer": lambda text, label, finished: finished and _reads_as_int(_final_line(text))
+        and str(int(_final_line(text))) == _final_line(text) and _final_line(text) != str(label),
+    "an integer spelling int() reads that is not canonical (+, leading zero, -0, full-width)":
+        lambda text, label, finished: finished and _reads_as_int(_final_line(text))
+        and str(int(_final_line(text))) != _final_line(text),
+    "a final line int() cannot read (text, decimal point, blank)":
+        lambda text, label, finished: finished and not _reads_as_int(_final_line(text)),
+    "working lines before the final line": lambda text, label, finished: finished and "\n" in text.rstrip(),
+    "whitespace or blank lines after the final line": lambda text, label, finished: finished and text != text.rstrip(),
+    "a carriage return": lambda text, label, finished: finished and "\r" in text,
+    "an unfinished reply whose final line is correct": lambda text, label, finished: not finished
+        and _final_line(text) == str(label),
+})
 
 # %% hidden exercise=verify_integer_answer points=1 name=generated_invalid_arguments_raise_as_the_reference
 # hint: non-text replies, labels that are floats, text, None or bools, and a finished flag that is not a bool each give a ValueError; valid calls among them are scored.
@@ -64,7 +95,32 @@ from hypothesis import strategies as st
 _responses = st.one_of(st.sampled_from(["42", "x", "", "7\n"]), st.sampled_from([None, 42, b"42", ["42"], 4.2]))
 _labels = st.one_of(st.integers(-5, 50), st.sampled_from([True, False, 4.0, "4", None, [4]]))
 _flags = st.one_of(st.booleans(), st.sampled_from([1, 0, None, "True", 1.0]))
-reference.agrees("verify_integer_answer", st.tuples(_responses, _labels, _flags), cases=150)
+
+
+def _defects(response, label, finished):
+    found = set()
+    if not isinstance(response, str):
+        found.add("response")
+    if isinstance(label, bool):
+        found.add("label bool")
+    elif not isinstance(label, int):
+        found.add("label")
+    if not isinstance(finished, bool):
+        found.add("finished")
+    return found
+
+
+reference.agrees("verify_integer_answer", st.tuples(_responses, _labels, _flags), cases=150, clauses={
+    "a response that is not a str (None, int, bytes, list, float), and no other defect":
+        lambda r, l, f: _defects(r, l, f) == {"response"},
+    "a label that is a bool, and no other defect": lambda r, l, f: _defects(r, l, f) == {"label bool"},
+    "a label that is not an int (float, str, None, list), and no other defect":
+        lambda r, l, f: _defects(r, l, f) == {"label"},
+    "a finished flag that is not a bool (1, 0, None, str, float), and no other defect":
+        lambda r, l, f: _defects(r, l, f) == {"finished"},
+    "a finished flag that is the int 1 or 0": lambda r, l, f: _defects(r, l, f) == {"finished"} and type(f) is int,
+    "a valid call": lambda r, l, f: not _defects(r, l, f),
+})
 
 # %% hidden exercise=group_advantages points=1 name=groups_without_reward_variance_are_not_scoreable
 # hint: a group whose rewards are all equal, or that has one answer, gives None (not a list of zeros) and False in scoreable; the share counts scoreable groups among all groups.
@@ -122,17 +178,77 @@ _calls = st.one_of(st.tuples(_groups),
                    st.tuples(_groups, st.booleans(), st.sampled_from([1e-4, 1e-6, 0.5, 1, 2.0])),
                    st.tuples(st.tuples(_groups), st.fixed_dictionaries({"scale_by_std": st.booleans(),
                                                                         "eps": st.sampled_from([1e-4, 0.1, 3])})))
-reference.agrees("group_advantages", _calls, cases=150)
+
+
+def _settings(groups, *rest, **named):
+    scale = named.get("scale_by_std", rest[0] if len(rest) > 0 else True)
+    return groups, scale, named.get("eps", rest[1] if len(rest) > 1 else 1e-4)
+
+
+reference.agrees("group_advantages", _calls, cases=150, clauses={
+    "a group whose rewards are all equal": lambda *a, **k: any(len(g) > 1 and max(g) == min(g) for g in _settings(*a, **k)[0]),
+    "a group of one answer": lambda *a, **k: any(len(g) == 1 for g in _settings(*a, **k)[0]),
+    "a scoreable group": lambda *a, **k: any(len(g) > 1 and max(g) != min(g) for g in _settings(*a, **k)[0]),
+    "a group of int rewards only": lambda *a, **k: any(all(type(r) is int for r in g) and max(g) != min(g)
+                                                       for g in _settings(*a, **k)[0]),
+    "several groups": lambda *a, **k: len(_settings(*a, **k)[0]) > 1,
+    "without the std": lambda *a, **k: _settings(*a, **k)[1] is False,
+    "a given eps other than the default": lambda *a, **k: _settings(*a, **k)[2] != 1e-4,
+    "settings by keyword": lambda *a, **k: bool(k),
+})
 
 # %% hidden exercise=group_advantages points=1 name=generated_invalid_groups_raise_as_the_reference
 # hint: lists that are empty or not lists, groups that are empty or tuples, rewards that are None, bools, text, nan or infinite, and settings of the wrong type or range each give a ValueError; valid calls among them give advantages.
-from hypothesis import strategies as st
-_items = st.one_of(st.sampled_from([0.0, 1.0, 1, 0]), st.sampled_from([None, True, "1", float("nan"), float("inf")]))
-_group = st.one_of(st.lists(_items, max_size=4), st.just((1.0, 0.0)), st.just(1.0))
-_outer = st.one_of(st.lists(_group, max_size=3), st.just(None), st.just(((1.0, 0.0),)))
-_scale = st.sampled_from([True, False, 1, 0, None, "yes"])
-_eps = st.sampled_from([1e-4, 1, 0, -1.0, True, float("nan"), float("inf"), None])
-reference.agrees("group_advantages", st.tuples(_outer, _scale, _eps), cases=150)
+from tools.course.grader.clauses import each_of, is_bool, is_number, not_finite
+
+_defects = ([("valid", n) for n in range(12)]
+            + [("outer", bad) for bad in (None, (), [], "x", ((1.0, 0.0),))]
+            + [("group", bad) for bad in ([], (1.0, 0.0), 1.0, None)]
+            + [("reward", bad) for bad in (True, False, None, "1", float("nan"), float("inf"), -float("inf"), [1.0])]
+            + [("scale_by_std", bad) for bad in (1, 0, None, "yes")]
+            + [("eps", bad) for bad in (0, -1.0, True, float("nan"), float("inf"), None, "1e-4")])
+
+
+def _one_defect(defect, rng):
+    kind, bad = defect
+    groups = [[rng.choice([0.0, 1.0, 1, 0, 0.5, -1]) for _ in range(rng.randint(1, 4))] for _ in range(rng.randint(1, 3))]
+    scale, eps = rng.choice([True, False]), rng.choice([1e-4, 1, 0.5])
+    if kind == "outer":
+        groups = bad
+    elif kind == "group":
+        groups[rng.randrange(len(groups))] = bad
+    elif kind == "reward":
+        group = rng.choice(groups)
+        group[rng.randrange(len(group))] = bad
+    elif kind == "scale_by_std":
+        scale = bad
+    elif kind == "eps":
+        eps = bad
+    return groups, scale, eps
+
+
+def _reward_ok(value):
+    return is_number(value) and not not_finite(value)
+
+
+def _groups_ok(groups):
+    return isinstance(groups, list) and bool(groups) and all(isinstance(g, list) and g for g in groups)
+
+
+reference.agrees("group_advantages", each_of(_defects, _one_defect, variants=2), cases=2 * len(_defects), clauses={
+    "group_rewards not a non-empty list (None, a tuple, [], text)": lambda g, s, e: not isinstance(g, list) or not g,
+    "a group that is empty, a tuple, a number or None": lambda g, s, e: isinstance(g, list) and bool(g) and any(
+        not isinstance(x, list) or not x for x in g),
+    "a reward that is a bool": lambda g, s, e: _groups_ok(g) and any(is_bool(r) for x in g for r in x),
+    "a reward that is nan or infinite": lambda g, s, e: _groups_ok(g) and any(not_finite(r) for x in g for r in x),
+    "a reward that is None, text or a list": lambda g, s, e: _groups_ok(g) and any(
+        r is None or isinstance(r, (str, list)) for x in g for r in x),
+    "scale_by_std that is not a bool (1, 0, None, str)": lambda g, s, e: not isinstance(s, bool),
+    "eps that is 0 or negative": lambda g, s, e: is_number(e) and e <= 0,
+    "eps that is a bool, nan, inf, None or text": lambda g, s, e: not _reward_ok(e),
+    "a valid call": lambda g, s, e: _groups_ok(g) and all(_reward_ok(r) for x in g for r in x) and isinstance(s, bool)
+        and _reward_ok(e) and e > 0,
+})
 
 # %% hidden exercise=clipped_grpo_loss points=1 name=aggregations_weigh_unequal_responses_differently
 # hint: "sequence" averages each response over its own tokens and then averages the responses; "token" divides the sum over all response tokens by their number.
@@ -245,20 +361,131 @@ _calls = st.tuples(st.integers(1, 3), st.integers(1, 4)).flatmap(lambda dims: st
     st.sampled_from([torch.float64, torch.float32]), st.sampled_from([0.2, 0.1, 0.28, 0.5]),
     st.sampled_from(["sequence", "token"]), st.sampled_from(["default", "keyword", "positional"]), st.booleans(),
 ).map(lambda drawn: _batch(*drawn)))
-reference.agrees("clipped_grpo_loss", _calls, cases=120)
+
+
+def _parts(logprobs, old, advantages, mask, clip_eps=0.2, aggregation="sequence"):
+    ratio = torch.exp(torch.where(mask, logprobs.detach().double() - old.double(), torch.zeros(mask.shape, dtype=torch.float64)))
+    return ratio, advantages.double().unsqueeze(1), mask, clip_eps, aggregation
+
+
+def _clips(side, *a, **k):
+    ratio, gain, mask, eps, _ = _parts(*a, **k)
+    above, below = (ratio > 1 + eps) & mask, (ratio < 1 - eps) & mask
+    if side == "active":
+        return bool(((above & (gain > 0)) | (below & (gain < 0))).any())
+    return bool(((above & (gain < 0)) | (below & (gain > 0))).any())
+
+
+reference.agrees("clipped_grpo_loss", _calls, cases=120, clauses={
+    "float32 tensors": lambda *a, **k: a[0].dtype == torch.float32,
+    "float64 tensors": lambda *a, **k: a[0].dtype == torch.float64,
+    "clip_eps and aggregation by default": lambda *a, **k: len(a) == 4 and not k,
+    "clip_eps and aggregation by keyword": lambda *a, **k: "clip_eps" in k,
+    "sequence aggregation": lambda *a, **k: _parts(*a, **k)[4] == "sequence",
+    "token aggregation": lambda *a, **k: _parts(*a, **k)[4] == "token",
+    "responses of different lengths": lambda *a, **k: len(set(a[3].sum(dim=1).tolist())) > 1,
+    "nan outside the mask": lambda *a, **k: bool((~a[3]).any()),
+    "a zero advantage": lambda *a, **k: bool((a[2] == 0).any()),
+    "an active clip (ratio beyond the band in the advantage's direction)": lambda *a, **k: _clips("active", *a, **k),
+    "a ratio beyond the band on the inactive side (not a clip)": lambda *a, **k: _clips("inactive", *a, **k),
+    "logprobs that require grad": lambda *a, **k: a[0].requires_grad,
+})
 
 # %% hidden exercise=clipped_grpo_loss points=1 name=generated_invalid_batches_raise_as_the_reference
 # hint: integer, half or mismatched dtypes, wrong shapes, non-bool or empty-row masks, non-finite advantages, clip_eps outside (0, 1) or of the wrong type, and unknown aggregations each give a ValueError; valid batches among them give a loss.
 import torch
 from hypothesis import strategies as st
-_lp = st.sampled_from([torch.zeros(2, 3), torch.zeros(2, 3, dtype=torch.float64), torch.zeros(2, 3, dtype=torch.float16),
-                       torch.zeros(2, 3, dtype=torch.long), torch.zeros(3), torch.zeros(2, 2), [[0.0] * 3] * 2])
-_old = st.sampled_from([torch.zeros(2, 3), torch.zeros(2, 3, dtype=torch.float64), torch.zeros(2, 2), None])
-_adv = st.sampled_from([torch.tensor([1.0, -1.0]), torch.tensor([1.0, -1.0], dtype=torch.float64), torch.tensor([1.0]),
-                        torch.tensor([[1.0], [-1.0]]), torch.tensor([1.0, float("inf")]), [1.0, -1.0]])
-_mask = st.sampled_from([torch.ones(2, 3, dtype=torch.bool), torch.tensor([[True, False, False], [False, False, True]]),
-                         torch.tensor([[True, True, True], [False, False, False]]), torch.ones(2, 3),
-                         torch.ones(2, 2, dtype=torch.bool)])
-_clip = st.sampled_from([0.2, 0.5, 0, 1, 1.5, -0.2, True, None, "0.2", float("nan")])
-_aggregation = st.sampled_from(["sequence", "token", "mean", "TOKEN", " sequence", None, 1])
-reference.agrees("clipped_grpo_loss", st.tuples(_lp, _old, _adv, _mask, _clip, _aggregation), cases=150)
+from tools.course.grader.clauses import each_of, is_bool
+
+_defects = ([("valid", n) for n in range(12)]
+            + [("logprobs", kind) for kind in ("float16", "int64", "1-D", "3-D", "list")]
+            + [("old", kind) for kind in ("dtype", "shape", "None")]
+            + [("mask", kind) for kind in ("float", "long", "shape", "list")]
+            + [("advantages", kind) for kind in ("dtype", "short", "2-D", "inf", "nan", "list")]
+            + [("rows", kind) for kind in ("a row without tokens", "no rows")]
+            + [("clip_eps", bad) for bad in (0, 1, 1.5, -0.2, True, None, "0.2", float("nan"))]
+            + [("aggregation", bad) for bad in ("mean", "TOKEN", " sequence", None, 1)])
+
+
+def _one_defect(defect, rng):
+    kind, bad = defect
+    dtype = rng.choice([torch.float32, torch.float64])
+    batch, time = rng.randint(1, 3), rng.randint(2, 4)
+    generator = torch.Generator().manual_seed(rng.randrange(10 ** 6))
+    lp = -torch.rand(batch, time, generator=generator, dtype=torch.float64)
+    old = lp + 0.4 * (torch.rand(batch, time, generator=generator, dtype=torch.float64) - 0.5)
+    mask = torch.rand(batch, time, generator=generator) < 0.7
+    mask[:, 0] = True
+    adv = torch.randn(batch, generator=generator, dtype=torch.float64)
+    lp, old, adv = lp.to(dtype), old.to(dtype), adv.to(dtype)
+    args = [lp, old, adv, mask, rng.choice([0.2, 0.1, 0.5]), rng.choice(["sequence", "token"])]
+    if kind == "logprobs":
+        if bad in ("float16", "int64"):
+            target = torch.float16 if bad == "float16" else torch.int64
+            args[:3] = [lp.to(target), old.to(target), adv.to(target)]
+        elif bad == "1-D":
+            args[:4] = [lp[0], old[0], adv[:1], mask[0]]
+        elif bad == "3-D":
+            args[:4] = [lp.unsqueeze(0), old.unsqueeze(0), adv, mask.unsqueeze(0)]
+        else:
+            args[0] = lp.tolist()
+    elif kind == "old":
+        args[1] = {"dtype": old.to(torch.float64 if dtype == torch.float32 else torch.float32), "shape": old[:, :1],
+                   "None": None}[bad]
+    elif kind == "mask":
+        args[3] = {"float": mask.float(), "long": mask.long(), "shape": mask[:, :1], "list": mask.tolist()}[bad]
+    elif kind == "advantages":
+        nan = adv.clone()
+        nan[rng.randrange(batch)] = float("inf") if bad == "inf" else float("nan")
+        args[2] = {"dtype": adv.to(torch.float64 if dtype == torch.float32 else torch.float32),
+                   "short": adv[:0] if batch == 1 else adv[:-1], "2-D": adv.unsqueeze(1), "inf": nan, "nan": nan,
+                   "list": adv.tolist()}[bad]
+    elif kind == "rows" and bad == "no rows":
+        args[:4] = [lp[:0], old[:0], adv[:0], mask[:0]]
+    elif kind == "rows":
+        mask[rng.randrange(batch)] = False
+    elif kind == "clip_eps":
+        args[4] = bad
+    elif kind == "aggregation":
+        args[5] = bad
+    return tuple(args)
+
+
+def _is(value, dtypes=(torch.float32, torch.float64), dim=2):
+    return isinstance(value, torch.Tensor) and value.dim() == dim and value.dtype in dtypes
+
+
+def _good_prefix(lp, old, adv, mask):
+    return (_is(lp) and isinstance(old, torch.Tensor) and old.shape == lp.shape and old.dtype == lp.dtype
+            and isinstance(mask, torch.Tensor) and mask.dtype == torch.bool and mask.shape == lp.shape)
+
+
+def _good_advantages(lp, adv):
+    return (isinstance(adv, torch.Tensor) and adv.dtype == lp.dtype and tuple(adv.shape) == (lp.shape[0],)
+            and bool(torch.isfinite(adv).all()))
+
+
+reference.agrees("clipped_grpo_loss", each_of(_defects, _one_defect, variants=2), cases=2 * len(_defects), clauses={
+    "logprobs of a half or integer dtype": lambda lp, old, adv, m, c, g: isinstance(lp, torch.Tensor)
+        and lp.dim() == 2 and lp.dtype not in (torch.float32, torch.float64),
+    "logprobs that are not 2-D or not a tensor": lambda lp, old, adv, m, c, g: not isinstance(lp, torch.Tensor) or lp.dim() != 2,
+    "old_logprobs of another dtype, shape, or not a tensor": lambda lp, old, adv, m, c, g: _is(lp) and not (
+        isinstance(old, torch.Tensor) and old.shape == lp.shape and old.dtype == lp.dtype),
+    "a mask that is not a bool tensor of the shape of logprobs": lambda lp, old, adv, m, c, g: _is(lp)
+        and isinstance(old, torch.Tensor) and old.shape == lp.shape and old.dtype == lp.dtype and not (
+        isinstance(m, torch.Tensor) and m.dtype == torch.bool and m.shape == lp.shape),
+    "advantages of another dtype or shape, or not a tensor": lambda lp, old, adv, m, c, g: _good_prefix(lp, old, adv, m)
+        and not (isinstance(adv, torch.Tensor) and adv.dtype == lp.dtype and tuple(adv.shape) == (lp.shape[0],)),
+    "advantages with nan or inf": lambda lp, old, adv, m, c, g: _good_prefix(lp, old, adv, m) and isinstance(
+        adv, torch.Tensor) and tuple(adv.shape) == (lp.shape[0],) and not bool(torch.isfinite(adv).all()),
+    "a response without a token in the mask": lambda lp, old, adv, m, c, g: _good_prefix(lp, old, adv, m)
+        and _good_advantages(lp, adv) and lp.shape[0] > 0 and not bool(m.any(dim=1).all()),
+    "no responses at all": lambda lp, old, adv, m, c, g: _good_prefix(lp, old, adv, m) and lp.shape[0] == 0,
+    "clip_eps outside (0, 1)": lambda lp, old, adv, m, c, g: not is_bool(c) and isinstance(c, (int, float))
+        and not 0 < c < 1,
+    "clip_eps that is a bool, None or text": lambda lp, old, adv, m, c, g: is_bool(c) or not isinstance(c, (int, float)),
+    "an unknown or miscased aggregation, or not a str": lambda lp, old, adv, m, c, g: g not in ("sequence", "token"),
+    "a valid call": lambda lp, old, adv, m, c, g: _good_prefix(lp, old, adv, m) and _good_advantages(lp, adv)
+        and lp.shape[0] > 0 and bool(m.any(dim=1).all()) and not is_bool(c) and isinstance(c, (int, float))
+        and 0 < c < 1 and g in ("sequence", "token"),
+})

@@ -287,6 +287,8 @@ for bad_call in bad_calls:
 
 # %% hidden exercise=validate_preference_pairs points=2 name=agrees_with_reference_on_generated_valid_pairs
 # hint: any well-formed pairs (reformatted copies, full-width digits, empty and equal answers, ties, join errors): the same report with the same types.
+import unicodedata as _unicodedata
+
 from hypothesis import strategies as st
 
 prompts = st.sampled_from(["Compute 2 + 2.", "compute 2 + 2. ", "Ｃompute ２ + 2.", "Compute 2+2.", "Name a prime.", "", "ß"])
@@ -308,13 +310,54 @@ def valid_pairs(draw):
                       "tie": draw(st.booleans())})
     return (pairs if draw(st.booleans()) else tuple(pairs),)
 
-reference.agrees("validate_preference_pairs", valid_pairs(), cases=150)
+
+def norm(text):
+    return " ".join(_unicodedata.normalize("NFKC", text).casefold().split())
+
+
+def contents(pairs):
+    return [tuple(norm(pair[side][key]) for side, key in (("chosen", "prompt"), ("rejected", "prompt"),
+                                                           ("chosen", "response"), ("rejected", "response")))
+            for pair in pairs]
+
+
+def clean(pairs):
+    seen, found = set(), False
+    for pair, content in zip(pairs, contents(pairs)):
+        found = found or (content[0] == content[1] and content[2] and content[3] and content[2] != content[3]
+                          and content not in seen and not pair["tie"])
+        seen.add(content)
+    return found
+
+
+reference.agrees("validate_preference_pairs", valid_pairs(), cases=150, clauses={
+    "pairs is a tuple": lambda pairs: isinstance(pairs, tuple),
+    "no pairs": lambda pairs: len(pairs) == 0,
+    "a clean pair kept": clean,
+    "prompts that differ after normalisation": lambda pairs: any(c[0] != c[1] for c in contents(pairs)),
+    "prompts equal only after normalisation": lambda pairs: any(
+        p["chosen"]["prompt"] != p["rejected"]["prompt"] and c[0] == c[1] for p, c in zip(pairs, contents(pairs))),
+    "an empty chosen response": lambda pairs: any(not c[2] for c in contents(pairs)),
+    "a whitespace-only response": lambda pairs: any(
+        p[side]["response"] and not p[side]["response"].strip() for p in pairs for side in ("chosen", "rejected")),
+    "an empty rejected response": lambda pairs: any(not c[3] for c in contents(pairs)),
+    "the same non-empty response": lambda pairs: any(c[2] and c[2] == c[3] for c in contents(pairs)),
+    "responses equal only after NFKC or case folding": lambda pairs: any(
+        c[2] and c[2] == c[3] and p["chosen"]["response"].strip() != p["rejected"]["response"].strip()
+        for p, c in zip(pairs, contents(pairs))),
+    "a duplicate of an earlier pair": lambda pairs: len(set(contents(pairs))) < len(pairs),
+    "a duplicate that is also a tie": lambda pairs: any(
+        c in contents(pairs)[:i] and pairs[i]["tie"] for i, c in enumerate(contents(pairs))),
+    "a tie": lambda pairs: any(p["tie"] for p in pairs),
+    "ids that differ only in case or width": lambda pairs: len({norm(p["id"]) for p in pairs}) < len(pairs),
+})
 
 # %% hidden exercise=validate_preference_pairs points=2 name=agrees_with_reference_on_generated_malformed_pairs
-# hint: one malformed thing anywhere (a missing or extra key, a blank or repeated id, an answer that is not a prompt/response dict of str, 0/1 for tie): the same ValueError.
-from hypothesis import strategies as st
+# hint: valid pairs, or one malformed thing anywhere (a missing or extra key, a blank or repeated id, an answer that is not a prompt/response dict of str, 0/1 for tie): the same report, or the same ValueError.
+from tools.course.grader.clauses import dicts, each_of, is_blank, is_bool
 
-defects = ([("pairs", bad) for bad in [None, "ab", 3, {"id": "a"}]]
+defects = ([("valid", n) for n in range(30)]
+           + [("pairs", bad) for bad in [None, "ab", 3, {"id": "a"}]]
            + [("pair", bad) for bad in [None, "pair", ["a"], 1]]
            + [("id", bad) for bad in ["", " ", "\t\n", "\u3000", 3, None, True, ("a",)]]
            + [("dup_id", None)]
@@ -324,12 +367,15 @@ defects = ([("pairs", bad) for bad in [None, "ab", 3, {"id": "a"}]]
                                           {"prompt": "p", "response": "4", "extra": "x"}]]
            + [("tie", bad) for bad in [0, 1, None, "False", 1.0]])
 
-@st.composite
-def one_defect(draw):
-    kind, bad = draw(st.sampled_from(defects))
-    pairs = [{"id": name, "chosen": {"prompt": "p", "response": "a"}, "rejected": {"prompt": "p", "response": "b"},
-              "tie": draw(st.booleans())} for name in ("a", "b", "c")]
-    where = draw(st.integers(0, 2))
+def one_defect(defect, rng):
+    """Three valid pairs (a tuple or a list), or with exactly this defect."""
+    kind, bad = defect
+    pairs = [{"id": name, "chosen": {"prompt": "p", "response": rng.choice(["a", "b", " A"])},
+              "rejected": {"prompt": rng.choice(["p", "P ", "q"]), "response": rng.choice(["b", "", "a"])},
+              "tie": rng.random() < 0.3} for name in ("a", "b", "c")]
+    where = rng.randrange(3)
+    if kind == "valid":
+        return (pairs if rng.random() < 0.5 else tuple(pairs),)
     if kind == "pairs":
         return (bad,)
     if kind == "pair":
@@ -343,15 +389,45 @@ def one_defect(draw):
     elif kind == "extra":
         pairs[where][bad] = 1
     elif kind == "answer":
-        pairs[where][draw(st.sampled_from(["chosen", "rejected"]))] = bad
+        pairs[where][rng.choice(["chosen", "rejected"])] = bad
     else:
         pairs[where]["tie"] = bad
     return (pairs,)
 
-reference.agrees("validate_preference_pairs", one_defect(), cases=150)
+KEYS = {"id", "chosen", "rejected", "tie"}
+
+
+def answers(pairs):
+    return [pair[side] for pair in dicts(pairs) for side in ("chosen", "rejected") if side in pair]
+
+
+reference.agrees("validate_preference_pairs", each_of(defects, one_defect, variants=2), cases=2 * len(defects), clauses={
+    "pairs is not a list or tuple": lambda pairs: not isinstance(pairs, (list, tuple)),
+    "a pair that is not a dict": lambda pairs: isinstance(pairs, (list, tuple)) and any(
+        not isinstance(pair, dict) for pair in pairs),
+    "a pair without one of the four keys": lambda pairs: any(KEYS - set(pair) for pair in dicts(pairs)),
+    "a pair with an extra key": lambda pairs: any(set(pair) - KEYS for pair in dicts(pairs)),
+    "a blank id": lambda pairs: any(is_blank(pair.get("id")) for pair in dicts(pairs)),
+    "an id that is not a str": lambda pairs: any("id" in pair and not isinstance(pair["id"], str)
+                                                 for pair in dicts(pairs)),
+    "a repeated id": lambda pairs: len([p["id"] for p in dicts(pairs) if isinstance(p.get("id"), str)]) > len(
+        {p["id"] for p in dicts(pairs) if isinstance(p.get("id"), str)}),
+    "an answer that is not a dict": lambda pairs: any(not isinstance(a, dict) for a in answers(pairs)),
+    "an answer without exactly prompt and response": lambda pairs: any(
+        isinstance(a, dict) and set(a) != {"prompt", "response"} for a in answers(pairs)),
+    "an answer text that is not a str": lambda pairs: any(
+        isinstance(a, dict) and set(a) == {"prompt", "response"} and not all(isinstance(v, str) for v in a.values())
+        for a in answers(pairs)),
+    "a tie 0 or 1": lambda pairs: any(p.get("tie") in (0, 1) and not is_bool(p.get("tie")) for p in dicts(pairs)),
+    "a tie that is not a bool or a number": lambda pairs: any(
+        "tie" in p and not isinstance(p["tie"], (bool, int, float)) for p in dicts(pairs)),
+})
 
 # %% hidden exercise=split_by_prompt points=2 name=agrees_with_reference_on_generated_valid_splits
 # hint: any well-formed pairs (reformatted and paraphrased prompts, chains of near-duplicates, thresholds exactly at a similarity): the same groups, keys and splits.
+import re as _re
+import unicodedata as _unicodedata
+
 from hypothesis import strategies as st
 
 words = ["compute", "add", "23", "19", "18", "please", "the", "sum", "Ｃompute", "ADD"]
@@ -368,13 +444,45 @@ def valid_splits(draw):
     threshold = draw(st.sampled_from([0.85, 0.8, 0.75, 2 / 3, 0.5, 1, 1.0, 0.6]))
     return (pairs if draw(st.booleans()) else tuple(pairs), fraction, threshold)
 
-reference.agrees("split_by_prompt", valid_splits(), cases=150)
+
+def word_sets(pairs):
+    return [set(_re.findall(r"\w+", " ".join(_unicodedata.normalize("NFKC", p["prompt"]).casefold().split())))
+            for p in pairs]
+
+
+def similarities(pairs):
+    sets = word_sets(pairs)
+    return {(i, j): len(sets[i] & sets[j]) / len(sets[i] | sets[j])
+            for i in range(len(sets)) for j in range(len(sets)) if i != j}
+
+
+def chained(pairs, fraction, threshold):
+    near = {key for key, value in similarities(pairs).items() if value >= threshold}
+    return any((i, j) in near and (j, k) in near and (i, k) not in near
+               for i in range(len(pairs)) for j in range(len(pairs)) for k in range(len(pairs)) if i != k)
+
+
+reference.agrees("split_by_prompt", valid_splits(), cases=150, clauses={
+    "pairs is a tuple": lambda pairs, fraction, threshold: isinstance(pairs, tuple),
+    "no pairs": lambda pairs, fraction, threshold: len(pairs) == 0,
+    "prompts with the same word set written differently": lambda pairs, fraction, threshold: any(
+        a == b and pairs[i]["prompt"] != pairs[j]["prompt"]
+        for i, a in enumerate(word_sets(pairs)) for j, b in enumerate(word_sets(pairs)) if i < j),
+    "a similarity exactly at the threshold": lambda pairs, fraction, threshold: any(
+        value == threshold for value in similarities(pairs).values()),
+    "a similarity just below the threshold": lambda pairs, fraction, threshold: any(
+        threshold - 0.2 < value < threshold for value in similarities(pairs).values()),
+    "near-duplicates chained through a third prompt": chained,
+    "a threshold of 1 given as an int": lambda pairs, fraction, threshold: type(threshold) is int,
+    "a group in each split": lambda pairs, fraction, threshold: len(pairs) >= 4 and fraction == 0.5,
+})
 
 # %% hidden exercise=split_by_prompt points=2 name=agrees_with_reference_on_generated_malformed_splits
-# hint: one malformed thing anywhere (a blank or repeated id, a prompt without a word, a fraction of 0 or 1, a bool or NaN threshold): the same ValueError.
-from hypothesis import strategies as st
+# hint: valid pairs, or one malformed thing anywhere (a blank or repeated id, a prompt without a word, a fraction of 0 or 1, a bool or NaN threshold): the same split, or the same ValueError.
+from tools.course.grader.clauses import below, dicts, each_of, is_blank, is_bool, not_a_number, not_finite
 
-defects = ([("pairs", bad) for bad in [None, "ab", 3, {"id": "a", "prompt": "x"}]]
+defects = ([("valid", n) for n in range(30)]
+           + [("pairs", bad) for bad in [None, "ab", 3, {"id": "a", "prompt": "x"}]]
            + [("pair", bad) for bad in [None, "x", ["a", "x"]]]
            + [("id", bad) for bad in ["", " ", "\u3000", 7, None, False]] + [("dup_id", None)]
            + [("drop", key) for key in ["id", "prompt"]]
@@ -383,13 +491,16 @@ defects = ([("pairs", bad) for bad in [None, "ab", 3, {"id": "a", "prompt": "x"}
                                                  float("inf")]]
            + [("near_duplicate", bad) for bad in [0, 0.0, -1, 1.0000001, 2, True, False, None, "1", float("nan")]])
 
-@st.composite
-def one_defect(draw):
-    kind, bad = draw(st.sampled_from(defects))
-    pairs = [{"id": "a", "prompt": "add 2 and 2"}, {"id": "b", "prompt": "add 2 and 3"}, {"id": "c", "prompt": "sum"}]
-    arguments = {"eval_fraction": 0.5, "near_duplicate": 0.85}
-    where = draw(st.integers(0, 2))
-    if kind == "pairs":
+def one_defect(defect, rng):
+    """Three valid pairs and parameters, or with exactly this defect."""
+    kind, bad = defect
+    pairs = [{"id": "a", "prompt": rng.choice(["add 2 and 2", "ADD 2 and 2."])}, {"id": "b", "prompt": "add 2 and 3"},
+             {"id": "c", "prompt": rng.choice(["sum", "add 2"]), "note": "ignored"}]
+    arguments = {"eval_fraction": rng.choice([0.5, 0.25, 0.75]), "near_duplicate": rng.choice([0.85, 0.5, 1])}
+    where = rng.randrange(3)
+    if kind == "valid" and rng.random() < 0.5:
+        pairs = tuple(pairs)
+    elif kind == "pairs":
         pairs = bad
     elif kind == "pair":
         pairs.insert(where, bad)
@@ -401,14 +512,53 @@ def one_defect(draw):
         del pairs[where][bad]
     elif kind == "prompt":
         pairs[where]["prompt"] = bad
-    else:
+    elif kind != "valid":
         arguments[kind] = bad
     return (pairs,), arguments
 
-reference.agrees("split_by_prompt", one_defect(), cases=150)
+
+def str_ids(pairs):
+    return [p["id"] for p in dicts(pairs) if isinstance(p.get("id"), str)]
+
+
+def parameter_clauses(name, top):
+    value = lambda pairs, eval_fraction, near_duplicate: {"eval_fraction": eval_fraction,  # noqa: E731
+                                                         "near_duplicate": near_duplicate}[name]
+    return {
+        f"{name} a bool": lambda *a, **k: is_bool(value(*a, **k)),
+        f"{name} not a number": lambda *a, **k: not_a_number(value(*a, **k)),
+        f"{name} not finite": lambda *a, **k: not_finite(value(*a, **k)),
+        f"{name} <= 0": lambda *a, **k: not is_bool(value(*a, **k)) and below(value(*a, **k), 0, or_equal=True),
+        f"{name} above its top": lambda *a, **k: not is_bool(value(*a, **k)) and isinstance(value(*a, **k), (int, float))
+            and top(value(*a, **k)),
+    }
+
+
+reference.agrees("split_by_prompt", each_of(defects, one_defect, variants=2), cases=2 * len(defects), clauses={
+    "pairs is not a list or tuple": lambda pairs, **k: not isinstance(pairs, (list, tuple)),
+    "pairs is a tuple": lambda pairs, **k: isinstance(pairs, tuple),
+    "a pair that is not a dict": lambda pairs, **k: isinstance(pairs, (list, tuple)) and any(
+        not isinstance(p, dict) for p in pairs),
+    "a pair without id or prompt": lambda pairs, **k: any("id" not in p or "prompt" not in p for p in dicts(pairs)),
+    "a pair with an ignored extra key": lambda pairs, **k: any(set(p) - {"id", "prompt"} for p in dicts(pairs)),
+    "a blank id": lambda pairs, **k: any(is_blank(p.get("id")) for p in dicts(pairs)),
+    "an id that is not a str": lambda pairs, **k: any("id" in p and not isinstance(p["id"], str) for p in dicts(pairs)),
+    "a repeated id": lambda pairs, **k: len(str_ids(pairs)) > len(set(str_ids(pairs))),
+    "a prompt that is not a str": lambda pairs, **k: any(
+        "prompt" in p and not isinstance(p["prompt"], str) for p in dicts(pairs)),
+    "a prompt with no word": lambda pairs, **k: any(
+        isinstance(p.get("prompt"), str) and not _re.findall(r"\w+", p["prompt"]) for p in dicts(pairs)),
+    **parameter_clauses("eval_fraction", lambda value: value >= 1 and not not_finite(value)),
+    **parameter_clauses("near_duplicate", lambda value: value > 1 and not not_finite(value)),
+    "near_duplicate exactly 1": lambda pairs, eval_fraction, near_duplicate: near_duplicate == 1
+        and not is_bool(near_duplicate),
+})
 
 # %% hidden exercise=pairwise_win_rate points=2 name=agrees_with_reference_on_generated_valid_judgements
 # hint: any well-formed judgements at any confidence (all ties, all wins, position-following verdicts, few and many verdicts): the same outcomes, counts, rate, interval and decision.
+import math as _math
+import statistics as _statistics
+
 from hypothesis import strategies as st
 
 verdict = st.sampled_from(["first", "second", "tie"])
@@ -417,20 +567,66 @@ consistent = st.sampled_from([("first", "second"), ("second", "first")])
 @st.composite
 def valid_judgements(draw):
     count = draw(st.integers(0, 40))
+    lean = draw(st.sampled_from([("first", "second"), ("second", "first"), None]))
     judgements = []
     for index in range(count):
-        first, second = draw(st.one_of(consistent, consistent, st.tuples(verdict, verdict)))
+        first, second = draw(st.one_of(consistent, consistent, st.tuples(verdict, verdict),
+                                       st.just(lean or ("tie", "tie"))))
         judgements.append({"id": f"j{index}", "candidate_first": first, "candidate_second": second})
     confidence = draw(st.sampled_from([0.95, 0.9, 0.8, 0.99, 0.5, 0.683]))
     return (judgements if draw(st.booleans()) else tuple(judgements), confidence)
 
-reference.agrees("pairwise_win_rate", valid_judgements(), cases=150)
+
+@st.composite
+def unscored_judgements(draw):
+    """Only ties and position-following verdicts: nothing consistent to rate."""
+    orders = draw(st.lists(st.sampled_from([("tie", "tie"), ("first", "first"), ("second", "second"),
+                                            ("tie", "second")]), min_size=1, max_size=6))
+    return ([{"id": f"u{index}", "candidate_first": first, "candidate_second": second}
+             for index, (first, second) in enumerate(orders)], 0.95)
+
+
+def tally(judgements):
+    pairs = [(j["candidate_first"], j["candidate_second"]) for j in judgements]
+    return pairs.count(("first", "second")), pairs.count(("second", "first"))
+
+
+def interval(judgements, confidence):
+    wins, losses = tally(judgements)
+    n = wins + losses
+    if not n:
+        return None
+    p, z = wins / n, _statistics.NormalDist().inv_cdf(0.5 + confidence / 2)
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * _math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return centre - half, centre + half
+
+
+reference.agrees("pairwise_win_rate", st.one_of(valid_judgements(), unscored_judgements()), cases=150, clauses={
+    "judgements is a tuple": lambda judgements, confidence: isinstance(judgements, tuple),
+    "no judgements": lambda judgements, confidence: len(judgements) == 0,
+    "judgements but no consistent verdict": lambda judgements, confidence: judgements and sum(tally(judgements)) == 0,
+    "a verdict that follows the position": lambda judgements, confidence: any(
+        j["candidate_first"] == j["candidate_second"] != "tie" for j in judgements),
+    "a tie in one order only": lambda judgements, confidence: any(
+        (j["candidate_first"] == "tie") != (j["candidate_second"] == "tie") for j in judgements),
+    "a tie in both orders": lambda judgements, confidence: any(
+        j["candidate_first"] == j["candidate_second"] == "tie" for j in judgements),
+    "every consistent verdict a win": lambda judgements, confidence: tally(judgements)[0] and not tally(judgements)[1],
+    "every consistent verdict a loss": lambda judgements, confidence: tally(judgements)[1] and not tally(judgements)[0],
+    "the decision candidate_better": lambda judgements, confidence: (interval(judgements, confidence) or (0, 0))[0] > 0.5,
+    "the decision baseline_better": lambda judgements, confidence: (interval(judgements, confidence) or (1, 1))[1] < 0.5,
+    "a win rate above 0.5 whose interval still holds 0.5": lambda judgements, confidence: interval(
+        judgements, confidence) is not None and tally(judgements)[0] > tally(judgements)[1] and interval(
+        judgements, confidence)[0] <= 0.5,
+})
 
 # %% hidden exercise=pairwise_win_rate points=2 name=agrees_with_reference_on_generated_malformed_judgements
-# hint: one malformed thing anywhere (a verdict spelt another way, a missing or extra key, a blank or repeated id, a confidence of 0 or 1, a bool or NaN): the same ValueError.
-from hypothesis import strategies as st
+# hint: valid judgements, or one malformed thing anywhere (a verdict spelt another way, a missing or extra key, a blank or repeated id, a confidence of 0 or 1, a bool or NaN): the same result, or the same ValueError.
+from tools.course.grader.clauses import below, dicts, each_of, is_blank, is_bool, not_a_number, not_finite
 
-defects = ([("judgements", bad) for bad in [None, "first", 3, {"id": "a"}]]
+defects = ([("valid", n) for n in range(30)]
+           + [("judgements", bad) for bad in [None, "first", 3, {"id": "a"}]]
            + [("item", bad) for bad in [None, "first", ["a", "first", "second"], 2]]
            + [("id", bad) for bad in ["", " ", "\t", 4, None, True]] + [("dup_id", None)]
            + [("drop", key) for key in ["id", "candidate_first", "candidate_second"]] + [("extra", "judge")]
@@ -438,14 +634,16 @@ defects = ([("judgements", bad) for bad in [None, "first", 3, {"id": "a"}]]
            + [("confidence", bad) for bad in [0, 1, 0.0, 1.0, -0.1, 95, True, False, None, "0.95", float("nan"),
                                               float("inf")]])
 
-@st.composite
-def one_defect(draw):
-    kind, bad = draw(st.sampled_from(defects))
-    judgements = [{"id": name, "candidate_first": draw(st.sampled_from(["first", "second", "tie"])),
-                   "candidate_second": draw(st.sampled_from(["first", "second", "tie"]))} for name in ("a", "b", "c")]
-    confidence = 0.95
-    where = draw(st.integers(0, 2))
-    if kind == "judgements":
+def one_defect(defect, rng):
+    """Three valid judgements and a confidence, or with exactly this defect."""
+    kind, bad = defect
+    judgements = [{"id": name, "candidate_first": rng.choice(["first", "second", "tie"]),
+                   "candidate_second": rng.choice(["first", "second", "tie"])} for name in ("a", "b", "c")]
+    confidence = rng.choice([0.95, 0.5, 0.9])
+    where = rng.randrange(3)
+    if kind == "valid" and rng.random() < 0.5:
+        judgements = tuple(judgements)
+    elif kind == "judgements":
         judgements = bad
     elif kind == "item":
         judgements.insert(where, bad)
@@ -458,9 +656,42 @@ def one_defect(draw):
     elif kind == "extra":
         judgements[where][bad] = "x"
     elif kind == "verdict":
-        judgements[where][draw(st.sampled_from(["candidate_first", "candidate_second"]))] = bad
-    else:
+        judgements[where][rng.choice(["candidate_first", "candidate_second"])] = bad
+    elif kind == "confidence":
         confidence = bad
     return (judgements, confidence)
 
-reference.agrees("pairwise_win_rate", one_defect(), cases=150)
+
+JUDGEMENT_KEYS = {"id", "candidate_first", "candidate_second"}
+
+
+def verdicts(judgements):
+    return [j[key] for j in dicts(judgements) for key in ("candidate_first", "candidate_second") if key in j]
+
+
+def str_ids(judgements):
+    return [j["id"] for j in dicts(judgements) if isinstance(j.get("id"), str)]
+
+
+reference.agrees("pairwise_win_rate", each_of(defects, one_defect, variants=2), cases=2 * len(defects), clauses={
+    "judgements is not a list or tuple": lambda judgements, confidence: not isinstance(judgements, (list, tuple)),
+    "a judgement that is not a dict": lambda judgements, confidence: isinstance(judgements, (list, tuple)) and any(
+        not isinstance(j, dict) for j in judgements),
+    "a judgement without one of the three keys": lambda judgements, confidence: any(
+        JUDGEMENT_KEYS - set(j) for j in dicts(judgements)),
+    "a judgement with an extra key": lambda judgements, confidence: any(
+        set(j) - JUDGEMENT_KEYS for j in dicts(judgements)),
+    "a blank id": lambda judgements, confidence: any(is_blank(j.get("id")) for j in dicts(judgements)),
+    "an id that is not a str": lambda judgements, confidence: any(
+        "id" in j and not isinstance(j["id"], str) for j in dicts(judgements)),
+    "a repeated id": lambda judgements, confidence: len(str_ids(judgements)) > len(set(str_ids(judgements))),
+    "a verdict spelt another way": lambda judgements, confidence: any(
+        isinstance(v, str) and v not in ("first", "second", "tie") for v in verdicts(judgements)),
+    "a verdict that is not a str": lambda judgements, confidence: any(not isinstance(v, str) for v in verdicts(judgements)),
+    "confidence a bool": lambda judgements, confidence: is_bool(confidence),
+    "confidence not a number": lambda judgements, confidence: not_a_number(confidence),
+    "confidence not finite": lambda judgements, confidence: not_finite(confidence),
+    "confidence <= 0": lambda judgements, confidence: not is_bool(confidence) and below(confidence, 0, or_equal=True),
+    "confidence >= 1": lambda judgements, confidence: not is_bool(confidence) and isinstance(confidence, (int, float))
+        and confidence >= 1 and not not_finite(confidence),
+})

@@ -217,13 +217,35 @@ def valid_groups(draw):
                        "scores": [draw(st.sampled_from([0, 1, 0.5, 1.0, -2, 0.0])) for _ in range(size)]})
     return (groups if draw(st.booleans()) else tuple(groups), "v1")
 
-reference.agrees("build_online_pairs", valid_groups(), cases=150)
+
+def fresh(groups, current):
+    return [group for group in groups if group["policy_version"] == current]
+
+
+reference.agrees("build_online_pairs", valid_groups(), cases=150, clauses={
+    "groups is a tuple": lambda groups, current: isinstance(groups, tuple),
+    "no groups": lambda groups, current: len(groups) == 0,
+    "a group whose scores are all equal (a tie)": lambda groups, current: any(
+        len(set(g["scores"])) == 1 for g in fresh(groups, current)),
+    "a stale group": lambda groups, current: any(g["policy_version"] != current for g in groups),
+    "a version that differs only in case": lambda groups, current: any(
+        g["policy_version"] != current and g["policy_version"].lower() == current.lower() for g in groups),
+    "the best score repeated (the first one is chosen)": lambda groups, current: any(
+        len(set(g["scores"])) > 1 and g["scores"].count(max(g["scores"])) > 1 for g in fresh(groups, current)),
+    "the worst score repeated (the first one is rejected)": lambda groups, current: any(
+        len(set(g["scores"])) > 1 and g["scores"].count(min(g["scores"])) > 1 for g in fresh(groups, current)),
+    "an int and a float score that are equal": lambda groups, current: any(
+        any(type(a) is int and type(b) is float and a == b for a in g["scores"] for b in g["scores"]) for g in groups),
+    "a negative best or worst score": lambda groups, current: any(min(g["scores"]) < 0 for g in fresh(groups, current)),
+    "an empty prompt": lambda groups, current: any(g["prompt"] == "" for g in fresh(groups, current)),
+})
 
 # %% hidden exercise=build_online_pairs points=2 name=agrees_with_reference_on_generated_malformed_groups
-# hint: one malformed thing anywhere (a key, a blank or repeated id, one response, a bool, NaN or str score, a blank version): the same ValueError.
-from hypothesis import strategies as st
+# hint: valid groups, or one malformed thing anywhere (a key, a blank or repeated id, one response, a bool, NaN or str score, a blank version): the same pairs, or the same ValueError.
+from tools.course.grader.clauses import dicts, each_of, is_blank, is_bool, not_a_number, not_finite
 
-defects = ([("groups", bad) for bad in [None, "groups", {"prompt_id": "a"}, 3]]
+defects = ([("valid", n) for n in range(30)]
+           + [("groups", bad) for bad in [None, "groups", {"prompt_id": "a"}, 3]]
            + [("group", bad) for bad in [None, "g", ["a", "P"]]]
            + [("prompt_id", bad) for bad in ["", " ", None, 3, True]] + [("dup_id", None)]
            + [("prompt", bad) for bad in [None, 3, ["P"]]] + [("policy_version", bad) for bad in ["", "\t", None, 1]]
@@ -233,14 +255,16 @@ defects = ([("groups", bad) for bad in [None, "groups", {"prompt_id": "a"}, 3]]
            + [("drop", key) for key in ["prompt_id", "prompt", "policy_version", "responses", "scores"]]
            + [("extra", "judge"), ("current_version", ""), ("current_version", None), ("current_version", " ")])
 
-@st.composite
-def one_defect(draw):
-    kind, bad = draw(st.sampled_from(defects))
-    groups = [{"prompt_id": name, "prompt": "P", "policy_version": "v1", "responses": ["a", "b"], "scores": [1, 0]}
-              for name in ("x", "y", "z")]
+def one_defect(defect, rng):
+    """Three valid groups, or with exactly this defect."""
+    kind, bad = defect
+    groups = [{"prompt_id": name, "prompt": "P", "policy_version": rng.choice(["v1", "v1", "v0"]),
+               "responses": ["a", "b"], "scores": rng.choice([[1, 0], [0, 0], [0.5, 1]])} for name in ("x", "y", "z")]
     current = "v1"
-    where = draw(st.integers(0, 2))
-    if kind == "groups":
+    where = rng.randrange(3)
+    if kind == "valid" and rng.random() < 0.5:
+        groups = tuple(groups)
+    elif kind == "groups":
         groups = bad
     elif kind == "group":
         groups.insert(where, bad)
@@ -252,11 +276,56 @@ def one_defect(draw):
         groups[where][bad] = 1
     elif kind == "current_version":
         current = bad
-    else:
+    elif kind != "valid":
         groups[where][kind] = bad
     return (groups, current)
 
-reference.agrees("build_online_pairs", one_defect(), cases=150)
+GROUP_KEYS = {"prompt_id", "prompt", "policy_version", "responses", "scores"}
+
+
+def whole(groups):
+    return [group for group in dicts(groups) if set(group) == GROUP_KEYS]
+
+
+def ids(groups):
+    return [group["prompt_id"] for group in whole(groups) if isinstance(group["prompt_id"], str)]
+
+
+def paired_scores(groups):
+    return [score for g in whole(groups) if isinstance(g["scores"], (list, tuple)) and isinstance(g["responses"], list)
+            and len(g["scores"]) == len(g["responses"]) for score in g["scores"]]
+
+
+reference.agrees("build_online_pairs", each_of(defects, one_defect, variants=2), cases=2 * len(defects), clauses={
+    "current_version blank": lambda groups, current: is_blank(current),
+    "current_version not a str": lambda groups, current: not isinstance(current, str),
+    "groups not a list or tuple": lambda groups, current: not isinstance(groups, (list, tuple)),
+    "a group that is not a dict": lambda groups, current: isinstance(groups, (list, tuple)) and any(
+        not isinstance(g, dict) for g in groups),
+    "a group without one of the five keys": lambda groups, current: any(GROUP_KEYS - set(g) for g in dicts(groups)),
+    "a group with an extra key": lambda groups, current: any(set(g) - GROUP_KEYS for g in dicts(groups)),
+    "a blank prompt_id": lambda groups, current: any(is_blank(g["prompt_id"]) for g in whole(groups)),
+    "a prompt_id that is not a str": lambda groups, current: any(
+        not isinstance(g["prompt_id"], str) for g in whole(groups)),
+    "a repeated prompt_id": lambda groups, current: len(ids(groups)) > len(set(ids(groups))),
+    "a prompt that is not a str": lambda groups, current: any(not isinstance(g["prompt"], str) for g in whole(groups)),
+    "a blank policy_version": lambda groups, current: any(is_blank(g["policy_version"]) for g in whole(groups)),
+    "a policy_version that is not a str": lambda groups, current: any(
+        not isinstance(g["policy_version"], str) for g in whole(groups)),
+    "fewer than two responses": lambda groups, current: any(
+        isinstance(g["responses"], list) and len(g["responses"]) < 2 for g in whole(groups)),
+    "responses that are not a list": lambda groups, current: any(
+        not isinstance(g["responses"], (list, tuple)) for g in whole(groups)),
+    "a response that is not a str": lambda groups, current: any(
+        isinstance(g["responses"], list) and len(g["responses"]) >= 2
+        and not all(isinstance(r, str) for r in g["responses"]) for g in whole(groups)),
+    "scores not one per response": lambda groups, current: any(
+        not isinstance(g["scores"], (list, tuple)) or len(g["scores"]) != len(g["responses"]) for g in whole(groups)
+        if isinstance(g["responses"], list) and len(g["responses"]) >= 2),
+    "a score that is a bool": lambda groups, current: any(is_bool(s) for s in paired_scores(groups)),
+    "a score that is not finite": lambda groups, current: any(not_finite(s) for s in paired_scores(groups)),
+    "a score that is not a number": lambda groups, current: any(not_a_number(s) for s in paired_scores(groups)),
+})
 
 # %% hidden exercise=adoption_gate points=2 name=agrees_with_reference_on_generated_valid_evaluations
 # hint: any complete evaluation at any confidence and minimum (one-sided, close, tie-heavy, at the minimum): the same counts, rate, interval, decision and reason.
@@ -271,41 +340,104 @@ def valid_evaluations(draw):
     return (outcomes, list(order) if draw(st.booleans()) else tuple(order),
             draw(st.sampled_from([0.95, 0.9, 0.8, 0.99, 0.5])), draw(st.integers(1, 12)))
 
-reference.agrees("adoption_gate", valid_evaluations(), cases=150)
+
+def decisive(outcomes):
+    return sum(value in ("win", "loss") for value in outcomes.values())
+
+
+def lower_bound(outcomes, confidence):
+    wins, n = sum(value == "win" for value in outcomes.values()), decisive(outcomes)
+    return wilson_interval(wins, n, confidence)[0] if n else None
+
+
+reference.agrees("adoption_gate", valid_evaluations(), cases=150, clauses={
+    "eval_prompt_ids a tuple": lambda outcomes, ids, confidence, minimum: isinstance(ids, tuple),
+    "no decisive verdict": lambda outcomes, ids, confidence, minimum: decisive(outcomes) == 0,
+    "too few decisive verdicts": lambda outcomes, ids, confidence, minimum: 0 < decisive(outcomes) < minimum,
+    "exactly min_decisive decisive verdicts": lambda outcomes, ids, confidence, minimum: decisive(outcomes) == minimum,
+    "adopted (lower bound above one half)": lambda outcomes, ids, confidence, minimum: decisive(
+        outcomes) >= minimum and lower_bound(outcomes, confidence) > 0.5,
+    "kept although more wins than losses": lambda outcomes, ids, confidence, minimum: decisive(
+        outcomes) >= minimum and lower_bound(outcomes, confidence) <= 0.5 and 2 * sum(
+        v == "win" for v in outcomes.values()) > decisive(outcomes),
+    "ids listed in another order than the outcomes": lambda outcomes, ids, confidence, minimum: list(ids) != list(outcomes),
+})
 
 # %% hidden exercise=adoption_gate points=2 name=agrees_with_reference_on_generated_invalid_evaluations
-# hint: one thing wrong (a prompt missing or extra, an unknown outcome, repeated or blank ids, a bad confidence or minimum): the same ValueError.
-from hypothesis import strategies as st
+# hint: a valid evaluation, or one thing wrong (a prompt missing or extra, an unknown outcome, repeated or blank ids, a bad confidence or minimum): the same result, or the same ValueError.
+from tools.course.grader.clauses import below, each_of, is_blank, is_bool, not_a_number, not_finite
 
-@st.composite
-def one_defect(draw):
+defects = ([("valid", n) for n in range(24)]
+           + [("missing", n) for n in range(4)] + [("extra", bad) for bad in ["e", "A", " a"]]
+           + [("outcome", bad) for bad in ["won", "Win", "", None, 1, True, "draw"]]
+           + [("dup_id", n) for n in range(2)] + [("blank_id", bad) for bad in ["", " ", "\t"]]
+           + [("ids_type", bad) for bad in ["abcd", None, frozenset("abcd"), []]]
+           + [("outcomes_type", bad) for bad in [None, (("a", "win"),), "win"]]
+           + [("confidence", bad) for bad in [0, 1, 0.0, 1.0, -0.5, 95, True, None, "0.95", float("nan")]]
+           + [("minimum", bad) for bad in [0, -1, 2.0, True, None, "2"]])
+
+def one_defect(defect, rng):
+    """A valid evaluation of four prompts, or with exactly this defect."""
+    kind, bad = defect
     ids = ["a", "b", "c", "d"]
-    outcomes = {key: "win" for key in ids}
-    confidence, minimum = 0.95, 2
-    kind = draw(st.sampled_from(["missing", "extra", "outcome", "dup_id", "blank_id", "ids_type", "outcomes_type",
-                                 "confidence", "minimum"]))
-    if kind == "missing":
-        del outcomes[draw(st.sampled_from(ids))]
+    outcomes = {key: rng.choice(["win", "win", "loss", "tie"]) for key in ids}
+    confidence, minimum = rng.choice([0.95, 0.5]), rng.choice([1, 2, 4])
+    if kind == "valid" and rng.random() < 0.5:
+        ids = tuple(reversed(ids))
+    elif kind == "missing":
+        del outcomes[ids[bad]]
     elif kind == "extra":
-        outcomes[draw(st.sampled_from(["e", "A", " a"]))] = "tie"
+        outcomes[bad] = "tie"
     elif kind == "outcome":
-        outcomes[draw(st.sampled_from(ids))] = draw(st.sampled_from(["won", "Win", "", None, 1, True, "draw"]))
+        outcomes[rng.choice(ids)] = bad
     elif kind == "dup_id":
-        ids = ids + [draw(st.sampled_from(ids))]
+        ids = ids + [rng.choice(ids)]
     elif kind == "blank_id":
-        bad = draw(st.sampled_from(["", " ", "\t"]))
         ids, outcomes = ids + [bad], {**outcomes, bad: "win"}
     elif kind == "ids_type":
-        ids = draw(st.sampled_from(["abcd", None, {"a", "b", "c", "d"}, []]))
+        ids = set(bad) if isinstance(bad, frozenset) else bad
     elif kind == "outcomes_type":
-        outcomes = draw(st.sampled_from([None, [("a", "win")], "win"]))
+        outcomes = list(bad) if isinstance(bad, tuple) else bad
     elif kind == "confidence":
-        confidence = draw(st.sampled_from([0, 1, 0.0, 1.0, -0.5, 95, True, None, "0.95", float("nan")]))
-    else:
-        minimum = draw(st.sampled_from([0, -1, 2.0, True, None, "2"]))
+        confidence = bad
+    elif kind == "minimum":
+        minimum = bad
     return (outcomes, ids, confidence, minimum)
 
-reference.agrees("adoption_gate", one_defect(), cases=150)
+
+def good_ids(ids):
+    return (isinstance(ids, (list, tuple)) and ids and all(isinstance(i, str) and i.strip() for i in ids)
+            and len(set(ids)) == len(ids))
+
+
+def good_evaluation(outcomes, ids):
+    return good_ids(ids) and isinstance(outcomes, dict) and set(outcomes) == set(ids) and all(
+        v in ("win", "loss", "tie") for v in outcomes.values())
+
+
+reference.agrees("adoption_gate", each_of(defects, one_defect, variants=2), cases=2 * len(defects), clauses={
+    "eval_prompt_ids not a list or tuple": lambda outcomes, ids, c, m: not isinstance(ids, (list, tuple)),
+    "eval_prompt_ids empty": lambda outcomes, ids, c, m: isinstance(ids, (list, tuple)) and not ids,
+    "a blank prompt id": lambda outcomes, ids, c, m: isinstance(ids, (list, tuple)) and any(is_blank(i) for i in ids),
+    "a repeated prompt id": lambda outcomes, ids, c, m: isinstance(ids, (list, tuple)) and len(set(ids)) < len(ids),
+    "outcomes not a dict": lambda outcomes, ids, c, m: good_ids(ids) and not isinstance(outcomes, dict),
+    "a prompt of the set without an outcome": lambda outcomes, ids, c, m: good_ids(ids) and isinstance(
+        outcomes, dict) and bool(set(ids) - set(outcomes)),
+    "an outcome for a prompt outside the set": lambda outcomes, ids, c, m: good_ids(ids) and isinstance(
+        outcomes, dict) and bool(set(outcomes) - set(ids)),
+    "an unknown outcome": lambda outcomes, ids, c, m: good_ids(ids) and isinstance(outcomes, dict) and set(
+        outcomes) == set(ids) and any(v not in ("win", "loss", "tie") for v in outcomes.values()),
+    "confidence a bool": lambda o, i, c, m: good_evaluation(o, i) and is_bool(c),
+    "confidence not a number": lambda o, i, c, m: good_evaluation(o, i) and not_a_number(c),
+    "confidence not finite": lambda o, i, c, m: good_evaluation(o, i) and not_finite(c),
+    "confidence <= 0": lambda o, i, c, m: good_evaluation(o, i) and not is_bool(c) and below(c, 0, or_equal=True),
+    "confidence >= 1": lambda o, i, c, m: good_evaluation(o, i) and not is_bool(c) and isinstance(
+        c, (int, float)) and c >= 1 and not not_finite(c),
+    "min_decisive a bool": lambda o, i, c, m: good_evaluation(o, i) and is_bool(m),
+    "min_decisive a float": lambda o, i, c, m: good_evaluation(o, i) and isinstance(m, float),
+    "min_decisive below 1": lambda o, i, c, m: good_evaluation(o, i) and not is_bool(m) and below(m, 1),
+    "min_decisive not a number": lambda o, i, c, m: good_evaluation(o, i) and not_a_number(m),
+})
 
 # %% hidden exercise=guard_rollback points=2 name=agrees_with_reference_on_generated_valid_logs
 # hint: any consistent log (regressions, rollbacks, retraining from the last good version) and any candidate guard: the same new log, serving version and drop.
@@ -325,23 +457,57 @@ def valid_logs(draw):
     return (log if draw(st.booleans()) else tuple(log), {"version": digests[-1], "parent": serving},
             draw(st.sampled_from([0.1, 0.45, 0.5, 0.75, 0.9, 0])), draw(st.sampled_from([0, 0.05, 0.1, 0.25, 1])))
 
-reference.agrees("guard_rollback", valid_logs(), cases=150)
+
+def serving_guard(log):
+    return [entry["guard"] for entry in log if entry["state"] == "good"][-1]
+
+
+reference.agrees("guard_rollback", valid_logs(), cases=150, clauses={
+    "log is a tuple": lambda log, candidate, guard, max_drop: isinstance(log, tuple),
+    "a log of the base alone": lambda log, candidate, guard, max_drop: len(log) == 1,
+    "a regressed version in the log": lambda log, candidate, guard, max_drop: any(e["state"] == "regressed" for e in log),
+    "a regressed last entry (serving an earlier version)": lambda log, candidate, guard, max_drop: log[-1][
+        "state"] == "regressed",
+    "a regression: rolled back": lambda log, candidate, guard, max_drop: guard < serving_guard(log) - max_drop,
+    "a drop within max_drop: adopted": lambda log, candidate, guard, max_drop: serving_guard(
+        log) - max_drop <= guard < serving_guard(log),
+    "a guard that improves": lambda log, candidate, guard, max_drop: guard > serving_guard(log),
+    "max_drop 0": lambda log, candidate, guard, max_drop: max_drop == 0,
+    "a guard given as an int": lambda log, candidate, guard, max_drop: type(guard) is int,
+})
 
 # %% hidden exercise=guard_rollback points=2 name=agrees_with_reference_on_generated_broken_logs
-# hint: one thing wrong (a parent that is not the serving version, a regressed parent, a repeated or malformed digest, a bad candidate, bad numbers): the same ValueError.
-from hypothesis import strategies as st
+# hint: a valid log, or one thing wrong (a parent that is not the serving version, a regressed parent, a repeated or malformed digest, a bad candidate, bad numbers): the same log, or the same ValueError.
+import re as _re
 
-@st.composite
-def one_defect(draw):
-    h = [hashlib.sha256(f"x{k}".encode()).hexdigest() for k in range(5)]
+from tools.course.grader.clauses import dicts, each_of, is_bool, not_a_number, not_finite
+
+DIGESTS = [hashlib.sha256(f"x{k}".encode()).hexdigest() for k in range(5)]
+defects = ([("valid", n) for n in range(30)]
+           + [(kind, None) for kind in ["parent", "regressed_parent", "base_parent", "base_state", "keys"]]
+           + [("dup_version", n) for n in range(2)]
+           + [("bad_digest", bad) for bad in ["v1", DIGESTS[0].upper(), DIGESTS[0] + "0", "", None, 7]]
+           + [("state", bad) for bad in ["ok", "", None, "Good"]]
+           + [("guard_entry", bad) for bad in [None, "0.5", True, float("nan"), float("inf")]]
+           + [("log_type", bad) for bad in ["empty", None, "log", "entry"]]
+           + [("cand_parent", bad) for bad in [DIGESTS[0], DIGESTS[1], None, DIGESTS[4]]]
+           + [("cand_version", bad) for bad in [DIGESTS[0], DIGESTS[2], "v3", DIGESTS[3][:10], None]]
+           + [("cand_keys", bad) for bad in ["version only", "extra guard", None, "list"]]
+           + [("guard", bad) for bad in [None, "0.5", True, float("nan"), float("-inf")]]
+           + [("max_drop", bad) for bad in [-0.01, None, True, float("nan"), float("inf"), "0.1"]])
+
+def one_defect(defect, rng):
+    """A valid log of a base, a regression and a retrain, or with exactly this defect."""
+    kind, bad = defect
+    h = DIGESTS
     log = [{"version": h[0], "parent": None, "guard": 0.5, "state": "good"},
            {"version": h[1], "parent": h[0], "guard": 0.2, "state": "regressed"},
            {"version": h[2], "parent": h[0], "guard": 0.6, "state": "good"}]
-    candidate, guard, max_drop = {"version": h[3], "parent": h[2]}, 0.5, 0.1
-    kind = draw(st.sampled_from(["parent", "regressed_parent", "base_parent", "base_state", "dup_version", "bad_digest",
-                                 "state", "guard_entry", "keys", "log_type", "cand_parent", "cand_version", "cand_keys",
-                                 "guard", "max_drop"]))
-    if kind == "parent":
+    candidate, guard, max_drop = {"version": h[3], "parent": h[2]}, rng.choice([0.5, 0.4, 0.7, 1]), rng.choice([0.1, 0])
+    where = rng.randrange(3)
+    if kind == "valid" and rng.random() < 0.5:
+        log = tuple(log)
+    elif kind == "parent":
         log[2]["parent"] = h[4]
     elif kind == "regressed_parent":
         log.append({"version": h[4], "parent": h[1], "guard": 0.6, "state": "good"})
@@ -350,27 +516,103 @@ def one_defect(draw):
     elif kind == "base_state":
         log[0]["state"] = "regressed"
     elif kind == "dup_version":
-        log[2]["version"] = h[draw(st.integers(0, 1))]
+        log[2]["version"] = h[bad]
     elif kind == "bad_digest":
-        log[draw(st.integers(0, 2))]["version"] = draw(st.sampled_from(["v1", h[0].upper(), h[0] + "0", "", None, 7]))
+        log[where]["version"] = bad
     elif kind == "state":
-        log[draw(st.integers(0, 2))]["state"] = draw(st.sampled_from(["ok", "", None, "Good"]))
+        log[where]["state"] = bad
     elif kind == "guard_entry":
-        log[draw(st.integers(0, 2))]["guard"] = draw(st.sampled_from([None, "0.5", True, float("nan"), float("inf")]))
+        log[where]["guard"] = bad
     elif kind == "keys":
-        log[draw(st.integers(0, 2))]["extra"] = 1
+        log[where]["extra"] = 1
     elif kind == "log_type":
-        log = draw(st.sampled_from([[], None, "log", log[0]]))
+        log = {"empty": [], None: None, "log": "log", "entry": log[0]}[bad]
     elif kind == "cand_parent":
-        candidate["parent"] = draw(st.sampled_from([h[0], h[1], None, h[4]]))
+        candidate["parent"] = bad
     elif kind == "cand_version":
-        candidate["version"] = draw(st.sampled_from([h[0], h[2], "v3", h[3][:10], None]))
+        candidate["version"] = bad
     elif kind == "cand_keys":
-        candidate = draw(st.sampled_from([{"version": h[3]}, {**candidate, "guard": 0.5}, None, [h[3], h[2]]]))
+        candidate = {"version only": {"version": h[3]}, "extra guard": {**candidate, "guard": 0.5}, None: None,
+                     "list": [h[3], h[2]]}[bad]
     elif kind == "guard":
-        guard = draw(st.sampled_from([None, "0.5", True, float("nan"), float("-inf")]))
-    else:
-        max_drop = draw(st.sampled_from([-0.01, None, True, float("nan"), float("inf"), "0.1"]))
+        guard = bad
+    elif kind == "max_drop":
+        max_drop = bad
     return (log, candidate, guard, max_drop)
 
-reference.agrees("guard_rollback", one_defect(), cases=150)
+ENTRY_KEYS = {"version", "parent", "guard", "state"}
+
+
+def digest(value):
+    return isinstance(value, str) and _re.fullmatch(r"[0-9a-f]{64}", value) is not None
+
+
+def entries(log):
+    return dicts(log) if isinstance(log, (list, tuple)) else []
+
+
+def well_formed(log):
+    """Entries of the right shape, digests, states and guards, whatever their chain."""
+    versions = [e.get("version") for e in entries(log)]
+    return (isinstance(log, (list, tuple)) and log and len(entries(log)) == len(log)
+            and all(set(e) == ENTRY_KEYS and digest(e["version"]) and e["state"] in ("good", "regressed")
+                    and not is_bool(e["guard"]) and isinstance(e["guard"], (int, float)) and not not_finite(e["guard"])
+                    for e in entries(log)) and len(set(versions)) == len(versions))
+
+
+def serving_after(log):
+    serving = None
+    for index, entry in enumerate(log):
+        if index > 0 and entry["parent"] != serving:
+            return "broken"
+        if entry["state"] == "good":
+            serving = entry["version"]
+    return serving
+
+
+def sound(log):
+    return well_formed(log) and log[0]["parent"] is None and log[0]["state"] == "good" and serving_after(log) != "broken"
+
+
+def sound_with_candidate(log, candidate):
+    return (sound(log) and isinstance(candidate, dict) and set(candidate) == {"version", "parent"}
+            and digest(candidate["version"]) and candidate["version"] not in {e["version"] for e in log}
+            and candidate["parent"] == serving_after(log))
+
+
+reference.agrees("guard_rollback", each_of(defects, one_defect, variants=2), cases=2 * len(defects), clauses={
+    "log not a list or tuple": lambda log, *rest: not isinstance(log, (list, tuple)),
+    "an empty log": lambda log, *rest: isinstance(log, (list, tuple)) and not log,
+    "an entry without exactly the four keys": lambda log, *rest: any(set(e) != ENTRY_KEYS for e in entries(log)),
+    "a version that is not a sha256 hex digest": lambda log, *rest: any(
+        not digest(e.get("version")) for e in entries(log)),
+    "a repeated version": lambda log, *rest: len({e.get("version") for e in entries(log)}) < len(entries(log)),
+    "a state other than good or regressed": lambda log, *rest: any(
+        e.get("state") not in ("good", "regressed") for e in entries(log)),
+    "a guard entry that is not a finite number": lambda log, *rest: any(
+        "guard" in e and (is_bool(e["guard"]) or not_a_number(e["guard"]) or not_finite(e["guard"]))
+        for e in entries(log)),
+    "a base with a parent": lambda log, *rest: well_formed(log) and log[0]["parent"] is not None,
+    "a regressed base": lambda log, *rest: well_formed(log) and log[0]["state"] != "good",
+    "an entry whose parent is not the serving version": lambda log, *rest: well_formed(log) and log[0][
+        "parent"] is None and log[0]["state"] == "good" and serving_after(log) == "broken",
+    "an entry trained from a regressed version": lambda log, *rest: well_formed(log) and any(
+        e["parent"] in {r["version"] for r in log if r["state"] == "regressed"} for e in log),
+    "a candidate that is not a dict of version and parent": lambda log, candidate, *rest: sound(log) and (
+        not isinstance(candidate, dict) or set(candidate) != {"version", "parent"}),
+    "a candidate version that is not a digest": lambda log, candidate, *rest: sound(log) and isinstance(
+        candidate, dict) and set(candidate) == {"version", "parent"} and not digest(candidate["version"]),
+    "a candidate version already in the log": lambda log, candidate, *rest: sound(log) and isinstance(
+        candidate, dict) and candidate.get("version") in {e["version"] for e in log},
+    "a candidate trained from another version than the serving one": lambda log, candidate, *rest: sound(
+        log) and isinstance(candidate, dict) and set(candidate) == {"version", "parent"} and digest(
+        candidate["version"]) and candidate["version"] not in {e["version"] for e in log} and candidate[
+        "parent"] != serving_after(log),
+    "guard not a finite number": lambda log, candidate, guard, max_drop: sound_with_candidate(log, candidate) and (
+        is_bool(guard) or not_a_number(guard) or not_finite(guard)),
+    "max_drop negative": lambda log, candidate, guard, max_drop: sound_with_candidate(log, candidate) and not is_bool(
+        max_drop) and isinstance(max_drop, (int, float)) and max_drop < 0,
+    "max_drop a bool": lambda log, candidate, guard, max_drop: sound_with_candidate(log, candidate) and is_bool(max_drop),
+    "max_drop not a finite number": lambda log, candidate, guard, max_drop: sound_with_candidate(log, candidate) and (
+        not_a_number(max_drop) or not_finite(max_drop)),
+})

@@ -88,19 +88,123 @@ _calls = st.tuples(st.integers(1, 2), st.integers(1, 4), st.integers(1, 6)).flat
     st.lists(st.booleans(), min_size=dims[0] * dims[1], max_size=dims[0] * dims[1]),
     st.sampled_from([torch.float64, torch.float32]), st.sampled_from([torch.int64, torch.int32]), st.booleans(),
 ).map(lambda drawn: _call(*drawn)))
-reference.agrees("token_reverse_kl", _calls, cases=120)
+reference.agrees("token_reverse_kl", _calls, cases=120, clauses={
+    "float32 logits": lambda s, t, ids, m: s.dtype == torch.float32,
+    "float64 logits": lambda s, t, ids, m: s.dtype == torch.float64,
+    "int32 tokens": lambda s, t, ids, m: ids.dtype == torch.int32,
+    "garbage (nan, inf, out-of-range ids) outside the mask": lambda s, t, ids, m: bool((~m).any())
+        and not bool(torch.isfinite(s[~m]).all()),
+    "a vocabulary of one": lambda s, t, ids, m: s.shape[-1] == 1,
+    "large logits (scale 8)": lambda s, t, ids, m: float(s[m].abs().max()) > 8,
+    "a masked-out position between masked-in ones": lambda s, t, ids, m: any(
+        "10" in "".join("1" if v else "0" for v in row) and "1" in "".join("1" if v else "0" for v in row)[
+            "".join("1" if v else "0" for v in row).index("10") + 1:] for row in m.tolist()),
+})
 
 # %% hidden exercise=token_reverse_kl points=1 name=generated_invalid_inputs_raise_as_the_reference
 # hint: wrong dtypes or shapes, tokens out of range or of a non-integer dtype, and empty or non-bool masks each give a ValueError; valid inputs among them are computed.
 import torch
-from hypothesis import strategies as st
-_s = st.sampled_from([torch.zeros(1, 2, 3), torch.zeros(1, 2, 3, dtype=torch.float64), torch.zeros(1, 2, 3, dtype=torch.bfloat16),
-                      torch.zeros(2, 3), torch.zeros(1, 2, 0), None])
-_t = st.sampled_from([torch.zeros(1, 2, 3), torch.zeros(1, 2, 3, dtype=torch.float64), torch.zeros(1, 3, 3)])
-_ids = st.sampled_from([torch.tensor([[0, 1]]), torch.tensor([[0, 3]]), torch.tensor([[0.0, 1.0]]), torch.tensor([[True, False]]),
-                        torch.tensor([0, 1]), [[0, 1]]])
-_m = st.sampled_from([torch.tensor([[True, False]]), torch.tensor([[False, False]]), torch.tensor([[1, 0]]), torch.ones(2, 1, dtype=torch.bool)])
-reference.agrees("token_reverse_kl", st.tuples(_s, _t, _ids, _m), cases=150)
+from tools.course.grader.clauses import each_of, is_bool, is_number, not_finite
+
+
+def _base(rng):
+    batch, time, vocab = rng.randint(1, 3), rng.randint(1, 3), rng.randint(2, 5)
+    dtype = rng.choice([torch.float32, torch.float64])
+    generator = torch.Generator().manual_seed(rng.randrange(10 ** 6))
+    student = torch.randn(batch, time, vocab, generator=generator, dtype=torch.float64).to(dtype)
+    teacher = torch.randn(batch, time, vocab, generator=generator, dtype=torch.float64).to(dtype)
+    mask = torch.rand(batch, time, generator=generator) < 0.6
+    mask[:, 0] = True
+    return student, teacher, mask
+
+
+def _logits_defect(kind, student, teacher):
+    """Break the logits in one way (the check every TODO shares)."""
+    other = torch.float64 if student.dtype == torch.float32 else torch.float32
+    return {"half": (student.half(), teacher.half()), "int": (student.long(), teacher.long()),
+            "2-D": (student[:, :, 0], teacher[:, :, 0]), "empty vocabulary": (student[:, :, :0], teacher[:, :, :0]),
+            "list": (student.tolist(), teacher), "teacher dtype": (student, teacher.to(other)),
+            "teacher shape": (student, teacher[:, :, :1]), "teacher None": (student, None)}[kind]
+
+
+_LOGITS = ("half", "int", "2-D", "empty vocabulary", "list", "teacher dtype", "teacher shape", "teacher None")
+
+
+def _student_ok(student):
+    return (isinstance(student, torch.Tensor) and student.dim() == 3 and student.dtype in (torch.float32, torch.float64)
+            and student.shape[-1] >= 1)
+
+
+def _logits_ok(student, teacher):
+    return (_student_ok(student) and isinstance(teacher, torch.Tensor) and teacher.shape == student.shape
+            and teacher.dtype == student.dtype)
+
+
+def _mask_shaped(student, mask):
+    return isinstance(mask, torch.Tensor) and mask.dtype == torch.bool and mask.shape == student.shape[:2]
+
+
+def _break_mask(kind, mask, rng):
+    if kind == "float":
+        return mask.float()
+    if kind == "int":
+        return mask.int()
+    if kind == "shape":
+        return mask[:, :0] if mask.shape[1] == 1 else mask[:, :-1]
+    if kind == "list":
+        return mask.tolist()
+    empty = mask.clone()
+    if kind == "all False":
+        empty[:] = False
+    else:
+        empty[rng.randrange(mask.shape[0])] = False
+    return empty
+
+
+_defects = ([("valid", n) for n in range(12)] + [("logits", kind) for kind in _LOGITS]
+            + [("mask", kind) for kind in ("float", "int", "shape", "list", "all False")]
+            + [("tokens", kind) for kind in ("float", "bool", "1-D", "list", "at vocab", "negative")])
+
+
+def _one_defect(defect, rng):
+    kind, bad = defect
+    student, teacher, mask = _base(rng)
+    generator = torch.Generator().manual_seed(rng.randrange(10 ** 6))
+    tokens = torch.randint(0, student.shape[-1], mask.shape, generator=generator).to(rng.choice([torch.int64, torch.int32]))
+    if kind == "logits":
+        student, teacher = _logits_defect(bad, student, teacher)
+    elif kind == "mask":
+        mask = _break_mask(bad, mask, rng)
+    elif kind == "tokens":
+        row, column = rng.randrange(mask.shape[0]), 0
+        broken = tokens.clone()
+        broken[row, column] = student.shape[-1] if bad == "at vocab" else -1
+        tokens = {"float": tokens.float(), "bool": tokens > 0, "1-D": tokens[0], "list": tokens.tolist(),
+                  "at vocab": broken, "negative": broken}[bad]
+    return student, teacher, tokens, mask
+
+
+def _tokens_ok(s, ids, m):
+    return (isinstance(ids, torch.Tensor) and ids.shape == m.shape and ids.dtype != torch.bool
+            and not ids.is_floating_point() and not ids.is_complex())
+
+
+reference.agrees("token_reverse_kl", each_of(_defects, _one_defect, variants=2), cases=2 * len(_defects), clauses={
+    "student logits of a half or integer dtype": lambda s, t, ids, m: isinstance(s, torch.Tensor) and s.dim() == 3
+        and s.dtype not in (torch.float32, torch.float64),
+    "student logits not 3-D or not a tensor": lambda s, t, ids, m: not isinstance(s, torch.Tensor) or s.dim() != 3,
+    "an empty vocabulary": lambda s, t, ids, m: isinstance(s, torch.Tensor) and s.dim() == 3 and s.shape[-1] == 0,
+    "teacher logits of another dtype or shape, or not a tensor": lambda s, t, ids, m: _student_ok(s)
+        and not _logits_ok(s, t),
+    "a mask that is not a bool tensor [batch, time]": lambda s, t, ids, m: _logits_ok(s, t) and not _mask_shaped(s, m),
+    "a mask without any True": lambda s, t, ids, m: _logits_ok(s, t) and _mask_shaped(s, m) and not bool(m.any()),
+    "tokens of a float or bool dtype, another shape, or not a tensor": lambda s, t, ids, m: _logits_ok(s, t)
+        and _mask_shaped(s, m) and bool(m.any()) and not _tokens_ok(s, ids, m),
+    "a masked-in token outside [0, vocab)": lambda s, t, ids, m: _logits_ok(s, t) and _mask_shaped(s, m)
+        and bool(m.any()) and _tokens_ok(s, ids, m) and bool(((ids < 0) | (ids >= s.shape[-1]))[m].any()),
+    "a valid call": lambda s, t, ids, m: _logits_ok(s, t) and _mask_shaped(s, m) and bool(m.any())
+        and _tokens_ok(s, ids, m) and not bool(((ids < 0) | (ids >= s.shape[-1]))[m].any()),
+})
 
 # %% hidden exercise=generalized_jsd points=1 name=the_two_ends_are_the_forward_and_reverse_kl
 # hint: beta == 0 is KL(teacher || student) and beta == 1 is KL(student || teacher), each summed over the vocabulary and averaged over the masked-in positions.
@@ -197,18 +301,130 @@ _calls = st.tuples(st.integers(1, 2), st.integers(1, 4), st.integers(1, 6)).flat
     st.sampled_from([torch.float64, torch.float32]), st.sampled_from([0, 0.0, 0.1, 0.5, 0.9, 1, 1.0, 0.25]),
     st.sampled_from([1.0, 1, 0.5, 2.0, 3]), st.sampled_from(["default", "keyword", "positional"]),
 ).map(lambda drawn: _call(*drawn)))
-reference.agrees("generalized_jsd", _calls, cases=120)
+
+
+def _settings(student, teacher, mask, beta=0.5, temperature=1.0):
+    return beta, temperature
+
+
+reference.agrees("generalized_jsd", _calls, cases=120, clauses={
+    "beta 0 (forward KL)": lambda *a, **k: _settings(*a, **k)[0] == 0,
+    "beta 1 (reverse KL)": lambda *a, **k: _settings(*a, **k)[0] == 1,
+    "beta inside (0, 1) other than 0.5": lambda *a, **k: 0 < _settings(*a, **k)[0] < 1 and _settings(*a, **k)[0] != 0.5,
+    "an int beta at an end": lambda *a, **k: type(_settings(*a, **k)[0]) is int,
+    "a temperature other than 1": lambda *a, **k: _settings(*a, **k)[1] != 1,
+    "beta and temperature by default": lambda *a, **k: len(a) == 3 and not k,
+    "beta and temperature by keyword": lambda *a, **k: bool(k),
+    "float32 logits": lambda *a, **k: a[0].dtype == torch.float32,
+    "nan outside the mask": lambda *a, **k: bool((~a[2]).any()),
+})
 
 # %% hidden exercise=generalized_jsd points=1 name=generated_invalid_settings_raise_as_the_reference
 # hint: betas outside [0, 1], non-positive or infinite temperatures, bools or text as numbers, and the logits and masks TODO 1 refuses each give a ValueError; valid calls among them are computed.
 import torch
-from hypothesis import strategies as st
-_s = st.sampled_from([torch.zeros(1, 2, 3), torch.zeros(1, 2, 3, dtype=torch.float64), torch.zeros(1, 2, 3, dtype=torch.int64), torch.zeros(2, 3)])
-_t = st.sampled_from([torch.zeros(1, 2, 3), torch.ones(1, 2, 3, dtype=torch.float64)])
-_m = st.sampled_from([torch.tensor([[True, False]]), torch.tensor([[False, False]]), torch.tensor([[1.0, 0.0]])])
-_beta = st.sampled_from([0, 0.5, 1, -0.5, 2, True, None, float("nan")])
-_temperature = st.sampled_from([1.0, 2, 0, -1.0, float("inf"), False, "1"])
-reference.agrees("generalized_jsd", st.tuples(_s, _t, _m, _beta, _temperature), cases=150)
+from tools.course.grader.clauses import each_of, is_bool, is_number, not_finite
+
+
+def _base(rng):
+    batch, time, vocab = rng.randint(1, 3), rng.randint(1, 3), rng.randint(2, 5)
+    dtype = rng.choice([torch.float32, torch.float64])
+    generator = torch.Generator().manual_seed(rng.randrange(10 ** 6))
+    student = torch.randn(batch, time, vocab, generator=generator, dtype=torch.float64).to(dtype)
+    teacher = torch.randn(batch, time, vocab, generator=generator, dtype=torch.float64).to(dtype)
+    mask = torch.rand(batch, time, generator=generator) < 0.6
+    mask[:, 0] = True
+    return student, teacher, mask
+
+
+def _logits_defect(kind, student, teacher):
+    """Break the logits in one way (the check every TODO shares)."""
+    other = torch.float64 if student.dtype == torch.float32 else torch.float32
+    return {"half": (student.half(), teacher.half()), "int": (student.long(), teacher.long()),
+            "2-D": (student[:, :, 0], teacher[:, :, 0]), "empty vocabulary": (student[:, :, :0], teacher[:, :, :0]),
+            "list": (student.tolist(), teacher), "teacher dtype": (student, teacher.to(other)),
+            "teacher shape": (student, teacher[:, :, :1]), "teacher None": (student, None)}[kind]
+
+
+_LOGITS = ("half", "int", "2-D", "empty vocabulary", "list", "teacher dtype", "teacher shape", "teacher None")
+
+
+def _student_ok(student):
+    return (isinstance(student, torch.Tensor) and student.dim() == 3 and student.dtype in (torch.float32, torch.float64)
+            and student.shape[-1] >= 1)
+
+
+def _logits_ok(student, teacher):
+    return (_student_ok(student) and isinstance(teacher, torch.Tensor) and teacher.shape == student.shape
+            and teacher.dtype == student.dtype)
+
+
+def _mask_shaped(student, mask):
+    return isinstance(mask, torch.Tensor) and mask.dtype == torch.bool and mask.shape == student.shape[:2]
+
+
+def _break_mask(kind, mask, rng):
+    if kind == "float":
+        return mask.float()
+    if kind == "int":
+        return mask.int()
+    if kind == "shape":
+        return mask[:, :0] if mask.shape[1] == 1 else mask[:, :-1]
+    if kind == "list":
+        return mask.tolist()
+    empty = mask.clone()
+    if kind == "all False":
+        empty[:] = False
+    else:
+        empty[rng.randrange(mask.shape[0])] = False
+    return empty
+
+
+_defects = ([("valid", n) for n in range(12)] + [("logits", kind) for kind in _LOGITS]
+            + [("mask", kind) for kind in ("float", "int", "shape", "list", "all False")]
+            + [("beta", bad) for bad in (-0.5, 1.01, 2, True, None, float("nan"), "0.5")]
+            + [("temperature", bad) for bad in (0, -1.0, float("inf"), False, "1", None, float("nan"))])
+
+
+def _one_defect(defect, rng):
+    kind, bad = defect
+    student, teacher, mask = _base(rng)
+    beta, temperature = rng.choice([0, 0.5, 1, 0.1, 1.0]), rng.choice([1.0, 2, 0.5])
+    if kind == "logits":
+        student, teacher = _logits_defect(bad, student, teacher)
+    elif kind == "mask":
+        mask = _break_mask(bad, mask, rng)
+    elif kind == "beta":
+        beta = bad
+    elif kind == "temperature":
+        temperature = bad
+    return student, teacher, mask, beta, temperature
+
+
+def _finite(value):
+    return is_number(value) and not not_finite(value)
+
+
+def _tensors_ok(s, t, m):
+    return _logits_ok(s, t) and _mask_shaped(s, m) and bool(m.any())
+
+
+reference.agrees("generalized_jsd", each_of(_defects, _one_defect, variants=2), cases=2 * len(_defects), clauses={
+    "student logits of a half or integer dtype, not 3-D or not a tensor": lambda s, t, m, b, tau: not _student_ok(s)
+        and not (isinstance(s, torch.Tensor) and s.dim() == 3 and s.shape[-1] == 0),
+    "an empty vocabulary": lambda s, t, m, b, tau: isinstance(s, torch.Tensor) and s.dim() == 3 and s.shape[-1] == 0,
+    "teacher logits of another dtype or shape, or not a tensor": lambda s, t, m, b, tau: _student_ok(s)
+        and not _logits_ok(s, t),
+    "a mask that is not a bool tensor [batch, time]": lambda s, t, m, b, tau: _logits_ok(s, t) and not _mask_shaped(s, m),
+    "a mask without any True": lambda s, t, m, b, tau: _logits_ok(s, t) and _mask_shaped(s, m) and not bool(m.any()),
+    "beta outside [0, 1]": lambda s, t, m, b, tau: _tensors_ok(s, t, m) and _finite(b) and not 0 <= b <= 1,
+    "beta that is a bool, nan, None or text": lambda s, t, m, b, tau: _tensors_ok(s, t, m) and not _finite(b),
+    "a temperature that is 0 or negative": lambda s, t, m, b, tau: _tensors_ok(s, t, m) and _finite(b) and 0 <= b <= 1
+        and _finite(tau) and tau <= 0,
+    "a temperature that is a bool, inf, nan, None or text": lambda s, t, m, b, tau: _tensors_ok(s, t, m) and _finite(b)
+        and 0 <= b <= 1 and not _finite(tau),
+    "a valid call": lambda s, t, m, b, tau: _tensors_ok(s, t, m) and _finite(b) and 0 <= b <= 1 and _finite(tau)
+        and tau > 0,
+})
 
 # %% hidden exercise=mixed_distillation_loss points=1 name=lam_weighs_the_kinds_not_the_sequences
 # hint: average the reverse KL over each sequence's masked-in positions, then over the sequences of each kind, and only then weigh the two kinds by lam and 1 - lam.
@@ -304,15 +520,140 @@ _calls = st.tuples(st.integers(1, 3), st.integers(1, 3), st.integers(1, 5)).flat
     st.lists(st.booleans(), min_size=dims[0], max_size=dims[0]), st.sampled_from([torch.float64, torch.float32]),
     st.sampled_from([0, 0.0, 0.25, 0.5, 1, 1.0]),
 ).map(lambda drawn: _call(*drawn)))
-reference.agrees("mixed_distillation_loss", _calls, cases=120)
+reference.agrees("mixed_distillation_loss", _calls, cases=120, clauses={
+    "lam 0 (fixed trajectories only)": lambda s, t, m, flags, lam: lam == 0,
+    "lam 1 (on-policy trajectories only)": lambda s, t, m, flags, lam: lam == 1,
+    "lam inside (0, 1)": lambda s, t, m, flags, lam: 0 < lam < 1,
+    "an int lam": lambda s, t, m, flags, lam: type(lam) is int,
+    "a kind without sequences": lambda s, t, m, flags, lam: all(flags) or not any(flags),
+    "several sequences of one kind": lambda s, t, m, flags, lam: sum(flags) >= 2 or len(flags) - sum(flags) >= 2,
+    "rows with different masked-in counts": lambda s, t, m, flags, lam: len(set(m.sum(dim=1).tolist())) > 1,
+    "float32 logits": lambda s, t, m, flags, lam: s.dtype == torch.float32,
+})
 
 # %% hidden exercise=mixed_distillation_loss points=1 name=generated_invalid_batches_raise_as_the_reference
 # hint: empty rows, wrong on_policy lists, lam out of range or not a number, a positive weight on a missing kind, and the logits TODO 1 refuses each give a ValueError; valid batches among them are mixed.
 import torch
-from hypothesis import strategies as st
-_s = st.sampled_from([torch.zeros(2, 2, 3), torch.zeros(2, 2, 3, dtype=torch.float64), torch.zeros(2, 2)])
-_t = st.sampled_from([torch.ones(2, 2, 3), torch.ones(2, 2, 3, dtype=torch.float64)])
-_m = st.sampled_from([torch.ones(2, 2, dtype=torch.bool), torch.tensor([[True, False], [False, False]]), torch.ones(2, 2)])
-_flags = st.sampled_from([[True, False], [True, True], [False, False], [True], [1, 0], None])
-_lam = st.sampled_from([0, 0.5, 1, 1.0, -1, 2, True, "0.5"])
-reference.agrees("mixed_distillation_loss", st.tuples(_s, _t, _m, _flags, _lam), cases=150)
+from tools.course.grader.clauses import each_of, is_bool, is_number, not_finite
+
+
+def _base(rng):
+    batch, time, vocab = rng.randint(1, 3), rng.randint(1, 3), rng.randint(2, 5)
+    dtype = rng.choice([torch.float32, torch.float64])
+    generator = torch.Generator().manual_seed(rng.randrange(10 ** 6))
+    student = torch.randn(batch, time, vocab, generator=generator, dtype=torch.float64).to(dtype)
+    teacher = torch.randn(batch, time, vocab, generator=generator, dtype=torch.float64).to(dtype)
+    mask = torch.rand(batch, time, generator=generator) < 0.6
+    mask[:, 0] = True
+    return student, teacher, mask
+
+
+def _logits_defect(kind, student, teacher):
+    """Break the logits in one way (the check every TODO shares)."""
+    other = torch.float64 if student.dtype == torch.float32 else torch.float32
+    return {"half": (student.half(), teacher.half()), "int": (student.long(), teacher.long()),
+            "2-D": (student[:, :, 0], teacher[:, :, 0]), "empty vocabulary": (student[:, :, :0], teacher[:, :, :0]),
+            "list": (student.tolist(), teacher), "teacher dtype": (student, teacher.to(other)),
+            "teacher shape": (student, teacher[:, :, :1]), "teacher None": (student, None)}[kind]
+
+
+_LOGITS = ("half", "int", "2-D", "empty vocabulary", "list", "teacher dtype", "teacher shape", "teacher None")
+
+
+def _student_ok(student):
+    return (isinstance(student, torch.Tensor) and student.dim() == 3 and student.dtype in (torch.float32, torch.float64)
+            and student.shape[-1] >= 1)
+
+
+def _logits_ok(student, teacher):
+    return (_student_ok(student) and isinstance(teacher, torch.Tensor) and teacher.shape == student.shape
+            and teacher.dtype == student.dtype)
+
+
+def _mask_shaped(student, mask):
+    return isinstance(mask, torch.Tensor) and mask.dtype == torch.bool and mask.shape == student.shape[:2]
+
+
+def _break_mask(kind, mask, rng):
+    if kind == "float":
+        return mask.float()
+    if kind == "int":
+        return mask.int()
+    if kind == "shape":
+        return mask[:, :0] if mask.shape[1] == 1 else mask[:, :-1]
+    if kind == "list":
+        return mask.tolist()
+    empty = mask.clone()
+    if kind == "all False":
+        empty[:] = False
+    else:
+        empty[rng.randrange(mask.shape[0])] = False
+    return empty
+
+
+_defects = ([("valid", n) for n in range(12)] + [("logits", kind) for kind in _LOGITS]
+            + [("mask", kind) for kind in ("float", "int", "shape", "list", "all False", "an empty row")]
+            + [("on_policy", kind) for kind in ("short", "long", "ints", "tuple", "None", "text")]
+            + [("lam", bad) for bad in (-1, 1.5, 2, True, None, float("nan"), "0.5")]
+            + [("kinds", kind) for kind in ("lam > 0 without on-policy rows", "lam < 1 without fixed rows")])
+
+
+def _one_defect(defect, rng):
+    kind, bad = defect
+    student, teacher, mask = _base(rng)
+    batch = mask.shape[0]
+    if batch == 1:
+        flags, lam = [rng.choice([True, False])], None
+        lam = 1.0 if flags[0] else 0
+    else:
+        flags = [True] + [False] + [rng.choice([True, False]) for _ in range(batch - 2)]
+        rng.shuffle(flags)
+        lam = rng.choice([0, 0.25, 0.5, 1, 1.0])
+    if kind == "logits":
+        student, teacher = _logits_defect(bad, student, teacher)
+    elif kind == "mask":
+        mask = _break_mask(bad, mask, rng)
+    elif kind == "on_policy":
+        flags = {"short": flags[:-1], "long": flags + [True], "ints": [int(f) for f in flags], "tuple": tuple(flags),
+                 "None": None, "text": "".join("T" if f else "F" for f in flags)}[bad]
+    elif kind == "lam":
+        lam = bad
+    elif bad == "lam > 0 without on-policy rows":
+        flags, lam = [False] * batch, rng.choice([0.5, 1, 0.01])
+    elif kind == "kinds":
+        flags, lam = [True] * batch, rng.choice([0, 0.5, 0.99])
+    return student, teacher, mask, flags, lam
+
+
+def _rows_ok(s, t, m):
+    return _logits_ok(s, t) and _mask_shaped(s, m) and bool(m.any(dim=1).all())
+
+
+def _flags_ok(m, flags):
+    return isinstance(flags, list) and len(flags) == m.shape[0] and all(isinstance(f, bool) for f in flags)
+
+
+def _lam_ok(lam):
+    return not is_bool(lam) and isinstance(lam, (int, float)) and 0 <= lam <= 1
+
+
+reference.agrees("mixed_distillation_loss", each_of(_defects, _one_defect, variants=2), cases=2 * len(_defects), clauses={
+    "student logits of a half or integer dtype, not 3-D, empty or not a tensor": lambda s, t, m, f, lam: not _student_ok(s),
+    "teacher logits of another dtype or shape, or not a tensor": lambda s, t, m, f, lam: _student_ok(s)
+        and not _logits_ok(s, t),
+    "a mask that is not a bool tensor [batch, time]": lambda s, t, m, f, lam: _logits_ok(s, t) and not _mask_shaped(s, m),
+    "a row without a True in the mask": lambda s, t, m, f, lam: _logits_ok(s, t) and _mask_shaped(s, m)
+        and not bool(m.any(dim=1).all()),
+    "on_policy of another length, not a list, or not bools": lambda s, t, m, f, lam: _rows_ok(s, t, m)
+        and not _flags_ok(m, f),
+    "lam outside [0, 1]": lambda s, t, m, f, lam: _rows_ok(s, t, m) and _flags_ok(m, f) and is_number(lam)
+        and not not_finite(lam) and not 0 <= lam <= 1,
+    "lam that is a bool, nan, None or text": lambda s, t, m, f, lam: _rows_ok(s, t, m) and _flags_ok(m, f)
+        and not (is_number(lam) and not not_finite(lam)),
+    "lam > 0 and no on-policy sequence": lambda s, t, m, f, lam: _rows_ok(s, t, m) and _flags_ok(m, f) and _lam_ok(lam)
+        and lam > 0 and not any(f),
+    "lam < 1 and no fixed sequence": lambda s, t, m, f, lam: _rows_ok(s, t, m) and _flags_ok(m, f) and _lam_ok(lam)
+        and lam < 1 and all(f),
+    "a valid call": lambda s, t, m, f, lam: _rows_ok(s, t, m) and _flags_ok(m, f) and _lam_ok(lam)
+        and not (lam > 0 and not any(f)) and not (lam < 1 and all(f)),
+})

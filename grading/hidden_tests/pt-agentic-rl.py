@@ -71,18 +71,118 @@ _commands = st.one_of(
     st.text(alphabet="CALNSWER0123456789 +-*/\n", max_size=14))
 _actions = st.tuples(st.sampled_from(["", " ", "\n", "\t"]), _commands, st.sampled_from(["", " ", "\n"])).map(
     lambda t: t[0] + t[1] + t[2])
-reference.agrees("env_step", st.tuples(_states, _actions), cases=200)
+import re
+
+
+def _command(action):
+    text = action.strip()
+    calc = re.fullmatch(r"CALC (-?[0-9]+) (\+|-|\*|//) (-?[0-9]+)", text)
+    answer = re.fullmatch(r"ANSWER (-?[0-9]+)", text)
+    return calc, answer
+
+
+def _truth(state):
+    a, op, b = state["a"], state["op"], state["b"]
+    return a + b if op == "+" else a - b if op == "-" else a * b if op == "*" else a // b
+
+
+def _last_turn(state):
+    return state["turn"] + 1 == state["max_turns"]
+
+
+_answered = st.tuples(_states, st.sampled_from(["", " ", "\n"])).map(lambda t: (t[0], f"ANSWER {_truth(t[0])}{t[1]}"))
+_by_zero = st.tuples(_states, st.sampled_from(["CALC 7 // 0", " CALC -3 // 0\n", "CALC 0 // 0"]))
+reference.agrees("env_step", st.one_of(st.tuples(_states, _actions), _answered, _by_zero), cases=200, clauses={
+    "a CALC command": lambda state, action: _command(action)[0] is not None,
+    "a CALC that divides by zero": lambda state, action: _command(action)[0] is not None
+        and _command(action)[0].group(2) == "//" and int(_command(action)[0].group(3)) == 0,
+    "a correct ANSWER": lambda state, action: _command(action)[1] is not None
+        and int(_command(action)[1].group(1)) == _truth(state),
+    "a wrong ANSWER": lambda state, action: _command(action)[1] is not None
+        and int(_command(action)[1].group(1)) != _truth(state),
+    "an action that is no command (case, spacing, trailing words, free text)":
+        lambda state, action: _command(action) == (None, None),
+    "no answer on the last turn (truncated)": lambda state, action: _last_turn(state) and _command(action)[1] is None,
+    "an answer on the last turn (terminated, not truncated)": lambda state, action: _last_turn(state)
+        and _command(action)[1] is not None,
+    "whitespace around a command": lambda state, action: action != action.strip() and any(_command(action)),
+    "a negative operand in a CALC": lambda state, action: _command(action)[0] is not None and "-" in (
+        _command(action)[0].group(1) + _command(action)[0].group(3)),
+})
 
 # %% hidden exercise=env_step points=1 name=generated_invalid_states_raise_as_the_reference
 # hint: states with missing or extra keys, floats or bools for ints, unknown operators, turns outside [0, max_turns), a done flag that is not False, and actions that are not text each give a ValueError; valid steps among them are taken.
-from hypothesis import strategies as st
-_states = st.fixed_dictionaries({
-    "a": st.sampled_from([3, -2, 3.0, True]), "op": st.sampled_from(["+", "//", "/", "x", None]),
-    "b": st.sampled_from([2, 5, False, "2"]), "turn": st.sampled_from([0, 1, 2, -1, 1.0]),
-    "max_turns": st.sampled_from([2, 3, 0, True]), "done": st.sampled_from([False, False, True, 0, None])},
-    optional={"extra": st.just(1)})
-_actions = st.sampled_from(["ANSWER 5", "CALC 1 + 1", "nope", None, 5, b"ANSWER 5"])
-reference.agrees("env_step", st.tuples(st.one_of(_states, st.none()), _actions), cases=150)
+from tools.course.grader.clauses import each_of
+
+_defects = ([("valid", n) for n in range(12)]
+            + [("state", bad) for bad in (None, "state", [1, "+", 2])]
+            + [("missing", key) for key in ("a", "op", "done")] + [("extra", key) for key in ("extra", "reward")]
+            + [("number", (key, bad)) for key in ("a", "b", "turn", "max_turns") for bad in (3.0, True, "2")]
+            + [("op", bad) for bad in ("/", "x", None, " +")]
+            + [("max_turns", bad) for bad in (0, -1)] + [("turn", bad) for bad in ("-1", "max_turns", "beyond")]
+            + [("done", bad) for bad in (True, 0, None)]
+            + [("action", bad) for bad in (None, 5, b"ANSWER 5", ["ANSWER 5"])])
+
+
+def _one_defect(defect, rng):
+    kind, bad = defect
+    max_turns = rng.randint(1, 4)
+    state = {"a": rng.randint(-9, 40), "op": rng.choice(["+", "-", "*", "//"]), "b": rng.randint(1, 9),
+             "turn": rng.randrange(max_turns), "max_turns": max_turns, "done": False}
+    action = rng.choice(["ANSWER 5", "CALC 1 + 1", "nope", f"ANSWER {state['a']}"])
+    if kind == "state":
+        state = bad
+    elif kind == "missing":
+        del state[bad]
+    elif kind == "extra":
+        state[bad] = 1
+    elif kind == "number":
+        state[bad[0]] = bad[1]
+    elif kind == "op":
+        state["op"] = bad
+    elif kind == "max_turns":
+        state["max_turns"], state["turn"] = bad, 0
+    elif kind == "turn":
+        state["turn"] = {"-1": -1, "max_turns": max_turns, "beyond": max_turns + 2}[bad]
+    elif kind == "done":
+        state["done"] = bad
+    elif kind == "action":
+        action = bad
+    return state, action
+
+
+def _first_defect(state, action):
+    if not isinstance(state, dict):
+        return "state"
+    if set(state) != {"a", "op", "b", "turn", "max_turns", "done"}:
+        return "keys"
+    if not all(type(state[key]) is int for key in ("a", "b", "turn", "max_turns")):
+        return "number"
+    if state["op"] not in ("+", "-", "*", "//"):
+        return "op"
+    if state["max_turns"] < 1:
+        return "max_turns"
+    if not 0 <= state["turn"] < state["max_turns"]:
+        return "turn"
+    if state["done"] is not False:
+        return "done"
+    return None if isinstance(action, str) else "action"
+
+
+reference.agrees("env_step", each_of(_defects, _one_defect, variants=2), cases=2 * len(_defects), clauses={
+    "a state that is not a dict": lambda s, a: _first_defect(s, a) == "state",
+    "a state with a missing or extra key": lambda s, a: _first_defect(s, a) == "keys",
+    "a, b, turn or max_turns that is a float, a bool or text": lambda s, a: _first_defect(s, a) == "number",
+    "a bool among the ints": lambda s, a: _first_defect(s, a) == "number" and any(
+        isinstance(s[key], bool) for key in ("a", "b", "turn", "max_turns")),
+    "an unknown operator": lambda s, a: _first_defect(s, a) == "op",
+    "max_turns below 1": lambda s, a: _first_defect(s, a) == "max_turns",
+    "a turn outside [0, max_turns)": lambda s, a: _first_defect(s, a) == "turn",
+    "a turn equal to max_turns": lambda s, a: _first_defect(s, a) == "turn" and s["turn"] == s["max_turns"],
+    "done that is not False (True, 0, None)": lambda s, a: _first_defect(s, a) == "done",
+    "an action that is not a str": lambda s, a: _first_defect(s, a) == "action",
+    "a valid step": lambda s, a: _first_defect(s, a) is None,
+})
 
 # %% hidden exercise=assemble_trajectory points=1 name=environment_tokens_never_enter_the_loss
 # hint: the loss mask is 1 exactly on the tokens of model segments; prompt and env tokens are 0, however many env segments there are; env_tokens counts only env tokens.
@@ -149,20 +249,98 @@ def _trajectory(prompt, turns, end_with_env):
 
 
 reference.agrees("assemble_trajectory", st.tuples(st.tuples(_ids, st.lists(st.tuples(_ids, _ids), min_size=1, max_size=4),
-                                                            st.booleans()).map(lambda t: _trajectory(*t))), cases=150)
+                                                            st.booleans()).map(lambda t: _trajectory(*t))), cases=150, clauses={
+    "a trajectory that ends on an env segment": lambda segments: segments[-1]["source"] == "env",
+    "a trajectory that ends on a model segment": lambda segments: segments[-1]["source"] == "model",
+    "one model turn": lambda segments: sum(s["source"] == "model" for s in segments) == 1,
+    "three or more model turns": lambda segments: sum(s["source"] == "model" for s in segments) >= 3,
+    "a model segment of one token": lambda segments: any(s["source"] == "model" and len(s["token_ids"]) == 1 for s in segments),
+    "an env segment longer than the model segment before it": lambda segments: any(
+        a["source"] == "model" and b["source"] == "env" and len(b["token_ids"]) > len(a["token_ids"])
+        for a, b in zip(segments, segments[1:])),
+    "a token id 0": lambda segments: any(0 in s["token_ids"] for s in segments),
+})
 
 # %% hidden exercise=assemble_trajectory points=1 name=generated_invalid_trajectories_raise_as_the_reference
 # hint: segments in the wrong order, unknown or miscased sources, empty or non-list token ids, negative or non-int ids and extra or missing keys each give a ValueError; valid trajectories among them are assembled.
-from hypothesis import strategies as st
-_sources = st.sampled_from(["prompt", "model", "env", "model", "env", "tool", "Model"])
-_ids = st.one_of(st.lists(st.integers(0, 9), min_size=1, max_size=3), st.sampled_from([[], [-1], [True], [1.5], (1,), None]))
-_segment = st.one_of(st.fixed_dictionaries({"source": _sources, "token_ids": _ids}),
-                     st.fixed_dictionaries({"source": _sources}), st.just(("model", [1])))
-_valid = st.sampled_from([[{"source": "prompt", "token_ids": [1, 2]}, {"source": "model", "token_ids": [3]}],
-                          [{"source": "prompt", "token_ids": [1]}, {"source": "model", "token_ids": [2, 2]},
-                           {"source": "env", "token_ids": [0]}, {"source": "model", "token_ids": [4]}]])
-reference.agrees("assemble_trajectory", st.tuples(st.one_of(st.lists(_segment, max_size=5), _valid, st.none(), st.just("x"))),
-                 cases=150)
+from tools.course.grader.clauses import each_of
+
+_defects = ([("valid", n) for n in range(12)]
+            + [("segments", bad) for bad in (None, "x", [], "tuple")]
+            + [("segment", bad) for bad in ("tuple", "no source", "no token_ids", "extra key")]
+            + [("source", bad) for bad in ("tool", "Model", None, " model")]
+            + [("token_ids", bad) for bad in ([], [-1], [True], [1.5], (1,), None, [3, "4"])]
+            + [("order", bad) for bad in ("model first", "env after prompt", "two model turns in a row",
+                                          "two env segments in a row", "a second prompt", "only a prompt")])
+
+
+def _one_defect(defect, rng):
+    kind, bad = defect
+    turns = rng.randint(1, 3)
+    segments = [{"source": "prompt", "token_ids": [rng.randint(0, 9) for _ in range(rng.randint(1, 3))]}]
+    for turn in range(turns):
+        segments.append({"source": "model", "token_ids": [rng.randint(0, 9) for _ in range(rng.randint(1, 3))]})
+        if turn < turns - 1 or rng.random() < 0.5:
+            segments.append({"source": "env", "token_ids": [rng.randint(0, 9) for _ in range(rng.randint(1, 3))]})
+    index = rng.randrange(len(segments))
+    if kind == "segments":
+        return (tuple(segments) if bad == "tuple" else bad,)
+    if kind == "segment":
+        segment = segments[index]
+        segments[index] = {"tuple": (segment["source"], segment["token_ids"]), "no source": {"token_ids": segment["token_ids"]},
+                           "no token_ids": {"source": segment["source"]}, "extra key": {**segment, "turn": 0}}[bad]
+    elif kind == "source":
+        segments[index]["source"] = bad
+    elif kind == "token_ids":
+        segments[index]["token_ids"] = bad
+    elif kind == "order":
+        model = {"source": "model", "token_ids": [5]}
+        env = {"source": "env", "token_ids": [6]}
+        if bad == "model first":
+            segments = segments[1:]
+        elif bad == "env after prompt":
+            segments.insert(1, env)
+        elif bad == "two model turns in a row":
+            segments.insert(2, model)
+        elif bad == "two env segments in a row":
+            segments = segments[:2] + [env, env] + segments[2:]
+        elif bad == "a second prompt":
+            segments.append({"source": "prompt", "token_ids": [7]})
+        else:
+            segments = segments[:1]
+    return (segments,)
+
+
+def _first_defect(segments):
+    follows = {None: "prompt", "prompt": "model", "model": "env", "env": "model"}
+    if not isinstance(segments, list) or not segments:
+        return "segments"
+    previous = None
+    for segment in segments:
+        if not isinstance(segment, dict) or set(segment) != {"source", "token_ids"}:
+            return "segment"
+        if segment["source"] not in ("prompt", "model", "env"):
+            return "source"
+        ids = segment["token_ids"]
+        if not isinstance(ids, list) or not ids or not all(type(t) is int and t >= 0 for t in ids):
+            return "token_ids"
+        if segment["source"] != follows[previous]:
+            return "order"
+        previous = segment["source"]
+    return "only a prompt" if previous == "prompt" else None
+
+
+reference.agrees("assemble_trajectory", each_of(_defects, _one_defect, variants=2), cases=2 * len(_defects), clauses={
+    "segments that are not a non-empty list (None, text, [], a tuple)": lambda s: _first_defect(s) == "segments",
+    "a segment that is not a dict with exactly source and token_ids": lambda s: _first_defect(s) == "segment",
+    "an unknown or miscased source": lambda s: _first_defect(s) == "source",
+    "token ids that are empty, not a list, negative, bools, floats or text": lambda s: _first_defect(s) == "token_ids",
+    "a token id that is a bool": lambda s: _first_defect(s) == "token_ids" and any(
+        isinstance(t, bool) for x in s for t in (x.get("token_ids") or []) if isinstance(x, dict)),
+    "segments in an order the table does not allow": lambda s: _first_defect(s) == "order",
+    "a prompt and no model segment": lambda s: _first_defect(s) == "only a prompt",
+    "a valid trajectory": lambda s: _first_defect(s) is None,
+})
 
 # %% hidden exercise=attribute_reward points=1 name=the_last_model_turn_gets_the_reward_earlier_turns_are_discounted
 # hint: with K model turns, turn k gets R * gamma ** (K - 1 - k): the last turn the whole reward, each earlier turn one more factor of gamma; the discount counts turns, not tokens.
@@ -225,13 +403,78 @@ _gammas = st.one_of(st.sampled_from([1, 1.0, 0.9, 0.5, 0.99]), st.floats(0.01, 1
 _calls = st.one_of(st.tuples(_turn_ids, _numbers), st.tuples(_turn_ids, _numbers, _gammas),
                    st.tuples(_turn_ids, _numbers, _gammas, _numbers),
                    st.tuples(st.tuples(_turn_ids, _numbers), st.fixed_dictionaries({"gamma": _gammas, "baseline": _numbers})))
-reference.agrees("attribute_reward", _calls, cases=150)
+
+
+def _credit(turn_ids, reward, gamma=1.0, baseline=0.0):
+    return turn_ids, reward, gamma, baseline
+
+
+reference.agrees("attribute_reward", _calls, cases=150, clauses={
+    "gamma 1 (no discount)": lambda *a, **k: _credit(*a, **k)[2] == 1,
+    "gamma below 1": lambda *a, **k: _credit(*a, **k)[2] < 1,
+    "several model turns": lambda *a, **k: max(_credit(*a, **k)[0]) >= 1,
+    "environment tokens between turns": lambda *a, **k: -1 in _credit(*a, **k)[0][1:],
+    "gamma and baseline by default": lambda *a, **k: len(a) == 2 and not k,
+    "gamma and baseline by keyword": lambda *a, **k: bool(k),
+    "a negative reward": lambda *a, **k: _credit(*a, **k)[1] < 0,
+    "a baseline other than 0": lambda *a, **k: _credit(*a, **k)[3] != 0,
+    "an int reward": lambda *a, **k: type(_credit(*a, **k)[1]) is int,
+})
 
 # %% hidden exercise=attribute_reward points=1 name=generated_invalid_credits_raise_as_the_reference
 # hint: broken turn ids, bools, nan, infinities or text as numbers, and gamma outside (0, 1] each give a ValueError; valid calls among them are credited.
-from hypothesis import strategies as st
-_turn_ids = st.one_of(st.sampled_from([[0], [-1, 0, 0, -1, 1], [0, 1, 2]]),
-                      st.lists(st.sampled_from([-2, -1, 0, 1, 2, True]), max_size=5), st.none())
-_numbers = st.sampled_from([1.0, 0, -2, True, float("nan"), float("inf"), "1", None])
-_gammas = st.sampled_from([1.0, 0.5, 0, 1.01, -1, True, float("nan"), None])
-reference.agrees("attribute_reward", st.tuples(_turn_ids, _numbers, _gammas, _numbers), cases=150)
+from tools.course.grader.clauses import each_of, is_bool, is_number, not_finite
+
+_defects = ([("valid", n) for n in range(12)]
+            + [("turn_ids", bad) for bad in (None, (0, 1), [0, True], [0, 1.0], [0, -2], [0, 2], [0, 1, 0], [0, -1, 0],
+                                             [1, 1], [], [-1, -1], [0, 0, 2, 2], ["0"])]
+            + [("reward", bad) for bad in (True, float("nan"), float("inf"), "1", None)]
+            + [("baseline", bad) for bad in (False, -float("inf"), "0", None)]
+            + [("gamma", bad) for bad in (0, 1.01, -1, True, float("nan"), None, "0.5")])
+
+
+def _one_defect(defect, rng):
+    kind, bad = defect
+    ids = []
+    for turn in range(rng.randint(1, 3)):
+        ids += [-1] * rng.randint(0, 2) + [turn] * rng.randint(1, 3)
+    call = {"turn_ids": ids, "reward": rng.choice([1.0, 0, -2, 0.5]), "gamma": rng.choice([1.0, 0.5, 1, 0.9]),
+            "baseline": rng.choice([0.0, 0.25, -1])}
+    if kind != "valid":
+        call[kind] = bad
+    return call["turn_ids"], call["reward"], call["gamma"], call["baseline"]
+
+
+def _ids_defect(turn_ids):
+    if not isinstance(turn_ids, list) or not all(type(t) is int for t in turn_ids):
+        return "type"
+    turns, previous = 0, None
+    for value in turn_ids:
+        if value < -1:
+            return "below"
+        if value != -1 and value != previous:
+            if value != turns:
+                return "order"
+            turns += 1
+        previous = value
+    return "none" if turns == 0 else None
+
+
+def _finite(value):
+    return is_number(value) and not not_finite(value)
+
+
+reference.agrees("attribute_reward", each_of(_defects, _one_defect, variants=2), cases=2 * len(_defects), clauses={
+    "turn ids that are not a list of ints (None, a tuple, bools, floats, text)": lambda t, r, g, b: _ids_defect(t) == "type",
+    "a turn id below -1": lambda t, r, g, b: _ids_defect(t) == "below",
+    "model turns that skip, repeat or start above 0": lambda t, r, g, b: _ids_defect(t) == "order",
+    "no model turn": lambda t, r, g, b: _ids_defect(t) == "none",
+    "a reward that is a bool, nan, inf, text or None": lambda t, r, g, b: _ids_defect(t) is None and not _finite(r),
+    "a baseline that is a bool, inf, text or None": lambda t, r, g, b: _ids_defect(t) is None and _finite(r)
+        and not _finite(b),
+    "gamma outside (0, 1]": lambda t, r, g, b: _ids_defect(t) is None and _finite(r) and _finite(b) and _finite(g)
+        and not 0 < g <= 1,
+    "gamma that is a bool, nan, None or text": lambda t, r, g, b: _ids_defect(t) is None and _finite(r) and _finite(b)
+        and not _finite(g),
+    "a valid call": lambda t, r, g, b: _ids_defect(t) is None and _finite(r) and _finite(b) and _finite(g) and 0 < g <= 1,
+})

@@ -15,6 +15,7 @@ assert math.isclose(float(point["z0"]), float(sum(picked) / n), rel_tol=1e-12)
 policy = torch.tensor([[0.0, -1.0, -2.0], [-3.0, 0.0, -1.0], [-2.0, -3.0, 0.0]])
 reference = torch.full((3, 3), -2.0)
 base = kto_reference_point(policy, reference)
+assert math.isclose(base["raw_mean"], -2 / 3, rel_tol=1e-6), "entries (0, 2), (1, 0), (2, 1): 0, -1, -1"
 changed = policy.clone()
 changed.fill_diagonal_(50.0)
 assert kto_reference_point(changed, reference)["raw_mean"] == base["raw_mean"]
@@ -36,6 +37,7 @@ assert flipped["raw_mean"] == 1.5 and float(flipped["z0"]) == 1.5
 policy = torch.tensor([[-1.0, -2.0], [-3.0, -4.0]], requires_grad=True)
 reference = torch.tensor([[-1.5, -2.5], [-3.5, -4.5]])
 point = kto_reference_point(policy, reference)
+assert point["raw_mean"] == 0.5 and float(point["z0"]) == 0.5
 assert not point["z0"].requires_grad and policy.requires_grad
 assert torch.equal(reference, torch.tensor([[-1.5, -2.5], [-3.5, -4.5]]))
 assert type(point["raw_mean"]) is float and all(type(i) is int and type(j) is int for i, j in point["pairs"])
@@ -211,17 +213,37 @@ def valid_matrices(draw):
     policy = (reference + shift + 0.5 * torch.randn(n, n, generator=generator).to(dtype)).to(dtype)
     return policy, reference
 
-reference.agrees("kto_reference_point", valid_matrices(), cases=120)
+
+def mismatched_mean(policy, reference):
+    n = policy.shape[0]
+    return float(sum(float(policy[i, (i - 1) % n] - reference[i, (i - 1) % n]) for i in range(n)) / n)
+
+
+reference.agrees("kto_reference_point", valid_matrices(), cases=120, clauses={
+    "float64 matrices": lambda policy, reference: policy.dtype == torch.float64,
+    "float32 matrices": lambda policy, reference: policy.dtype == torch.float32,
+    "two examples only": lambda policy, reference: policy.shape[0] == 2,
+    "a negative mismatched mean (clamped to 0)": lambda policy, reference: mismatched_mean(policy, reference) < 0,
+    "a positive mismatched mean": lambda policy, reference: mismatched_mean(policy, reference) > 0,
+    "a diagonal that differs from the mismatched pairs": lambda policy, reference: abs(float(
+        (policy - reference).diagonal().mean()) - mismatched_mean(policy, reference)) > 0.1,
+})
 
 # %% hidden exercise=kto_reference_point points=2 name=agrees_with_reference_on_generated_invalid_matrices
-# hint: one thing wrong (not a tensor, an integer or half dtype, not square, one example, different shapes or dtypes, NaN or infinity): the same ValueError.
-from hypothesis import strategies as st
+# hint: valid matrices, or one thing wrong (not a tensor, an integer or half dtype, not square, one example, different shapes or dtypes, NaN or infinity): the same result, or the same ValueError.
+from tools.course.grader.clauses import each_of
 
-@st.composite
-def one_defect(draw):
-    policy, reference = torch.zeros(3, 3), torch.zeros(3, 3) - 1.0
-    kind = draw(st.sampled_from(["list", "int", "half", "vector", "rectangle", "one", "empty", "shape", "dtype", "nan", "inf"]))
-    which = draw(st.integers(0, 1))
+defects = [("valid", n) for n in range(20)] + [(kind, None) for kind in [
+    "list", "int", "half", "vector", "rectangle", "one", "empty", "shape", "dtype", "nan", "inf"]]
+
+def one_defect(defect, rng):
+    """Valid 3 x 3 matrices, or with exactly this defect."""
+    kind, _ = defect
+    generator = torch.Generator().manual_seed(rng.randrange(1000))
+    dtype = rng.choice([torch.float32, torch.float64])
+    reference = (-3 * torch.rand(3, 3, generator=generator)).to(dtype)
+    policy = (reference + rng.choice([-0.5, 0.5]) + 0.3 * torch.randn(3, 3, generator=generator)).to(dtype)
+    which = rng.randrange(2)
     pair = [policy, reference]
     if kind == "list":
         pair[which] = pair[which].tolist()
@@ -238,14 +260,39 @@ def one_defect(draw):
     elif kind == "empty":
         pair = [tensor[:0, :0] for tensor in pair]
     elif kind == "shape":
-        pair[which] = torch.zeros(4, 4)
+        pair[which] = torch.zeros(4, 4, dtype=dtype)
     elif kind == "dtype":
-        pair[which] = pair[which].double()
-    else:
-        pair[which][draw(st.integers(0, 2)), draw(st.integers(0, 2))] = float("nan") if kind == "nan" else float("inf")
+        pair[which] = pair[which].to(torch.float64 if dtype == torch.float32 else torch.float32)
+    elif kind in ("nan", "inf"):
+        pair[which][rng.randrange(3), rng.randrange(3)] = float("nan") if kind == "nan" else float("inf")
     return tuple(pair)
 
-reference.agrees("kto_reference_point", one_defect(), cases=100)
+
+def tensors(*pair):
+    return all(isinstance(value, torch.Tensor) for value in pair)
+
+
+def square(value):
+    return value.dim() == 2 and value.shape[0] == value.shape[1]
+
+
+reference.agrees("kto_reference_point", each_of(defects, one_defect, variants=2), cases=2 * len(defects), clauses={
+    "a matrix that is not a tensor": lambda policy, reference: not tensors(policy, reference),
+    "integer matrices": lambda policy, reference: tensors(policy, reference) and not policy.is_floating_point(),
+    "half-precision matrices": lambda policy, reference: tensors(policy, reference) and policy.dtype == torch.float16,
+    "a 1-D tensor": lambda policy, reference: tensors(policy, reference) and policy.dim() == 1,
+    "a matrix that is not square": lambda policy, reference: tensors(policy, reference) and policy.dim() == 2 and not
+        square(policy),
+    "a single example": lambda policy, reference: tensors(policy, reference) and square(policy) and policy.shape[0] == 1,
+    "no example": lambda policy, reference: tensors(policy, reference) and square(policy) and policy.shape[0] == 0,
+    "shapes that differ": lambda policy, reference: tensors(policy, reference) and policy.shape != reference.shape,
+    "dtypes that differ": lambda policy, reference: tensors(policy, reference) and policy.shape == reference.shape
+        and policy.dtype != reference.dtype,
+    "a NaN": lambda policy, reference: tensors(policy, reference) and policy.is_floating_point() and any(
+        bool(value.isnan().any()) for value in (policy, reference)),
+    "an infinity": lambda policy, reference: tensors(policy, reference) and policy.is_floating_point() and any(
+        bool(value.isinf().any()) for value in (policy, reference)),
+})
 
 # %% hidden exercise=kto_loss points=2 name=agrees_with_reference_on_generated_valid_batches
 # hint: any valid batch (one class or both, any z0 >= 0, any positive beta and weights, either float dtype): the same loss, losses and rewards.
@@ -264,20 +311,43 @@ def valid_batches(draw):
             {"desirable_weight": draw(st.sampled_from([1.0, 1.5, 3, 0.25])),
              "undesirable_weight": draw(st.sampled_from([1.0, 0.5, 2]))})
 
-reference.agrees("kto_loss", valid_batches(), cases=120)
+
+def labels(policy, reference_logps, desirable, *rest, **weights):
+    return desirable
+
+
+reference.agrees("kto_loss", valid_batches(), cases=120, clauses={
+    "float64 log-probabilities": lambda policy, *a, **k: policy.dtype == torch.float64,
+    "only desirable examples": lambda *a, **k: bool(labels(*a, **k).all()),
+    "only undesirable examples": lambda *a, **k: not bool(labels(*a, **k).any()),
+    "both classes": lambda *a, **k: bool(labels(*a, **k).any()) and not bool(labels(*a, **k).all()),
+    "z0 at 0": lambda policy, reference_logps, desirable, z0, beta, **k: float(z0) == 0,
+    "z0 above 0": lambda policy, reference_logps, desirable, z0, beta, **k: float(z0) > 0,
+    "beta given as an int": lambda policy, reference_logps, desirable, z0, beta, **k: type(beta) is int,
+    "class weights that differ": lambda *a, desirable_weight, undesirable_weight: desirable_weight != undesirable_weight,
+    "a weight given as an int": lambda *a, desirable_weight, undesirable_weight: type(desirable_weight) is int
+        or type(undesirable_weight) is int,
+})
 
 # %% hidden exercise=kto_loss points=2 name=agrees_with_reference_on_generated_invalid_batches
-# hint: one thing wrong (a shape, a dtype, integer labels, a negative or non-scalar z0, NaN, a bool or non-positive number): the same ValueError.
-from hypothesis import strategies as st
+# hint: a valid batch, or one thing wrong (a shape, a dtype, integer labels, a negative or non-scalar z0, NaN, a bool or non-positive number): the same result, or the same ValueError.
+from tools.course.grader.clauses import below, each_of, is_bool, not_a_number, not_finite
 
-@st.composite
-def one_defect(draw):
-    args = [torch.tensor([-1.0, -2.0, -0.5]), torch.tensor([-1.2, -1.8, -0.5]), torch.tensor([True, False, True]),
-            torch.tensor(0.2), 0.1]
-    kwargs = {"desirable_weight": 1.0, "undesirable_weight": 1.0}
-    kind = draw(st.sampled_from(["list", "shape", "dtype", "nan", "labels_int", "labels_list", "labels_shape", "z0_float",
-                                 "z0_vector", "z0_negative", "z0_dtype", "z0_nan", "beta", "weight"]))
-    which = draw(st.integers(0, 1))
+defects = ([("valid", n) for n in range(24)]
+           + [(kind, None) for kind in ["list", "shape", "dtype", "nan", "labels_int", "labels_list", "labels_shape",
+                                        "z0_float", "z0_vector", "z0_negative", "z0_dtype", "z0_nan"]]
+           + [("beta", bad) for bad in [0, -1.0, True, None, "0.1", float("inf")]]
+           + [(weight, bad) for weight in ("desirable_weight", "undesirable_weight")
+              for bad in [0, -0.5, False, float("nan"), None]])
+
+def one_defect(defect, rng):
+    """A valid batch of three, or with exactly this defect."""
+    kind, bad = defect
+    args = [torch.tensor([-1.0, -2.0, -0.5]), torch.tensor([-1.2, -1.8, -0.5]),
+            torch.tensor([rng.random() < 0.5 for _ in range(3)]), torch.tensor(rng.choice([0.0, 0.2])),
+            rng.choice([0.1, 1])]
+    kwargs = {"desirable_weight": rng.choice([1.0, 1.5]), "undesirable_weight": rng.choice([1.0, 2])}
+    which = rng.randrange(2)
     if kind == "list":
         args[which] = args[which].tolist()
     elif kind == "shape":
@@ -285,11 +355,11 @@ def one_defect(draw):
     elif kind == "dtype":
         args[which] = args[which].double()
     elif kind == "nan":
-        args[which][draw(st.integers(0, 2))] = float("nan")
+        args[which][rng.randrange(3)] = float("nan")
     elif kind == "labels_int":
         args[2] = args[2].long()
     elif kind == "labels_list":
-        args[2] = [True, False, True]
+        args[2] = args[2].tolist()
     elif kind == "labels_shape":
         args[2] = args[2][:2]
     elif kind == "z0_float":
@@ -303,12 +373,52 @@ def one_defect(draw):
     elif kind == "z0_nan":
         args[3] = torch.tensor(float("nan"))
     elif kind == "beta":
-        args[4] = draw(st.sampled_from([0, -1.0, True, None, "0.1", float("inf")]))
-    else:
-        kwargs[draw(st.sampled_from(list(kwargs)))] = draw(st.sampled_from([0, -0.5, False, float("nan"), None]))
+        args[4] = bad
+    elif kind != "valid":
+        kwargs[kind] = bad
     return tuple(args), kwargs
 
-reference.agrees("kto_loss", one_defect(), cases=120)
+
+def is_tensor(value):
+    return isinstance(value, torch.Tensor)
+
+
+def logps_ok(policy, reference_logps):
+    return (is_tensor(policy) and is_tensor(reference_logps) and policy.shape == reference_logps.shape == (3,)
+            and policy.dtype == reference_logps.dtype == torch.float32
+            and bool(policy.isfinite().all()) and bool(reference_logps.isfinite().all()))
+
+
+def scalar_clauses(name, pick):
+    return {
+        f"{name} a bool": lambda *a, **k: is_bool(pick(*a, **k)),
+        f"{name} not a number": lambda *a, **k: not_a_number(pick(*a, **k)),
+        f"{name} not finite": lambda *a, **k: not_finite(pick(*a, **k)),
+        f"{name} <= 0": lambda *a, **k: not is_bool(pick(*a, **k)) and below(pick(*a, **k), 0, or_equal=True),
+    }
+
+
+reference.agrees("kto_loss", each_of(defects, one_defect, variants=2), cases=2 * len(defects), clauses={
+    "log-probabilities that are not a tensor": lambda p, r, *a, **k: not (is_tensor(p) and is_tensor(r)),
+    "log-probabilities of different shapes": lambda p, r, *a, **k: is_tensor(p) and is_tensor(r) and p.shape != r.shape,
+    "log-probabilities of different dtypes": lambda p, r, *a, **k: is_tensor(p) and is_tensor(r) and p.shape == r.shape
+        and p.dtype != r.dtype,
+    "a NaN log-probability": lambda p, r, *a, **k: is_tensor(p) and is_tensor(r) and (
+        bool(p.isnan().any()) or bool(r.isnan().any())),
+    "integer labels": lambda p, r, d, *a, **k: is_tensor(d) and d.dtype != torch.bool,
+    "labels that are a list": lambda p, r, d, *a, **k: isinstance(d, list),
+    "labels of another shape": lambda p, r, d, *a, **k: logps_ok(p, r) and is_tensor(d) and d.dtype == torch.bool
+        and d.shape != p.shape,
+    "z0 a Python float": lambda p, r, d, z0, *a, **k: isinstance(z0, float),
+    "z0 not 0-dim": lambda p, r, d, z0, *a, **k: is_tensor(z0) and z0.dim() != 0,
+    "z0 negative": lambda p, r, d, z0, *a, **k: is_tensor(z0) and z0.dim() == 0 and z0.dtype == torch.float32
+        and float(z0) < 0,
+    "z0 of another dtype": lambda p, r, d, z0, *a, **k: logps_ok(p, r) and is_tensor(z0) and z0.dtype != p.dtype,
+    "z0 NaN": lambda p, r, d, z0, *a, **k: is_tensor(z0) and z0.dim() == 0 and bool(z0.isnan()),
+    **scalar_clauses("beta", lambda p, r, d, z0, beta, **k: beta),
+    **scalar_clauses("desirable_weight", lambda *a, desirable_weight, undesirable_weight: desirable_weight),
+    **scalar_clauses("undesirable_weight", lambda *a, desirable_weight, undesirable_weight: undesirable_weight),
+})
 
 # %% hidden exercise=kto_class_weights points=2 name=agrees_with_reference_on_generated_valid_sets
 # hint: any labels with both classes and weights at, inside and just outside the ends of the range: the same weights and ratio, or the same ValueError.
@@ -326,27 +436,84 @@ def valid_sets(draw):
                                       balanced * 1.34, 1.0]))
     return (labels if draw(st.booleans()) else tuple(labels), undesirable, desirable)
 
-reference.agrees("kto_class_weights", valid_sets(), cases=150)
+
+def ratio(labels, undesirable, desirable):
+    good = sum(labels)
+    bad = len(labels) - good
+    return (undesirable * bad / good if desirable is None else desirable) * good / (undesirable * bad)
+
+
+reference.agrees("kto_class_weights", valid_sets(), cases=150, clauses={
+    "labels a tuple": lambda labels, undesirable, desirable: isinstance(labels, tuple),
+    "desirable_weight left to the function": lambda labels, undesirable, desirable: desirable is None,
+    "a ratio exactly 1 (the balanced weight)": lambda labels, u, d: d is not None and ratio(labels, u, d) == 1,
+    "a ratio inside (1, 4/3)": lambda labels, u, d: 1 < ratio(labels, u, d) < 4 / 3,
+    "a ratio at 4/3 up to rounding": lambda labels, u, d: d is not None and abs(ratio(labels, u, d) - 4 / 3) < 1e-9,
+    "a ratio just below 1 (refused)": lambda labels, u, d: 0.98 < ratio(labels, u, d) < 1 - 1e-9,
+    "a ratio just above 4/3 (refused)": lambda labels, u, d: 4 / 3 + 1e-9 < ratio(labels, u, d) < 1.36,
+    "more undesirable than desirable examples": lambda labels, u, d: sum(labels) < len(labels) - sum(labels),
+    "undesirable_weight given as an int": lambda labels, u, d: type(u) is int,
+})
 
 # %% hidden exercise=kto_class_weights points=2 name=agrees_with_reference_on_generated_invalid_sets
-# hint: one thing wrong (ints or None for labels, a missing class, a bool, zero, negative or NaN weight): the same ValueError.
-from hypothesis import strategies as st
+# hint: valid labels, or one thing wrong (ints or None for labels, a missing class, a bool, zero, negative or NaN weight): the same weights, or the same ValueError.
+from tools.course.grader.clauses import below, each_of, is_bool, not_a_number, not_finite
 
-@st.composite
-def one_defect(draw):
-    labels = [True, False, False, True, False]
-    undesirable, desirable = 1.0, None
-    kind = draw(st.sampled_from(["labels", "label", "one_class", "undesirable", "desirable"]))
-    if kind == "labels":
-        labels = draw(st.sampled_from([None, "TFF", {True, False}, 3, [], ()]))
+defects = ([("valid", n) for n in range(20)]
+           + [("labels", bad) for bad in [None, "TFF", {True, False}, 3, [], ()]]
+           + [("label", bad) for bad in [1, 0, None, "True", 1.0]]
+           + [("one_class", value) for value in (True, False)]
+           + [("undesirable", bad) for bad in [0, -1.0, True, None, "1", float("nan"), float("inf")]]
+           + [("desirable", bad) for bad in [0, -1.0, True, False, "1.5", float("nan"), float("inf")]])
+
+def one_defect(defect, rng):
+    """Labels with both classes and valid weights, or with exactly this defect."""
+    kind, bad = defect
+    labels = [True, False] + [rng.random() < 0.4 for _ in range(rng.randint(1, 6))]
+    rng.shuffle(labels)
+    undesirable, desirable = rng.choice([1.0, 2]), None
+    if kind == "valid" and rng.random() < 0.5:
+        labels = tuple(labels)
+    elif kind == "labels":
+        labels = bad
     elif kind == "label":
-        labels[draw(st.integers(0, 4))] = draw(st.sampled_from([1, 0, None, "True", 1.0]))
+        labels[rng.randrange(len(labels))] = bad
     elif kind == "one_class":
-        labels = [draw(st.booleans())] * draw(st.integers(1, 5))
+        labels = [bad] * rng.randint(1, 5)
     elif kind == "undesirable":
-        undesirable = draw(st.sampled_from([0, -1.0, True, None, "1", float("nan"), float("inf")]))
-    else:
-        desirable = draw(st.sampled_from([0, -1.0, True, False, "1.5", float("nan"), float("inf")]))
+        undesirable = bad
+    elif kind == "desirable":
+        desirable = bad
     return (labels, undesirable, desirable)
 
-reference.agrees("kto_class_weights", one_defect(), cases=100)
+
+def bool_labels(labels):
+    return isinstance(labels, (list, tuple)) and all(isinstance(label, bool) for label in labels)
+
+
+def both_classes(labels):
+    return bool_labels(labels) and any(labels) and not all(labels)
+
+
+def weight_clauses(name, pick):
+    return {
+        f"{name} a bool": lambda *a: both_classes(a[0]) and is_bool(pick(*a)),
+        f"{name} not a number": lambda *a: both_classes(a[0]) and pick(*a) is not None and not_a_number(pick(*a)),
+        f"{name} not finite": lambda *a: both_classes(a[0]) and not_finite(pick(*a)),
+        f"{name} <= 0": lambda *a: both_classes(a[0]) and not is_bool(pick(*a)) and below(pick(*a), 0, or_equal=True),
+    }
+
+
+reference.agrees("kto_class_weights", each_of(defects, one_defect, variants=2), cases=2 * len(defects), clauses={
+    "labels not a list or tuple": lambda labels, u, d: not isinstance(labels, (list, tuple)),
+    "no labels": lambda labels, u, d: isinstance(labels, (list, tuple)) and not labels,
+    "a label 0 or 1": lambda labels, u, d: isinstance(labels, list) and any(
+        label in (0, 1) and not is_bool(label) for label in labels),
+    "a label that is not a bool or a number": lambda labels, u, d: isinstance(labels, list) and any(
+        not_a_number(label) for label in labels),
+    "only desirable labels": lambda labels, u, d: bool_labels(labels) and labels and all(labels),
+    "only undesirable labels": lambda labels, u, d: bool_labels(labels) and labels and not any(labels),
+    "undesirable_weight None": lambda labels, u, d: both_classes(labels) and u is None,
+    **weight_clauses("undesirable_weight", lambda labels, u, d: u),
+    **weight_clauses("desirable_weight", lambda labels, u, d: d),
+})

@@ -121,7 +121,22 @@ def _pairs(draw):
     return chosen, chosen_mask, rejected, rejected_mask, margins
 
 
-reference.agrees("pairwise_reward_loss", _pairs(), cases=80)
+def _padding(mask, side):
+    rows = mask.long().tolist()
+    return any(row[0] == 0 for row in rows) if side == "left" else any(row[-1] == 0 for row in rows)
+
+
+reference.agrees("pairwise_reward_loss", _pairs(), cases=80, clauses={
+    "padding on the left of a chosen row": lambda c, cm, r, rm, mg: _padding(cm, "left"),
+    "padding on the right of a chosen row": lambda c, cm, r, rm, mg: _padding(cm, "right"),
+    "padding on the left of a rejected row": lambda c, cm, r, rm, mg: _padding(rm, "left"),
+    "padding on the right of a rejected row": lambda c, cm, r, rm, mg: _padding(rm, "right"),
+    "chosen and rejected of different lengths": lambda c, cm, r, rm, mg: c.shape[1] != r.shape[1],
+    "a bool mask": lambda c, cm, r, rm, mg: torch.bool in (cm.dtype, rm.dtype),
+    "margins given": lambda c, cm, r, rm, mg: mg is not None,
+    "no margins": lambda c, cm, r, rm, mg: mg is None,
+    "a single pair": lambda c, cm, r, rm, mg: c.shape[0] == 1,
+})
 
 # %% hidden exercise=pairwise_reward_loss points=2 name=rm_generated_defects_agree_with_reference
 # hint: a valid batch gets the reference's result; a batch with one defect (a mask row without a 1, a float mask, a dtype or batch mismatch, a non-finite score, bad margins) is refused with ValueError.
@@ -139,22 +154,44 @@ _defects = {
     "margins_shape": lambda a: {**a, "margins": torch.zeros(a["chosen"].shape[0] + 1, dtype=torch.float64)},
     "margins_inf": lambda a: {**a, "margins": torch.full((a["chosen"].shape[0],), float("inf"), dtype=torch.float64)},
     "int_scores": lambda a: {**a, "chosen": a["chosen"].long(), "rejected": a["rejected"].long()},
+    "list_scores": lambda a: {**a, "chosen": a["chosen"].tolist()},
+    "margins_list": lambda a: {**a, "margins": [0.0] * a["chosen"].shape[0]},
 }
+from tools.course.grader.clauses import each_of
 
 
-@st.composite
-def _broken(draw):
-    batch, time = draw(st.integers(1, 3)), draw(st.integers(2, 4))
+def _tensor(value):
+    return isinstance(value, torch.Tensor)
+
+
+def _broken(case, rng):
+    batch, time = rng.randint(1, 3), rng.randint(2, 4)
     args = {"chosen": torch.linspace(-1, 2, batch * time, dtype=torch.float64).reshape(batch, time),
             "chosen_mask": torch.ones(batch, time, dtype=torch.long),
             "rejected": torch.linspace(1, -1, batch * time, dtype=torch.float64).reshape(batch, time),
             "rejected_mask": torch.ones(batch, time, dtype=torch.long), "margins": None}
-    if draw(st.integers(0, 3)):  # one case in four stays valid, so a body that only raises cannot pass
-        args = _defects[draw(st.sampled_from(sorted(_defects)))](args)
+    if case[0] == "valid" and case[1] % 2:  # valid margins too
+        args["margins"] = torch.linspace(-0.5, 0.5, batch, dtype=torch.float64)
+    if case[0] != "valid":  # the valid cases beside the defects: a body that only raises cannot pass
+        args = _defects[case[0]](args)
     return args["chosen"], args["chosen_mask"], args["rejected"], args["rejected_mask"], args["margins"]
 
 
-reference.agrees("pairwise_reward_loss", _broken(), cases=50)
+_cases = [("valid", n) for n in range(6)] + [(name, 0) for name in sorted(_defects)]
+reference.agrees("pairwise_reward_loss", each_of(_cases, _broken, variants=2), cases=2 * len(_cases), clauses={
+    "a mask row without a 1": lambda c, cm, r, rm, mg: bool((cm == 0).all(dim=1).any()),
+    "a float mask": lambda c, cm, r, rm, mg: rm.is_floating_point(),
+    "a mask value other than 0 and 1": lambda c, cm, r, rm, mg: bool(((cm != 0) & (cm != 1)).any()),
+    "a mask of another shape than its scores": lambda c, cm, r, rm, mg: rm.shape != r.shape,
+    "rejected scores of another dtype": lambda c, cm, r, rm, mg: c.is_floating_point() and r.dtype != c.dtype,
+    "chosen and rejected batches that differ": lambda c, cm, r, rm, mg: r.shape[0] != c.shape[0],
+    "a NaN score": lambda c, cm, r, rm, mg: bool(c.isnan().any()),
+    "margins of another length": lambda c, cm, r, rm, mg: _tensor(mg) and tuple(mg.shape) != (c.shape[0],),
+    "infinite margins": lambda c, cm, r, rm, mg: _tensor(mg) and bool(mg.isinf().any()),
+    "integer scores": lambda c, cm, r, rm, mg: not c.is_floating_point(),
+    "scores that are a list": lambda c, cm, r, rm, mg: isinstance(c, list),
+    "margins that are a list": lambda c, cm, r, rm, mg: isinstance(mg, list),
+})
 
 # %% hidden exercise=calibrate_temperature points=1 name=fits_lowest_nll_with_smallest_on_ties
 # hint: evaluate the NLL of every grid temperature and keep the lowest; when several are equally low, keep the smallest, whatever the grid's order.
@@ -238,7 +275,18 @@ def _sets(draw):
     return margins, labels, grid, draw(st.integers(1, 8))
 
 
-reference.agrees("calibrate_temperature", _sets(), cases=80)
+reference.agrees("calibrate_temperature", _sets(), cases=80, clauses={
+    "a margin that is an int": lambda m, y, g, b: any(type(v) is int for v in m),
+    "a margin of 0": lambda m, y, g, b: any(v == 0 for v in m),
+    "labels of one class only": lambda m, y, g, b: len(set(y)) == 1,
+    "labels of both classes": lambda m, y, g, b: len(set(y)) == 2,
+    "a temperature that is an int": lambda m, y, g, b: any(type(t) is int for t in g),
+    "a grid without 1": lambda m, y, g, b: all(t != 1 for t in g),
+    "a temperature listed twice": lambda m, y, g, b: len(set(g)) < len(g),
+    "more bins than pairs": lambda m, y, g, b: b > len(m),
+    "one bin": lambda m, y, g, b: b == 1,
+    "a single pair": lambda m, y, g, b: len(m) == 1,
+})
 
 # %% hidden exercise=calibrate_temperature points=2 name=rm_generated_calibration_defects_agree_with_reference
 # hint: a valid call gets the reference's result; a call with one defect (a bool or non-finite margin, int labels, a length mismatch, a temperature <= 0, a bad n_bins) is refused with ValueError.
@@ -255,20 +303,36 @@ _defects = {
     "float_bins": lambda a: {**a, "n_bins": 5.0},
     "zero_bins": lambda a: {**a, "n_bins": 0},
     "tuple_margins": lambda a: {**a, "margins": tuple(a["margins"])},
+    "bool_bins": lambda a: {**a, "n_bins": True},
+    "text_margin": lambda a: {**a, "margins": a["margins"][:-1] + ["1.0"]},
 }
+from tools.course.grader.clauses import below, each_of, is_bool, not_finite
 
 
-@st.composite
-def _broken(draw):
-    size = draw(st.integers(1, 5))
+def _broken(case, rng):
+    size = rng.randint(1, 5)
     args = {"margins": [float(i) - 2.0 for i in range(size)], "labels": [i % 2 == 0 for i in range(size)],
             "temperatures": [0.5, 1.0, 2.0], "n_bins": 3}
-    if draw(st.integers(0, 3)):  # one case in four stays valid, so a body that only raises cannot pass
-        args = _defects[draw(st.sampled_from(sorted(_defects)))](args)
+    if case[0] != "valid":  # the valid cases beside the defects: a body that only raises cannot pass
+        args = _defects[case[0]](args)
     return args["margins"], args["labels"], args["temperatures"], args["n_bins"]
 
 
-reference.agrees("calibrate_temperature", _broken(), cases=50)
+_cases = [("valid", n) for n in range(6)] + [(name, 0) for name in sorted(_defects)]
+reference.agrees("calibrate_temperature", each_of(_cases, _broken, variants=2), cases=2 * len(_cases), clauses={
+    "a margin that is a bool": lambda m, y, g, b: any(is_bool(v) for v in m),
+    "a NaN margin": lambda m, y, g, b: any(not_finite(v) for v in m),
+    "a margin that is text": lambda m, y, g, b: any(isinstance(v, str) for v in m),
+    "labels that are ints": lambda m, y, g, b: any(type(v) is int for v in y),
+    "labels of another length": lambda m, y, g, b: len(y) != len(m),
+    "a temperature of 0": lambda m, y, g, b: any(v == 0 for v in g),
+    "a negative temperature": lambda m, y, g, b: any(below(v, 0) for v in g),
+    "an empty grid": lambda m, y, g, b: g == [],
+    "n_bins that is a float": lambda m, y, g, b: isinstance(b, float),
+    "n_bins of 0": lambda m, y, g, b: type(b) is int and b == 0,
+    "n_bins that is a bool": lambda m, y, g, b: is_bool(b),
+    "margins that are a tuple": lambda m, y, g, b: isinstance(m, tuple),
+})
 
 # %% hidden exercise=reward_model_gate points=1 name=gap_equal_to_minimum_passes_despite_rounding
 # hint: the gap is candidate minus control; a gap equal to min_gap passes even when the subtraction rounds a hair below it.
@@ -349,7 +413,20 @@ def _results(draw):
     return candidate, control, draw(st.sampled_from([0.0, 0.1, 0.25, 0.5, 1])), draw(st.sampled_from([0.0, 0.1, 0.2, 1.0]))
 
 
-reference.agrees("reward_model_gate", _results(), cases=80)
+def _gap(candidate, control):
+    return candidate["hidden_accuracy"] - control["hidden_accuracy"]
+
+
+reference.agrees("reward_model_gate", _results(), cases=80, clauses={
+    "a gap equal to min_gap": lambda c, k, g, e: math.isclose(_gap(c, k), g, abs_tol=1e-12),
+    "a gap below min_gap": lambda c, k, g, e: _gap(c, k) < g and not math.isclose(_gap(c, k), g, abs_tol=1e-12),
+    "a candidate at or below chance": lambda c, k, g, e: c["hidden_accuracy"] <= 0.5,
+    "a candidate worse than its control": lambda c, k, g, e: _gap(c, k) < 0,
+    "a calibration error above max_ece": lambda c, k, g, e: c["ece_after"] > e,
+    "a control calibration error above max_ece": lambda c, k, g, e: k["ece_after"] > e >= c["ece_after"],
+    "an accepted candidate": lambda c, k, g, e: _gap(c, k) >= g and c["hidden_accuracy"] > 0.5 and c["ece_after"] <= e,
+    "a threshold or error that is an int": lambda c, k, g, e: int in (type(g), type(c["ece_after"]), type(k["ece_after"])),
+})
 
 # %% hidden exercise=reward_model_gate points=2 name=rm_generated_gate_defects_agree_with_reference
 # hint: a valid call gets the reference's result; a call with one defect (a missing key, a value out of range or a bool, different hidden sets, a bad threshold) is refused with ValueError.
@@ -365,18 +442,38 @@ _defects = {
     "gap_high": lambda a: {**a, "min_gap": 1.01},
     "ece_bool": lambda a: {**a, "max_ece": True},
     "not_a_dict": lambda a: {**a, "candidate": list(a["candidate"].items())},
+    "pairs_zero": lambda a: {**a, "candidate": {**a["candidate"], "hidden_pairs": 0}, "control": {**a["control"], "hidden_pairs": 0}},
+    "gap_none": lambda a: {**a, "min_gap": None},
 }
+from tools.course.grader.clauses import below, each_of, is_bool, is_number
 
 
-@st.composite
-def _broken(draw):
-    pairs = draw(st.integers(1, 8))
-    args = {"candidate": {"hidden_accuracy": draw(st.integers(0, pairs)) / pairs, "hidden_pairs": pairs, "ece_after": 0.05},
-            "control": {"hidden_accuracy": draw(st.integers(0, pairs)) / pairs, "hidden_pairs": pairs, "ece_after": 0.2},
+def _field(result, key):
+    return result[key] if isinstance(result, dict) and key in result else 0.5
+
+
+def _broken(case, rng):
+    pairs = rng.randint(1, 8)
+    args = {"candidate": {"hidden_accuracy": rng.randint(0, pairs) / pairs, "hidden_pairs": pairs, "ece_after": 0.05},
+            "control": {"hidden_accuracy": rng.randint(0, pairs) / pairs, "hidden_pairs": pairs, "ece_after": 0.2},
             "min_gap": 0.25, "max_ece": 0.1}
-    if draw(st.integers(0, 3)):  # one case in four stays valid, so a body that only raises cannot pass
-        args = _defects[draw(st.sampled_from(sorted(_defects)))](args)
+    if case[0] != "valid":  # the valid cases beside the defects: a body that only raises cannot pass
+        args = _defects[case[0]](args)
     return args["candidate"], args["control"], args["min_gap"], args["max_ece"]
 
 
-reference.agrees("reward_model_gate", _broken(), cases=50)
+_cases = [("valid", n) for n in range(8)] + [(name, 0) for name in sorted(_defects)]
+reference.agrees("reward_model_gate", each_of(_cases, _broken, variants=2), cases=2 * len(_cases), clauses={
+    "a result without ece_after": lambda c, k, g, e: isinstance(k, dict) and "ece_after" not in k,
+    "an accuracy above 1": lambda c, k, g, e: is_number(_field(c, "hidden_accuracy")) and _field(c, "hidden_accuracy") > 1,
+    "an accuracy that is a bool": lambda c, k, g, e: is_bool(_field(k, "hidden_accuracy")),
+    "hidden_pairs that is a float": lambda c, k, g, e: isinstance(_field(c, "hidden_pairs"), float),
+    "hidden sets of different sizes": lambda c, k, g, e: isinstance(c, dict) and isinstance(k, dict) and type(
+        c["hidden_pairs"]) is int and type(k["hidden_pairs"]) is int and c["hidden_pairs"] != k["hidden_pairs"],
+    "hidden_pairs of 0": lambda c, k, g, e: _field(c, "hidden_pairs") == 0,
+    "a negative calibration error": lambda c, k, g, e: below(_field(c, "ece_after"), 0),
+    "min_gap above 1": lambda c, k, g, e: is_number(g) and g > 1,
+    "min_gap that is None": lambda c, k, g, e: g is None,
+    "max_ece that is a bool": lambda c, k, g, e: is_bool(e),
+    "a candidate that is not a dict": lambda c, k, g, e: not isinstance(c, dict),
+})

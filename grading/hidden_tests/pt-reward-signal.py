@@ -110,7 +110,37 @@ def _reward_batches(draw):
     return scores, log_probs, ref, mask, coefficient, draw(st.sampled_from(["k1", "k3"]))
 
 
-reference.agrees("token_level_rewards", _reward_batches(), cases=80)
+def _row_kinds(mask):
+    kinds = set()
+    for row in mask.long().tolist():
+        ones = [t for t, v in enumerate(row) if v]
+        if ones and ones[0] > 0:
+            kinds.add("left")
+        if ones and ones[-1] < len(row) - 1:
+            kinds.add("right")
+        if ones and ones[-1] - ones[0] + 1 > len(ones):
+            kinds.add("inner")
+    return kinds
+
+
+def _k3_capped(lp, ref, mask):
+    delta = (ref - lp).clamp(-20, 20)
+    return bool(((delta.exp() - delta - 1) > 10)[mask.bool()].any())
+
+
+reference.agrees("token_level_rewards", _reward_batches(), cases=80, clauses={
+    "padding before a response": lambda s, lp, ref, m, c, e: "left" in _row_kinds(m),
+    "padding after a response": lambda s, lp, ref, m, c, e: "right" in _row_kinds(m),
+    "a gap inside a response": lambda s, lp, ref, m, c, e: "inner" in _row_kinds(m),
+    "responses with different valid counts": lambda s, lp, ref, m, c, e: len(set(m.long().sum(dim=1).tolist())) > 1,
+    "a bool mask": lambda s, lp, ref, m, c, e: m.dtype == torch.bool,
+    "an int32 mask": lambda s, lp, ref, m, c, e: m.dtype == torch.int32,
+    "the k3 estimator": lambda s, lp, ref, m, c, e: e == "k3",
+    "a k3 estimate capped at 10": lambda s, lp, ref, m, c, e: e == "k3" and _k3_capped(lp, ref, m),
+    "a kl_coef that is an int": lambda s, lp, ref, m, c, e: type(c) is int,
+    "a kl_coef of 0": lambda s, lp, ref, m, c, e: c == 0,
+    "a response of one token": lambda s, lp, ref, m, c, e: lp.shape[1] == 1,
+})
 
 # %% hidden exercise=token_level_rewards points=2 name=rewards_generated_defects_agree_with_reference
 # hint: a valid batch gets the reference's result; a batch with one defect anywhere (mask, shape, dtype, a non-finite value, the coefficient, the estimator) is refused with ValueError.
@@ -132,24 +162,43 @@ _defects = {
     "estimator": lambda a: {**a, "estimator": "low_var_kl"},
     "one_dim": lambda a: {**a, "log_probs": a["log_probs"][0], "ref_log_probs": a["ref_log_probs"][0],
                           "response_mask": a["response_mask"][0]},
+    "str_coef": lambda a: {**a, "kl_coef": "0.2"},
+    "list_log_probs": lambda a: {**a, "log_probs": a["log_probs"].tolist()},
 }
+from tools.course.grader.clauses import below, each_of, is_bool, not_finite
 
 
-@st.composite
-def _broken(draw):
-    time = draw(st.integers(2, 5))
-    batch = draw(st.integers(1, 3))
+def _broken(case, rng):
+    time, batch = rng.randint(2, 5), rng.randint(1, 3)
     args = {"scores": torch.linspace(-1, 1, batch, dtype=torch.float64),
             "log_probs": -torch.rand(batch, time, dtype=torch.float64, generator=torch.Generator().manual_seed(time)),
             "ref_log_probs": -torch.rand(batch, time, dtype=torch.float64, generator=torch.Generator().manual_seed(batch)),
             "response_mask": torch.ones(batch, time, dtype=torch.long), "kl_coef": 0.2, "estimator": "k1"}
-    if draw(st.integers(0, 3)):  # one case in four stays valid, so a body that only raises cannot pass
-        args = _defects[draw(st.sampled_from(sorted(_defects)))](args)
+    if case[0] != "valid":  # the valid cases beside the defects: a body that only raises cannot pass
+        args = _defects[case[0]](args)
     return (args["scores"], args["log_probs"], args["ref_log_probs"], args["response_mask"], args["kl_coef"],
             args["estimator"])
 
 
-reference.agrees("token_level_rewards", _broken(), cases=60)
+_cases = [("valid", n) for n in range(8)] + [(name, 0) for name in sorted(_defects)]
+reference.agrees("token_level_rewards", each_of(_cases, _broken, variants=2), cases=2 * len(_cases), clauses={
+    "a float mask": lambda s, lp, ref, m, c, e: m.is_floating_point(),
+    "a mask value other than 0 and 1": lambda s, lp, ref, m, c, e: not m.is_floating_point() and bool(((m != 0) & (m != 1)).any()),
+    "a response without a valid token": lambda s, lp, ref, m, c, e: m.dim() == 2 and bool((m == 0).all(dim=1).any()),
+    "ref_log_probs of another dtype": lambda s, lp, ref, m, c, e: ref.dtype != lp.dtype,
+    "ref_log_probs of another shape": lambda s, lp, ref, m, c, e: ref.shape != lp.shape,
+    "scores that are not 1-D": lambda s, lp, ref, m, c, e: s.dim() != 1,
+    "integer scores": lambda s, lp, ref, m, c, e: not s.is_floating_point(),
+    "a NaN log-probability": lambda s, lp, ref, m, c, e: bool(lp.isnan().any()),
+    "an infinite score": lambda s, lp, ref, m, c, e: bool(s.isinf().any()),
+    "a negative kl_coef": lambda s, lp, ref, m, c, e: below(c, 0),
+    "a kl_coef that is a bool": lambda s, lp, ref, m, c, e: is_bool(c),
+    "a kl_coef that is NaN": lambda s, lp, ref, m, c, e: not_finite(c),
+    "a kl_coef that is text": lambda s, lp, ref, m, c, e: isinstance(c, str),
+    "an unknown estimator": lambda s, lp, ref, m, c, e: e not in ("k1", "k3"),
+    "1-D tensors": lambda s, lp, ref, m, c, e: lp.dim() == 1,
+    "log_probs that are a list": lambda s, lp, ref, m, c, e: isinstance(lp, list),
+})
 
 # %% hidden exercise=gae_advantages points=1 name=recursion_matches_hand_computation
 # hint: delta = r + gamma * V(next valid) - V, A = delta + gamma * lam * A(next valid), nothing after the last valid token; returns = A + V.
@@ -240,10 +289,37 @@ def _gae_inputs(draw):
                                       max_size=batch)), dtype=draw(st.sampled_from([torch.bool, torch.long])))
     gamma = draw(st.sampled_from([0.0, 0.5, 0.9, 0.99, 1.0, 1]))
     lam = draw(st.sampled_from([0.0, 0.3, 0.95, 1.0, 0]))
+    if draw(st.integers(0, 3)) == 1:  # the Monte Carlo limit: rewards still to come minus V
+        gamma, lam = draw(st.sampled_from([(1.0, 1.0), (1, 1)]))
     return grid(), grid(), mask, gamma, lam
 
 
-reference.agrees("gae_advantages", _gae_inputs(), cases=80)
+def _row_kinds(mask):
+    kinds = set()
+    for row in mask.long().tolist():
+        ones = [t for t, v in enumerate(row) if v]
+        if not ones:
+            kinds.add("empty")
+        elif ones[0] > 0:
+            kinds.add("left")
+        if ones and ones[-1] < len(row) - 1:
+            kinds.add("right")
+        if ones and ones[-1] - ones[0] + 1 > len(ones):
+            kinds.add("inner")
+    return kinds
+
+
+reference.agrees("gae_advantages", _gae_inputs(), cases=80, clauses={
+    "a row without a valid token": lambda r, v, m, g, l: "empty" in _row_kinds(m),
+    "padding before the first valid token": lambda r, v, m, g, l: "left" in _row_kinds(m),
+    "padding after the last valid token": lambda r, v, m, g, l: "right" in _row_kinds(m),
+    "a masked position between valid ones": lambda r, v, m, g, l: "inner" in _row_kinds(m),
+    "a bool mask": lambda r, v, m, g, l: m.dtype == torch.bool,
+    "gamma of 0": lambda r, v, m, g, l: g == 0,
+    "lam of 0": lambda r, v, m, g, l: l == 0,
+    "gamma and lam both 1": lambda r, v, m, g, l: g == 1 and l == 1,
+    "gamma or lam given as an int": lambda r, v, m, g, l: type(g) is int or type(l) is int,
+})
 
 # %% hidden exercise=gae_advantages points=2 name=gae_generated_defects_agree_with_reference
 # hint: a valid call gets the reference's result; a call with one defect (dtype, shape, mask, a non-finite value, gamma or lam out of range or a bool) is refused with ValueError.
@@ -261,21 +337,36 @@ _defects = {
     "gamma_bool": lambda a: {**a, "gamma": True},
     "lam_none": lambda a: {**a, "lam": None},
     "list_rewards": lambda a: {**a, "rewards": a["rewards"].tolist()},
+    "gamma_text": lambda a: {**a, "gamma": "0.9"},
 }
+from tools.course.grader.clauses import below, each_of, is_bool, is_number, not_finite
 
 
-@st.composite
-def _broken(draw):
-    batch, time = draw(st.integers(1, 3)), draw(st.integers(2, 5))
+def _broken(case, rng):
+    batch, time = rng.randint(1, 3), rng.randint(2, 5)
     args = {"rewards": torch.linspace(-1, 1, batch * time, dtype=torch.float64).reshape(batch, time),
             "values": torch.linspace(0, 1, batch * time, dtype=torch.float64).reshape(batch, time),
             "response_mask": torch.ones(batch, time, dtype=torch.long), "gamma": 0.9, "lam": 0.8}
-    if draw(st.integers(0, 3)):  # one case in four stays valid, so a body that only raises cannot pass
-        args = _defects[draw(st.sampled_from(sorted(_defects)))](args)
+    if case[0] != "valid":  # the valid cases beside the defects: a body that only raises cannot pass
+        args = _defects[case[0]](args)
     return args["rewards"], args["values"], args["response_mask"], args["gamma"], args["lam"]
 
 
-reference.agrees("gae_advantages", _broken(), cases=50)
+_cases = [("valid", n) for n in range(6)] + [(name, 0) for name in sorted(_defects)]
+reference.agrees("gae_advantages", each_of(_cases, _broken, variants=2), cases=2 * len(_cases), clauses={
+    "values of another dtype": lambda r, v, m, g, l: r.is_floating_point() and v.dtype != r.dtype,
+    "values of another shape": lambda r, v, m, g, l: v.shape != r.shape,
+    "integer rewards and values": lambda r, v, m, g, l: not r.is_floating_point(),
+    "a float mask": lambda r, v, m, g, l: m.is_floating_point(),
+    "a negative mask value": lambda r, v, m, g, l: bool((m < 0).any()),
+    "a NaN value": lambda r, v, m, g, l: v.is_floating_point() and bool(v.isnan().any()),
+    "gamma above 1": lambda r, v, m, g, l: is_number(g) and g > 1,
+    "a negative lam": lambda r, v, m, g, l: below(l, 0),
+    "gamma that is a bool": lambda r, v, m, g, l: is_bool(g),
+    "lam that is None": lambda r, v, m, g, l: l is None,
+    "gamma that is text": lambda r, v, m, g, l: isinstance(g, str),
+    "rewards that are a list": lambda r, v, m, g, l: isinstance(r, list),
+})
 
 # %% hidden exercise=whiten_and_gate points=1 name=statistics_from_valid_tokens_only
 # hint: the mean and the unbiased variance come from the valid positions; what sits at masked positions does not matter, and they are 0 afterwards.
@@ -376,10 +467,33 @@ def _gate_inputs(draw):
     scores = torch.tensor(draw(st.lists(numbers, min_size=batch, max_size=batch)), dtype=torch.float64)
     coefficient = draw(st.sampled_from([0.0, 0.1, 1, 5.0]))
     limit = draw(st.sampled_from([0.0, 0.25, 0.5, 1.0, 1]))
-    return advantages, torch.tensor(rows, dtype=draw(st.sampled_from([torch.bool, torch.long]))), grid(), coefficient, scores, limit
+    kl = grid()
+    if zero and draw(st.booleans()):  # no signal and a dominating KL: both reasons at once
+        kl, coefficient, limit = kl.abs() + 0.5, 5.0, draw(st.sampled_from([0.0, 0.25]))
+    return advantages, torch.tensor(rows, dtype=draw(st.sampled_from([torch.bool, torch.long]))), kl, coefficient, scores, limit
 
 
-reference.agrees("whiten_and_gate", _gate_inputs(), cases=80)
+def _share(kl, mask, coef, scores):
+    penalty = coef * float(kl[mask.bool()].abs().sum())
+    total = penalty + float(scores.abs().sum())
+    return penalty / total if total > 0 else 0.0
+
+
+def _all_zero(advantages, mask):
+    return bool((advantages[mask.bool()] == 0).all())
+
+
+reference.agrees("whiten_and_gate", _gate_inputs(), cases=80, clauses={
+    "all-zero advantages": lambda a, m, k, c, s, x: _all_zero(a, m),
+    "a KL share above the limit": lambda a, m, k, c, s, x: _share(k, m, c, s) > x,
+    "a KL share at or under a limit below 1": lambda a, m, k, c, s, x: 0 < _share(k, m, c, s) <= x < 1,
+    "both reasons": lambda a, m, k, c, s, x: _all_zero(a, m) and _share(k, m, c, s) > x,
+    "masked positions": lambda a, m, k, c, s, x: not bool(m.bool().all()),
+    "a bool mask": lambda a, m, k, c, s, x: m.dtype == torch.bool,
+    "a kl_coef of 0": lambda a, m, k, c, s, x: c == 0,
+    "a limit of 0": lambda a, m, k, c, s, x: x == 0,
+    "a kl_coef or limit given as an int": lambda a, m, k, c, s, x: type(c) is int or type(x) is int,
+})
 
 # %% hidden exercise=whiten_and_gate points=2 name=gate_generated_defects_agree_with_reference
 # hint: a valid call gets the reference's result; a call with one defect (fewer than two valid tokens, dtype, shape, a non-finite value, a number out of range or a bool) is refused with ValueError.
@@ -403,19 +517,34 @@ _defects = {
     "coef_bool": lambda a: {**a, "kl_coef": True},
     "limit_high": lambda a: {**a, "max_kl_share": 1.0001},
     "limit_bool": lambda a: {**a, "max_kl_share": True},
+    "limit_none": lambda a: {**a, "max_kl_share": None},
 }
+from tools.course.grader.clauses import below, each_of, is_bool, is_number
 
 
-@st.composite
-def _broken(draw):
-    batch, time = draw(st.integers(1, 3)), draw(st.integers(2, 5))
+def _broken(case, rng):
+    batch, time = rng.randint(1, 3), rng.randint(2, 5)
     args = {"advantages": torch.linspace(-1, 1, batch * time, dtype=torch.float64).reshape(batch, time),
             "response_mask": torch.ones(batch, time, dtype=torch.long),
             "kl": torch.full((batch, time), 0.1, dtype=torch.float64), "kl_coef": 0.5,
             "scores": torch.ones(batch, dtype=torch.float64), "max_kl_share": 0.5}
-    if draw(st.integers(0, 3)):  # one case in four stays valid, so a body that only raises cannot pass
-        args = _defects[draw(st.sampled_from(sorted(_defects)))](args)
+    if case[0] != "valid":  # the valid cases beside the defects: a body that only raises cannot pass
+        args = _defects[case[0]](args)
     return (args["advantages"], args["response_mask"], args["kl"], args["kl_coef"], args["scores"], args["max_kl_share"])
 
 
-reference.agrees("whiten_and_gate", _broken(), cases=50)
+_cases = [("valid", n) for n in range(6)] + [(name, 0) for name in sorted(_defects)]
+reference.agrees("whiten_and_gate", each_of(_cases, _broken, variants=2), cases=2 * len(_cases), clauses={
+    "fewer than two valid tokens": lambda a, m, k, c, s, x: not m.is_floating_point() and int(m.sum()) < 2,
+    "kl of another dtype": lambda a, m, k, c, s, x: k.dtype != a.dtype,
+    "kl of another shape": lambda a, m, k, c, s, x: k.shape != a.shape,
+    "scores that are not [batch]": lambda a, m, k, c, s, x: tuple(s.shape) != (a.shape[0],),
+    "a float mask": lambda a, m, k, c, s, x: m.is_floating_point(),
+    "a NaN advantage": lambda a, m, k, c, s, x: bool(a.isnan().any()),
+    "an infinite KL": lambda a, m, k, c, s, x: bool(k.isinf().any()),
+    "a negative kl_coef": lambda a, m, k, c, s, x: below(c, 0),
+    "a kl_coef that is a bool": lambda a, m, k, c, s, x: is_bool(c),
+    "a limit above 1": lambda a, m, k, c, s, x: is_number(x) and x > 1,
+    "a limit that is a bool": lambda a, m, k, c, s, x: is_bool(x),
+    "a limit that is None": lambda a, m, k, c, s, x: x is None,
+})

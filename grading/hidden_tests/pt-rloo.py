@@ -32,16 +32,60 @@ for _bad in ([], None, [[]], [[1.0], []], [(1.0, 0.0)], [[1.0, True]], [[False, 
 # hint: on any groups (None anywhere, ints, floats, equal values, single answers) the index lists and counts are exactly the reference's.
 from hypothesis import strategies as st
 _entries = st.one_of(st.none(), st.none(), st.integers(-3, 3), st.floats(-5, 5, allow_nan=False, allow_infinity=False))
+
+def _valid_counts(groups):
+    return [sum(r is not None for r in g) for g in groups]
+
+
 reference.agrees("filter_scoreable_groups", st.tuples(st.lists(st.lists(_entries, min_size=1, max_size=5), min_size=1,
-                                                                max_size=5)), cases=150)
+                                                                max_size=5)), cases=150, clauses={
+    "a group without a valid reward": lambda groups: 0 in _valid_counts(groups),
+    "a group with one valid reward": lambda groups: 1 in _valid_counts(groups),
+    "a scoreable group with a None in it": lambda groups: any(c >= 2 and c < len(g) for c, g in zip(_valid_counts(groups), groups)),
+    "a scoreable group of equal rewards": lambda groups: any(
+        len({r for r in g if r is not None}) == 1 and c >= 2 for c, g in zip(_valid_counts(groups), groups)),
+    "a reward of 0 beside a None": lambda groups: any(0 in g and None in g for g in groups),
+    "groups of every kind at once": lambda groups: {0, 1} <= set(_valid_counts(groups)) and max(_valid_counts(groups)) >= 2,
+})
 
 # %% hidden exercise=filter_scoreable_groups points=1 name=generated_invalid_groups_are_refused_as_the_reference
 # hint: empty or non-list groups, bools, nan, infinities and text among the rewards each give a ValueError; valid inputs among them give the lists.
-from hypothesis import strategies as st
-_entries = st.one_of(st.none(), st.sampled_from([0.0, 1, 2.5]), st.sampled_from([True, float("nan"), float("inf"), "1", [1.0]]))
-_groups = st.one_of(st.lists(_entries, max_size=4), st.just((1.0, None)), st.just(1.0), st.none())
-reference.agrees("filter_scoreable_groups", st.tuples(st.one_of(st.lists(_groups, max_size=4), st.none(), st.just("x"))),
-                 cases=150)
+from tools.course.grader.clauses import each_of, is_bool, is_number, not_finite
+
+_defects = ([("valid", n) for n in range(12)]
+            + [("outer", bad) for bad in (None, (), [], "x", ((1.0, None),), 1.0)]
+            + [("group", bad) for bad in ([], (1.0, None), 1.0, None)]
+            + [("entry", bad) for bad in (True, False, "1", float("nan"), float("inf"), -float("inf"), [1.0])])
+
+
+def _one_defect(defect, rng):
+    kind, bad = defect
+    groups = [[rng.choice([0.0, 1.0, 1, 0, 2.5, None, None]) for _ in range(rng.randint(1, 4))]
+              for _ in range(rng.randint(1, 3))]
+    if kind == "outer":
+        groups = bad
+    elif kind == "group":
+        groups[rng.randrange(len(groups))] = bad
+    elif kind == "entry":
+        group = rng.choice(groups)
+        group[rng.randrange(len(group))] = bad
+    return (groups,)
+
+
+def _groups_ok(groups):
+    return isinstance(groups, list) and bool(groups) and all(isinstance(g, list) and g for g in groups)
+
+
+reference.agrees("filter_scoreable_groups", each_of(_defects, _one_defect, variants=2), cases=2 * len(_defects), clauses={
+    "group_rewards not a non-empty list (None, a tuple, [], text, a number)": lambda g: not isinstance(g, list) or not g,
+    "a group that is empty, a tuple, a number or None": lambda g: isinstance(g, list) and bool(g) and any(
+        not isinstance(x, list) or not x for x in g),
+    "an entry that is a bool": lambda g: _groups_ok(g) and any(is_bool(r) for x in g for r in x),
+    "an entry that is nan or infinite": lambda g: _groups_ok(g) and any(not_finite(r) for x in g for r in x),
+    "an entry that is text or a list": lambda g: _groups_ok(g) and any(isinstance(r, (str, list)) for x in g for r in x),
+    "a valid call with a None entry": lambda g: _groups_ok(g) and all(
+        r is None or (is_number(r) and not not_finite(r)) for x in g for r in x) and any(None in x for x in g),
+})
 
 # %% hidden exercise=leave_one_out_advantages points=1 name=missing_rewards_stay_out_of_the_baseline
 # hint: the baseline of an answer is the mean of the OTHER valid rewards; a None neither gets an advantage nor pulls its siblings' baselines down.
@@ -81,16 +125,62 @@ for _bad in ([], [[]], [[1.0, True]], [[float("nan"), 1.0]], [(1.0, 0.0)], [[1.0
 from hypothesis import strategies as st
 _entries = st.one_of(st.none(), st.integers(-3, 3), st.floats(-5, 5, allow_nan=False, allow_infinity=False),
                      st.sampled_from([0.0, 1.0, 0.5]))
+
+def _valid_counts(groups):
+    return [sum(r is not None for r in g) for g in groups]
+
+
 reference.agrees("leave_one_out_advantages", st.tuples(st.lists(st.lists(_entries, min_size=1, max_size=6), min_size=1,
-                                                                 max_size=4)), cases=150)
+                                                                 max_size=4)), cases=150, clauses={
+    "a group with fewer than two valid rewards": lambda groups: min(_valid_counts(groups)) < 2,
+    "a group of exactly two valid rewards": lambda groups: 2 in _valid_counts(groups),
+    "a group of three or more valid rewards with a None": lambda groups: any(
+        c >= 3 and c < len(g) for c, g in zip(_valid_counts(groups), groups)),
+    "a group of int rewards only": lambda groups: any(
+        c >= 2 and all(type(r) is int for r in g if r is not None) for c, g in zip(_valid_counts(groups), groups)),
+    "a group of equal valid rewards": lambda groups: any(
+        c >= 2 and len({r for r in g if r is not None}) == 1 for c, g in zip(_valid_counts(groups), groups)),
+    "several groups": lambda groups: len(groups) > 1,
+})
 
 # %% hidden exercise=leave_one_out_advantages points=1 name=generated_invalid_groups_raise_before_any_advantage
 # hint: empty or non-list groups, bools, nan, infinities and text give a ValueError; valid inputs among them give advantages.
-from hypothesis import strategies as st
-_entries = st.one_of(st.none(), st.sampled_from([0.0, 1, 2.5]), st.sampled_from([False, float("nan"), -float("inf"), "0.5"]))
-_groups = st.one_of(st.lists(_entries, max_size=4), st.just((0.0, 1.0)), st.none())
-reference.agrees("leave_one_out_advantages", st.tuples(st.one_of(st.lists(_groups, max_size=3), st.just(((0.0,),)))),
-                 cases=150)
+from tools.course.grader.clauses import each_of, is_bool, is_number, not_finite
+
+_defects = ([("valid", n) for n in range(12)]
+            + [("outer", bad) for bad in (None, (), [], "x", ((1.0, None),), 1.0)]
+            + [("group", bad) for bad in ([], (1.0, None), 1.0, None)]
+            + [("entry", bad) for bad in (True, False, "1", float("nan"), float("inf"), -float("inf"), [1.0])])
+
+
+def _one_defect(defect, rng):
+    kind, bad = defect
+    groups = [[rng.choice([0.0, 1.0, 1, 0, 2.5, None, None]) for _ in range(rng.randint(1, 4))]
+              for _ in range(rng.randint(1, 3))]
+    if kind == "outer":
+        groups = bad
+    elif kind == "group":
+        groups[rng.randrange(len(groups))] = bad
+    elif kind == "entry":
+        group = rng.choice(groups)
+        group[rng.randrange(len(group))] = bad
+    return (groups,)
+
+
+def _groups_ok(groups):
+    return isinstance(groups, list) and bool(groups) and all(isinstance(g, list) and g for g in groups)
+
+
+reference.agrees("leave_one_out_advantages", each_of(_defects, _one_defect, variants=2), cases=2 * len(_defects), clauses={
+    "group_rewards not a non-empty list (None, a tuple, [], text, a number)": lambda g: not isinstance(g, list) or not g,
+    "a group that is empty, a tuple, a number or None": lambda g: isinstance(g, list) and bool(g) and any(
+        not isinstance(x, list) or not x for x in g),
+    "an entry that is a bool": lambda g: _groups_ok(g) and any(is_bool(r) for x in g for r in x),
+    "an entry that is nan or infinite": lambda g: _groups_ok(g) and any(not_finite(r) for x in g for r in x),
+    "an entry that is text or a list": lambda g: _groups_ok(g) and any(isinstance(r, (str, list)) for x in g for r in x),
+    "a valid call with a None entry": lambda g: _groups_ok(g) and all(
+        r is None or (is_number(r) and not not_finite(r)) for x in g for r in x) and any(None in x for x in g),
+})
 
 # %% hidden exercise=sequence_clipped_loss points=1 name=one_ratio_per_response_from_summed_log_ratios
 # hint: sum the token log-ratios of each response over its mask, exponentiate once per response, and average the clipped losses over responses, not tokens.
@@ -189,19 +279,122 @@ _calls = st.tuples(st.integers(1, 3), st.integers(1, 4)).flatmap(lambda dims: st
     st.sampled_from([torch.float64, torch.float32]), st.sampled_from([0.2, 0.1, 0.5]),
     st.sampled_from(["default", "keyword", "positional"]), st.booleans(),
 ).map(lambda drawn: _batch(*drawn)))
-reference.agrees("sequence_clipped_loss", _calls, cases=120)
+
+
+def _parts(logprobs, old, advantages, mask, clip_eps=0.2):
+    log_ratio = torch.where(mask, logprobs.detach().double() - old.double(), torch.zeros(mask.shape, dtype=torch.float64))
+    return torch.exp(log_ratio.sum(dim=1)), advantages.double(), mask, clip_eps
+
+
+def _clips(side, *a, **k):
+    ratio, gain, _, eps = _parts(*a, **k)
+    above, below = ratio > 1 + eps, ratio < 1 - eps
+    if side == "active":
+        return bool(((above & (gain > 0)) | (below & (gain < 0))).any())
+    return bool(((above & (gain < 0)) | (below & (gain > 0))).any())
+
+
+reference.agrees("sequence_clipped_loss", _calls, cases=120, clauses={
+    "float32 tensors": lambda *a, **k: a[0].dtype == torch.float32,
+    "float64 tensors": lambda *a, **k: a[0].dtype == torch.float64,
+    "clip_eps by default": lambda *a, **k: len(a) == 4 and not k,
+    "clip_eps by keyword": lambda *a, **k: "clip_eps" in k,
+    "responses of different lengths": lambda *a, **k: len(set(a[3].sum(dim=1).tolist())) > 1,
+    "nan outside the mask": lambda *a, **k: bool((~a[3]).any()),
+    "a zero advantage": lambda *a, **k: bool((a[2] == 0).any()),
+    "an active clip (rho beyond the band in the advantage's direction)": lambda *a, **k: _clips("active", *a, **k),
+    "rho beyond the band on the inactive side (not a clip)": lambda *a, **k: _clips("inactive", *a, **k),
+    "logprobs that require grad": lambda *a, **k: a[0].requires_grad,
+})
 
 # %% hidden exercise=sequence_clipped_loss points=1 name=generated_invalid_batches_raise_as_the_reference
 # hint: integer, half or mismatched dtypes, wrong shapes, non-bool or empty-row masks, non-finite advantages and clip_eps outside (0, 1) or of the wrong type each give a ValueError; valid batches among them give a loss.
 import torch
-from hypothesis import strategies as st
-_lp = st.sampled_from([torch.zeros(2, 3), torch.zeros(2, 3, dtype=torch.float64), torch.zeros(2, 3, dtype=torch.bfloat16),
-                       torch.zeros(2, 3, dtype=torch.int32), torch.zeros(6), [[0.0] * 3] * 2])
-_old = st.sampled_from([torch.zeros(2, 3), torch.zeros(2, 3, dtype=torch.float64), torch.zeros(3, 2), None])
-_adv = st.sampled_from([torch.tensor([1.0, -1.0]), torch.tensor([1.0, -1.0], dtype=torch.float64), torch.tensor([0.5]),
-                        torch.tensor([1.0, float("nan")]), (1.0, -1.0)])
-_mask = st.sampled_from([torch.ones(2, 3, dtype=torch.bool), torch.tensor([[False, True, False], [True, False, False]]),
-                         torch.tensor([[False, False, False], [True, True, True]]), torch.ones(2, 3, dtype=torch.uint8),
-                         torch.ones(3, 2, dtype=torch.bool)])
-_clip = st.sampled_from([0.2, 0.3, 0, 1, 2.0, -0.1, False, None, "0.2", float("inf")])
-reference.agrees("sequence_clipped_loss", st.tuples(_lp, _old, _adv, _mask, _clip), cases=150)
+from tools.course.grader.clauses import each_of, is_bool
+
+_defects = ([("valid", n) for n in range(12)]
+            + [("logprobs", kind) for kind in ("bfloat16", "int32", "1-D", "3-D", "list")]
+            + [("old", kind) for kind in ("dtype", "shape", "None")]
+            + [("mask", kind) for kind in ("float", "uint8", "shape", "list")]
+            + [("advantages", kind) for kind in ("dtype", "short", "2-D", "inf", "nan", "tuple")]
+            + [("rows", kind) for kind in ("a row without tokens", "no rows")]
+            + [("clip_eps", bad) for bad in (0, 1, 2.0, -0.1, False, None, "0.2", float("inf"))])
+
+
+def _one_defect(defect, rng):
+    kind, bad = defect
+    dtype = rng.choice([torch.float32, torch.float64])
+    batch, time = rng.randint(1, 3), rng.randint(2, 4)
+    generator = torch.Generator().manual_seed(rng.randrange(10 ** 6))
+    lp = -torch.rand(batch, time, generator=generator, dtype=torch.float64)
+    old = lp + 0.4 * (torch.rand(batch, time, generator=generator, dtype=torch.float64) - 0.5)
+    mask = torch.rand(batch, time, generator=generator) < 0.7
+    mask[:, 0] = True
+    adv = torch.randn(batch, generator=generator, dtype=torch.float64)
+    lp, old, adv = lp.to(dtype), old.to(dtype), adv.to(dtype)
+    args = [lp, old, adv, mask, rng.choice([0.2, 0.1, 0.5])]
+    if kind == "logprobs":
+        if bad in ("bfloat16", "int32"):
+            target = torch.bfloat16 if bad == "bfloat16" else torch.int32
+            args[:3] = [lp.to(target), old.to(target), adv.to(target)]
+        elif bad == "1-D":
+            args[:4] = [lp[0], old[0], adv[:1], mask[0]]
+        elif bad == "3-D":
+            args[:4] = [lp.unsqueeze(0), old.unsqueeze(0), adv, mask.unsqueeze(0)]
+        else:
+            args[0] = lp.tolist()
+    elif kind == "old":
+        args[1] = {"dtype": old.to(torch.float64 if dtype == torch.float32 else torch.float32), "shape": old[:, :1],
+                   "None": None}[bad]
+    elif kind == "mask":
+        args[3] = {"float": mask.float(), "uint8": mask.to(torch.uint8), "shape": mask[:, :1], "list": mask.tolist()}[bad]
+    elif kind == "advantages":
+        broken = adv.clone()
+        broken[rng.randrange(batch)] = float("inf") if bad == "inf" else float("nan")
+        args[2] = {"dtype": adv.to(torch.float64 if dtype == torch.float32 else torch.float32),
+                   "short": adv[:0] if batch == 1 else adv[:-1], "2-D": adv.unsqueeze(1), "inf": broken, "nan": broken,
+                   "tuple": tuple(adv.tolist())}[bad]
+    elif kind == "rows" and bad == "no rows":
+        args[:4] = [lp[:0], old[:0], adv[:0], mask[:0]]
+    elif kind == "rows":
+        mask[rng.randrange(batch)] = False
+    elif kind == "clip_eps":
+        args[4] = bad
+    return tuple(args)
+
+
+def _is(value, dtypes=(torch.float32, torch.float64), dim=2):
+    return isinstance(value, torch.Tensor) and value.dim() == dim and value.dtype in dtypes
+
+
+def _good_prefix(lp, old, adv, mask):
+    return (_is(lp) and isinstance(old, torch.Tensor) and old.shape == lp.shape and old.dtype == lp.dtype
+            and isinstance(mask, torch.Tensor) and mask.dtype == torch.bool and mask.shape == lp.shape)
+
+
+def _good_advantages(lp, adv):
+    return (isinstance(adv, torch.Tensor) and adv.dtype == lp.dtype and tuple(adv.shape) == (lp.shape[0],)
+            and bool(torch.isfinite(adv).all()))
+
+
+reference.agrees("sequence_clipped_loss", each_of(_defects, _one_defect, variants=2), cases=2 * len(_defects), clauses={
+    "logprobs of a half or integer dtype": lambda lp, old, adv, m, c: isinstance(lp, torch.Tensor)
+        and lp.dim() == 2 and lp.dtype not in (torch.float32, torch.float64),
+    "logprobs that are not 2-D or not a tensor": lambda lp, old, adv, m, c: not isinstance(lp, torch.Tensor) or lp.dim() != 2,
+    "old_logprobs of another dtype, shape, or not a tensor": lambda lp, old, adv, m, c: _is(lp) and not (
+        isinstance(old, torch.Tensor) and old.shape == lp.shape and old.dtype == lp.dtype),
+    "a mask that is not a bool tensor of the shape of logprobs": lambda lp, old, adv, m, c: _is(lp)
+        and isinstance(old, torch.Tensor) and old.shape == lp.shape and old.dtype == lp.dtype and not (
+        isinstance(m, torch.Tensor) and m.dtype == torch.bool and m.shape == lp.shape),
+    "advantages of another dtype or shape, or not a tensor": lambda lp, old, adv, m, c: _good_prefix(lp, old, adv, m)
+        and not (isinstance(adv, torch.Tensor) and adv.dtype == lp.dtype and tuple(adv.shape) == (lp.shape[0],)),
+    "advantages with nan or inf": lambda lp, old, adv, m, c: _good_prefix(lp, old, adv, m) and isinstance(
+        adv, torch.Tensor) and tuple(adv.shape) == (lp.shape[0],) and not bool(torch.isfinite(adv).all()),
+    "a response without a token in the mask": lambda lp, old, adv, m, c: _good_prefix(lp, old, adv, m)
+        and _good_advantages(lp, adv) and lp.shape[0] > 0 and not bool(m.any(dim=1).all()),
+    "no responses at all": lambda lp, old, adv, m, c: _good_prefix(lp, old, adv, m) and lp.shape[0] == 0,
+    "clip_eps outside (0, 1)": lambda lp, old, adv, m, c: not is_bool(c) and isinstance(c, (int, float)) and not 0 < c < 1,
+    "clip_eps that is a bool, None or text": lambda lp, old, adv, m, c: is_bool(c) or not isinstance(c, (int, float)),
+    "a valid call": lambda lp, old, adv, m, c: _good_prefix(lp, old, adv, m) and _good_advantages(lp, adv)
+        and lp.shape[0] > 0 and bool(m.any(dim=1).all()) and not is_bool(c) and isinstance(c, (int, float)) and 0 < c < 1,
+})

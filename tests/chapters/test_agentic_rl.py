@@ -119,3 +119,23 @@ def test_package_trajectory_functions_agree_with_the_notebook(reference, segment
     assert same(outcome(trajectories.assemble_trajectory, segments), outcome(reference["assemble_trajectory"], segments))
     assert same(outcome(trajectories.attribute_reward, turn_ids, reward, gamma),
                 outcome(reference["attribute_reward"], turn_ids, reward, gamma))
+
+
+@pytest.mark.slow
+def test_the_lab_model_learns_to_call_the_calculator_on_every_seed(lab_models, one_cpu_thread):
+    """Step 5.2's effect: cpu_smoke's settings, seeds 0-2 from the same lab weights; on the held-out tasks
+    the greedy policy's share of episodes calling the calculator rises by at least 0.2 on every seed, and
+    so does the share answered correctly (by at least 0.05)."""
+    from tools.experiments.online_rl.tool_stage import run_seed
+
+    rises = []
+    for seed in (0, 1, 2):
+        record = run_seed(seed)
+        assert record["status"] == "ok", record.get("error")
+        before, after = record["before"], record["after"]
+        assert before["calculator_share"] < 0.2, "the lab model starts by answering the sum it knows"
+        assert after["calculator_share"] - before["calculator_share"] >= 0.2, (seed, before, after)
+        assert after["success"] - before["success"] >= 0.05, (seed, before, after)
+        assert len(record["steps"]) == record["settings"]["steps"]
+        rises.append(after["calculator_share"] - before["calculator_share"])
+    assert sum(rises) / len(rises) >= 0.3, rises

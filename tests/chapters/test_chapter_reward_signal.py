@@ -130,3 +130,34 @@ def test_tensor_checks_return_what_they_checked():
     assert tensor_checks.check_number("x", 1, 0, 1) == 1
     value = torch.zeros(2, 3)
     assert tensor_checks.check_batch_time("x", value) is value and tensor_checks.check_like("y", value, value) is value
+
+
+@pytest.mark.slow  # three runs of the stage on the lab model's rollouts (about 10 s each on one core)
+def test_on_lab_rollouts_the_gate_accepts_the_baseline_and_rejects_both_controls_for_every_seed(lab_models, tmp_path,
+                                                                                               one_cpu_thread):
+    """The stage on real rollouts of the lab student, seeds 0, 1 and 2: GAE advantages that are not zero,
+    a KL term that is not zero (the policy has drifted from the reference), verl's KL penalty and GAE
+    equal on the same tensors, the baseline accepted, the KL-dominated control (share above 0.9) and the
+    signal without reward or baseline (all-zero advantages) rejected."""
+    from tools.experiments.contract import Plan, run
+
+    for seed in (0, 1, 2):
+        plan = Plan(experiment="reward_signal", chapter="PT-REWARD-SIGNAL", run_mode="cpu_smoke", label=f"effect{seed}",
+                    results_dir=tmp_path, model="lab", seeds=(seed,))
+        (ref,) = run(plan)
+        record = ref.load()
+        by_name = {item["name"]: item for item in record["candidates"]}
+        baseline = by_name["kl0.05_gae"]
+        assert record["decision"]["decision"] == "accept_mechanism", (seed, record["decision"])
+        assert baseline["decision"] == "accept" and baseline["advantage_std"] > 0.1 and baseline["mean_kl"] > 0.01, seed
+        assert 0.0 < record["rollouts"]["pass_rate"] < 1.0, seed
+        assert by_name["kl20_k3_gae"]["reasons"] == ["kl_dominated"] and by_name["kl20_k3_gae"]["kl_share"] > 0.9, seed
+        assert by_name["no_reward_no_baseline"]["reasons"] == ["zero_advantages"], seed
+        framework = record["framework"]
+        assert max(framework["rewards_max_abs_diff"], framework["whitened_max_abs_diff"],
+                   framework["returns_max_abs_diff"]) < 1e-9, (seed, framework)
+    assert len(list(tmp_path.rglob("*.json"))) == 3
+    assert any("kl0.05_gae" in line for line in chapter.matrix_lines(record))
+    figure = chapter.draw_matrix(record)
+    assert figure.axes
+    matplotlib.pyplot.close(figure)

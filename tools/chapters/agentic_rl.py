@@ -186,3 +186,50 @@ def interface_record_body(check: Mapping) -> dict:
 def interface_summary(record: Mapping) -> list[str]:
     lines = [f"evidence level {record.get('evidence_level')}: an interface check, not a GPU measurement"]
     return lines + interface_lines({**record["framework"], **record["results"]})
+
+
+# ---------------------------------------------------------------------------
+# Step 5.2: the lab model learns to call the calculator (experiment tool_use_rl)
+# ---------------------------------------------------------------------------
+
+TOOL_EXPERIMENT = "tool_use_rl"
+TOOL_STAGE = "tool_rl"
+
+
+def tool_lines(record: Mapping) -> list[str]:
+    """Lines that show a tool_rl record: greedy held-out shares before and after, and the sampled share per step."""
+    if record.get("status") != "ok":
+        return [f"status {record.get('status')}: {record.get('error')}"]
+    settings, before, after = record["settings"], record["before"], record["after"]
+    return [f"seed {settings['seed']}, {settings['steps']} steps x {settings['episodes_per_step']} episodes, lr "
+            f"{settings['learning_rate']:g}, gamma {settings['gamma']}: on {before['episodes']} held-out tasks (greedy) "
+            f"episodes calling the calculator {before['calculator_share']:.3f} -> {after['calculator_share']:.3f}, "
+            f"answered correctly {before['success']:.3f} -> {after['success']:.3f}",
+            "  sampled episodes calling the calculator per step "
+            + " ".join(f"{step['calculator_share']:.2f}" for step in record["steps"])]
+
+
+def draw_tool_learning(record: Mapping):
+    """Figure: per step the sampled share of episodes calling the calculator and the mean reward, and the
+    greedy held-out shares before and after training."""
+    import matplotlib.pyplot as plt
+
+    fig, (steps_ax, eval_ax) = plt.subplots(1, 2, figsize=(11, 3.8))
+    steps = record["steps"]
+    x = [step["step"] for step in steps]
+    steps_ax.plot(x, [step["calculator_share"] for step in steps], marker="o", label="episodes calling CALC")
+    steps_ax.plot(x, [step["mean_reward"] for step in steps], marker="s", label="mean reward")
+    steps_ax.set_ylim(0, 1.05)
+    steps_ax.set(xlabel="REINFORCE step", ylabel="share of sampled episodes", title="Sampled episodes while training")
+    steps_ax.grid(alpha=0.3)
+    steps_ax.legend()
+    names = ["calls the calculator", "answers correctly"]
+    keys = ["calculator_share", "success"]
+    eval_ax.bar([p - 0.2 for p in range(2)], [record["before"][key] for key in keys], width=0.4, label="before")
+    eval_ax.bar([p + 0.2 for p in range(2)], [record["after"][key] for key in keys], width=0.4, label="after")
+    eval_ax.set_xticks(range(2), names)
+    eval_ax.set_ylim(0, 1.05)
+    eval_ax.set(ylabel="share of held-out episodes (greedy)", title="Held-out tasks")
+    eval_ax.legend()
+    fig.tight_layout()
+    return fig

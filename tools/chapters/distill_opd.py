@@ -205,3 +205,53 @@ def framework_summary(record: Mapping) -> list[str]:
     lines = [f"evidence level {record.get('evidence_level')}: an equality check against TRL, not a GPU measurement"]
     return lines + framework_lines({**record["results"], "framework": record["framework"],
                                     "shape": record["inputs"]["shape"]})[1:]
+
+
+# ---------------------------------------------------------------------------
+# Step 5.2: the lab teacher distilled into the lab student (experiment opd_distill)
+# ---------------------------------------------------------------------------
+
+DISTILL_EXPERIMENT = "opd_distill"
+DISTILL_STAGES = ("distill_on_policy", "distill_fixed")
+
+
+def distill_lines(record: Mapping) -> list[str]:
+    """Lines that show a distill_<kind> record: the student's held-out exact match before and after,
+    the teacher's, and the share of the gap closed."""
+    if record.get("status") != "ok":
+        return [f"{record.get('kind')}: status {record.get('status')}: {record.get('error')}"]
+    settings = record["settings"]
+    losses = [step["loss"] for step in record["steps"]]
+    return [f"{record['kind']} trajectories (lam {record['lam']}, seed {settings['seed']}, {settings['steps']} steps x "
+            f"{settings['prompts_per_step']} prompts, lr {settings['learning_rate']:g}): student held-out exact match "
+            f"{record['before']['accuracy']:.3f} -> {record['after']['accuracy']:.3f}, teacher "
+            f"{record['teacher_exact_match']:.3f}; gap closed {record['gap_closed']:.2f}",
+            f"  mean reverse KL per step {losses[0]:.3f} (first) -> {losses[-1]:.3f} (last), "
+            f"{record['before']['total']} held-out problems"]
+
+
+def draw_distillation(records: Sequence[Mapping]):
+    """Figure: the distillation loss per step of each kind, and the student's held-out exact match before
+    and after each kind beside the teacher's."""
+    import matplotlib.pyplot as plt
+
+    shown = [record for record in records if record.get("status") == "ok"]
+    fig, (loss_ax, match_ax) = plt.subplots(1, 2, figsize=(11, 3.8))
+    for record in shown:
+        loss_ax.plot([step["step"] for step in record["steps"]], [step["loss"] for step in record["steps"]], marker="o",
+                     label=f"{record['kind']} (lam = {record['lam']})")
+    loss_ax.set(xlabel="distillation step", ylabel="mean reverse KL (nats / token)",
+                title="Loss on the trajectories of each kind")
+    loss_ax.grid(alpha=0.3)
+    loss_ax.legend()
+    positions = range(len(shown))
+    match_ax.bar([p - 0.2 for p in positions], [r["before"]["accuracy"] for r in shown], width=0.4, label="student before")
+    match_ax.bar([p + 0.2 for p in positions], [r["after"]["accuracy"] for r in shown], width=0.4, label="student after")
+    if shown:
+        match_ax.axhline(shown[0]["teacher_exact_match"], color="black", linestyle="--", label="teacher")
+    match_ax.set_xticks(list(positions), [record["kind"] for record in shown])
+    match_ax.set_ylim(0, 1.05)
+    match_ax.set(ylabel="held-out exact match (greedy)", title="The student closes part of its gap")
+    match_ax.legend(loc="lower right")
+    fig.tight_layout()
+    return fig

@@ -283,3 +283,94 @@ def framework_lines(result: Mapping) -> list[str]:
          f"get a gradient through a loss without detach, {undetached['your_dpo_loss']} through dpo_loss"),
     ]
     return lines
+
+
+# ---------------------------------------------------------------------------
+# Step 5.2: the beta sweep on the lab model (records of tools.experiments.preference.dpo_sweep)
+# ---------------------------------------------------------------------------
+
+STEP5_CPU_MODEL = "lab"
+"""cpu_smoke trains the course's lab model (python -m tools.models lab-build); real_gpu its plan's model."""
+SWEEP_MAX_KL = 0.05
+"""The drift gate of Step 5.2: mean k3 per sampled token, in nats."""
+SWEEP_MIN_MARGIN = 0.1
+"""The margin gate of Step 5.2: mean held-out log-ratio margin h, in nats."""
+DECISION_STAGE = "beta_decision"
+
+
+def sweep_records(records: Mapping[str, Mapping]) -> list[Mapping]:
+    """The `sweep_<variant>` records of one run that finished, beta ascending."""
+    runs = [record for stage, record in records.items() if stage.startswith("sweep_") and record["status"] == "ok"]
+    return sorted(runs, key=lambda record: record["beta"])
+
+
+def sweep_inputs(records: Mapping[str, Mapping]) -> list[dict]:
+    """What `judge_beta_sweep` reads, one run per beta: the held-out margin and the drift samples."""
+    runs = []
+    for record in sweep_records(records):
+        margin = record["held_out_pairs"]["margin"] if record["held_out_pairs"] else record["train_pairs"]["margin"]
+        runs.append({"beta": record["beta"], "margin": margin,
+                     "policy_logps": record["drift_samples"]["policy_logps"],
+                     "reference_logps": record["drift_samples"]["reference_logps"]})
+    return runs
+
+
+def decision_body(records: Mapping[str, Mapping], judged: Mapping) -> dict:
+    """The `beta_decision` record: the gates, the judgement, and per beta what the learner sees moving."""
+    pairs = records["pairs"]
+    return {"gates": {"max_kl": SWEEP_MAX_KL, "min_margin": SWEEP_MIN_MARGIN},
+            "model": pairs["model"], "pair_counts": pairs["pair_counts"],
+            "held_out_exact_match_before": pairs["held_out_exact_match_before"],
+            "per_beta": [{"beta": record["beta"],
+                          "train_pair_accuracy": {"before": record["history"][0]["pair_accuracy"],
+                                                  "after": record["train_pairs"]["pair_accuracy"]},
+                          "held_out_exact_match_after": record["held_out_exact_match"]["after"],
+                          "held_out_margin": (record["held_out_pairs"] or {}).get("margin")}
+                         for record in sweep_records(records)],
+            "judgement": dict(judged), "decision": judged["decision"], "status": "ok"}
+
+
+def decision_lines(record: Mapping) -> list[str]:
+    """The `beta_decision` record as text."""
+    lines = [f"beta sweep on {record['model']['model_id']}: gates max_kl {record['gates']['max_kl']}, "
+             f"min_margin {record['gates']['min_margin']}; held-out exact match before "
+             f"{record['held_out_exact_match_before']:.3f}; pairs {record['pair_counts']}",
+             f"  {'beta':>6} {'pair acc':>15} {'exact match':>12} {'margin h':>9} {'kl (k3)':>8}  reasons"]
+    judged = {entry["beta"]: entry for entry in record["judgement"]["per_beta"]}
+    for entry in record["per_beta"]:
+        verdict = judged[entry["beta"]]
+        accuracy = entry["train_pair_accuracy"]
+        lines.append(f"  {entry['beta']:>6.2f} {accuracy['before']:>6.2f} -> {accuracy['after']:<5.2f}"
+                     f" {entry['held_out_exact_match_after']:>12.3f} {verdict['margin']:>9.3f} {verdict['kl']:>8.4f}"
+                     f"  {', '.join(verdict['reasons']) or 'eligible'}")
+    lines.append(f"  chosen beta: {record['judgement']['chosen_beta']} -> decision {record['decision']}")
+    return lines
+
+
+def draw_sweep(records: Mapping[str, Mapping], judged: Mapping):
+    """Left: the training-pair accuracy over the DPO steps per beta; right: held-out exact match before and
+    after, with each beta's margin and drift written beside its bar."""
+    import matplotlib.pyplot as plt
+
+    runs = sweep_records(records)
+    before = records["pairs"]["held_out_exact_match_before"]
+    kls = {entry["beta"]: entry["kl"] for entry in judged["per_beta"]}
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    for record in runs:
+        history = record["history"]
+        steps = [entry["step"] for entry in history] + [len(history)]
+        accuracy = [entry["pair_accuracy"] for entry in history] + [record["train_pairs"]["pair_accuracy"]]
+        left.plot(steps, accuracy, marker="o", label=f"beta {record['beta']:.2f}")
+    left.set(xlabel="DPO step", ylabel="pair accuracy (training pairs)", ylim=(-0.05, 1.05),
+             title="pair accuracy before each update")
+    left.legend()
+    names = ["start"] + [f"beta {record['beta']:.2f}" for record in runs]
+    values = [before] + [record["held_out_exact_match"]["after"] for record in runs]
+    bars = right.bar(names, values, color=["grey"] + ["tab:blue"] * len(runs))
+    for bar, record in zip(bars[1:], runs):
+        margin = (record["held_out_pairs"] or record["train_pairs"])["margin"]
+        right.text(bar.get_x() + bar.get_width() / 2, bar.get_height() + 0.01,
+                   f"h {margin:.2f}\nkl {kls[record['beta']]:.3f}", ha="center", va="bottom", fontsize=8)
+    right.set(ylabel="held-out exact match (greedy)", ylim=(0, 1), title="held-out exact match")
+    fig.tight_layout()
+    return fig

@@ -20,10 +20,12 @@ def reported_block(chapter_id: str, root: Path | None = None) -> str:
     if not figures:
         return f"{chapter_id}: the original course published no figure for this stage."
     first = figures[0]
-    lines = [f"{HEADER}: {first.hardware}, {first.model}"]
+    shared = {(figure.hardware, figure.model) for figure in figures} == {(first.hardware, first.model)}
+    lines = [f"{HEADER}: {first.hardware}, {first.model}" if shared else f"{HEADER} (each figure names its model):"]
     for figure in figures:
         flag = " [historical]" if figure.historical else ""
-        lines.append(f"  {figure.quantity}: {figure.shown()}  (label {figure.label}{flag}; {figure.source_row})")
+        where = "" if shared else f"{figure.model}, {figure.hardware}; "
+        lines.append(f"  {figure.quantity}: {figure.shown()}  ({where}label {figure.label}{flag}; {figure.source_row})")
         if figure.note:
             lines.append(f"      {figure.note}")
     lines.append("Produce your own: set RUN_MODE = \"cpu_smoke\" (code path on the tiny model) or run real_gpu on a GPU.")

@@ -253,3 +253,82 @@ def framework_summary(record: Mapping) -> list[str]:
     lines += framework_lines({**results, "framework": record["framework"]})[1:]
     lines.append(f"all within tolerance: {results['matches']}")
     return lines
+
+
+# ---------------------------------------------------------------------------
+# Step 5.2: GRPO on the lab model (experiment grpo_rlvr)
+# ---------------------------------------------------------------------------
+
+GRPO_EXPERIMENT = "grpo_rlvr"
+STEP5_CPU_MODEL = "lab"
+"""The model cpu_smoke trains with GRPO: the lab student, half-way through learning two-digit sums."""
+GRPO_STAGES = ("grpo_minimal", "grpo_extended", "decision")
+
+
+def grpo_series(record: Mapping) -> dict:
+    """Per step of a variant record: the scoreable share, the mean clip rate of its updates (None when
+    the step had no scoreable group), and the mean sampled reward."""
+    steps = record["steps"]
+    clip = [sum(u["clip_rate"] for u in step["updates"]) / len(step["updates"]) if step["updates"] else None
+            for step in steps]
+    return {"step": [step["step"] for step in steps], "scoreable_share": [step["scoreable_share"] for step in steps],
+            "clip_rate": clip, "mean_reward": [step["mean_reward"] for step in steps]}
+
+
+def grpo_lines(record: Mapping) -> list[str]:
+    """Lines that show a grpo_<variant> record: held-out exact match before and after, and per step the
+    scoreable share and the clip rate."""
+    if record.get("status") != "ok":
+        return [f"variant {record.get('variant')}: status {record.get('status')}: {record.get('error')}"]
+    series = grpo_series(record)
+    tasks = record["tasks"]
+    lines = [f"variant {record['variant']} (group size {record['group_size']}, seed {record['settings']['seed']}, "
+             f"{record['settings']['steps']} steps x {record['settings']['prompts_per_step']} prompts, "
+             f"lr {record['settings']['learning_rate']:g}) on {record['model'].get('model_id')}: held-out exact match "
+             f"{record['before']['exact_match']:.3f} -> {record['after']['exact_match']:.3f} "
+             f"({tasks['held_out']} held-out problems, {tasks['train']} training problems)",
+             "  scoreable share per step " + " ".join(f"{value:.2f}" for value in series["scoreable_share"]),
+             "  clip rate per step       " + " ".join("-" if value is None else f"{value:.3f}"
+                                                      for value in series["clip_rate"])]
+    return lines
+
+
+def decision_lines(record: Mapping) -> list[str]:
+    """Lines that show the decision record: per variant its verdict, and the group-size choice."""
+    decision = record["decision"]
+    lines = [f"decision {decision['decision']} (clip rate used: {decision['clip_rate_used']})"]
+    lines += [f"  {variant}: {verdict['decision']} ({verdict['reason']})" for variant, verdict in decision["variants"].items()]
+    choice = decision["group_size_choice"]
+    lines.append(f"  group size chosen: {choice['group_size']} ({choice['reason']})")
+    return lines
+
+
+def draw_grpo(records: Sequence[Mapping]):
+    """Figure: per step the scoreable share and the clip rate of each variant, and the held-out exact
+    match before and after GRPO."""
+    import matplotlib.pyplot as plt
+
+    fig, (share_ax, clip_ax, match_ax) = plt.subplots(1, 3, figsize=(13, 3.8))
+    shown = [record for record in records if record.get("status") == "ok"]
+    for record in shown:
+        series = grpo_series(record)
+        name = f"{record['variant']} (G = {record['group_size']})"
+        share_ax.plot(series["step"], series["scoreable_share"], marker="o", label=name)
+        clip_ax.plot(series["step"], [float("nan") if v is None else v for v in series["clip_rate"]], marker="o",
+                     label=name)
+    share_ax.set_ylim(0, 1.05)
+    share_ax.set(xlabel="GRPO step", ylabel="share of scoreable groups", title="Groups with a signal")
+    clip_ax.set(xlabel="GRPO step", ylabel="clip rate (mean over the step's updates)", title="How far each step moved")
+    for ax in (share_ax, clip_ax):
+        ax.grid(alpha=0.3)
+        ax.legend()
+    names = [record["variant"] for record in shown]
+    positions = range(len(shown))
+    match_ax.bar([p - 0.2 for p in positions], [r["before"]["exact_match"] for r in shown], width=0.4, label="before")
+    match_ax.bar([p + 0.2 for p in positions], [r["after"]["exact_match"] for r in shown], width=0.4, label="after")
+    match_ax.set_xticks(list(positions), names)
+    match_ax.set_ylim(0, 1)
+    match_ax.set(ylabel="held-out exact match (greedy)", title="Held-out exact match")
+    match_ax.legend()
+    fig.tight_layout()
+    return fig

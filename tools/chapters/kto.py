@@ -236,3 +236,81 @@ def framework_record(check: Mapping, learner: Mapping) -> dict:
 def framework_summary(record: Mapping) -> list[str]:
     """Lines that show a `framework_check` record (this run's or an earlier cpu_smoke one)."""
     return framework_checks.summary_lines(record, framework_lines)
+
+
+# ---------------------------------------------------------------------------
+# Step 5.2: binary labels on the lab model (records of tools.experiments.preference.kto_runs)
+# ---------------------------------------------------------------------------
+
+STEP5_CPU_MODEL = "lab"
+"""cpu_smoke trains the course's lab model (python -m tools.models lab-build)."""
+DECISION_STAGE = "weight_decision"
+RUN_STAGES = ("data", "kto_balanced", "kto_imbalanced_weighted", "kto_imbalanced_unweighted")
+
+
+def imbalanced_labels(records: Mapping[str, Mapping]) -> list[bool]:
+    """The desirable / undesirable labels of the imbalanced set, in its order."""
+    return [bool(example["label"]) for example in records["data"]["sets"]["imbalanced"]]
+
+
+def decision_body(records: Mapping[str, Mapping], weights: Mapping | None, refusal: str | None) -> dict:
+    """The `weight_decision` record: what kto_class_weights says about the imbalanced set (its weights, and
+    whether it refuses equal weights), beside what each run did."""
+    runs = {stage: record for stage, record in records.items() if stage.startswith("kto_")}
+    return {"model": records["data"]["model"], "sources": records["data"]["sources"],
+            "held_out_exact_match_before": records["data"]["held_out_exact_match_before"],
+            "class_weights": dict(weights) if weights is not None else None,
+            "equal_weights_refused": refusal,
+            "runs": {stage: {"status": record["status"], "counts": record["counts"], "weights": record["weights"],
+                             "weighted_ratio": record["weighted_ratio"],
+                             "class_rewards": record.get("class_rewards"),
+                             "held_out_exact_match_after": (record.get("held_out_exact_match") or {}).get("after")}
+                     for stage, record in runs.items()},
+            "status": "ok"}
+
+
+def decision_lines(record: Mapping) -> list[str]:
+    """The `weight_decision` record as text."""
+    weights = record["class_weights"]
+    lines = [f"KTO on {record['model']['model_id']}: held-out exact match before "
+             f"{record['held_out_exact_match_before']:.3f}; own samples {record['sources']}"]
+    if weights is not None:
+        lines.append(f"  kto_class_weights on the imbalanced set ({weights['n_desirable']} D / {weights['n_undesirable']} U): "
+                     f"desirable_weight {weights['desirable_weight']:.3f} (range {weights['desirable_range'][0]:.3f}"
+                     f"-{weights['desirable_range'][1]:.3f}), ratio {weights['ratio']:.3f}")
+    lines.append(f"  equal weights on the imbalanced set: {record['equal_weights_refused'] or 'accepted'}")
+    lines.append(f"  {'run':<26}{'D/U':>7}{'lambda_D':>9}{'ratio':>7}{'reward D':>10}{'reward U':>10}"
+                 f"{'exact match':>13}")
+    for stage, run in record["runs"].items():
+        rewards = run["class_rewards"] or {}
+        lines.append(f"  {stage:<26}{run['counts']['desirable']:>3}/{run['counts']['undesirable']:<3}"
+                     f"{run['weights']['desirable_weight']:>9.2f}{run['weighted_ratio']:>7.2f}"
+                     f"{rewards.get('desirable', float('nan')):>+10.4f}{rewards.get('undesirable', float('nan')):>+10.4f}"
+                     f"{run['held_out_exact_match_after'] if run['held_out_exact_match_after'] is not None else float('nan'):>13.3f}")
+    return lines
+
+
+def draw_runs(records: Mapping[str, Mapping]):
+    """Left: the mean implicit reward of each class after training, per run; right: held-out exact match
+    before and after each run."""
+    import matplotlib.pyplot as plt
+
+    runs = [(stage, record) for stage, record in records.items()
+            if stage.startswith("kto_") and record["status"] == "ok"]
+    names = [stage.removeprefix("kto_") for stage, _ in runs]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    positions = range(len(runs))
+    left.bar([p - 0.2 for p in positions], [record["class_rewards"]["desirable"] for _, record in runs], width=0.4,
+             label="desirable (D)", color="tab:green")
+    left.bar([p + 0.2 for p in positions], [record["class_rewards"]["undesirable"] for _, record in runs], width=0.4,
+             label="undesirable (U)", color="tab:red")
+    left.axhline(0, color="black", linewidth=0.8)
+    left.set_xticks(list(positions), names)
+    left.set(ylabel="mean implicit reward beta * log(pi / pi_ref)", title="rewards of the training examples")
+    left.legend()
+    before = records["data"]["held_out_exact_match_before"]
+    right.bar(["start"] + names, [before] + [record["held_out_exact_match"]["after"] for _, record in runs],
+              color=["grey"] + ["tab:blue"] * len(runs))
+    right.set(ylabel="held-out exact match (greedy)", ylim=(0, 1), title="held-out exact match")
+    fig.tight_layout()
+    return fig

@@ -15,8 +15,10 @@ from pathlib import Path
 
 from tools.chapters import own_runs, sft_stage
 from tools.chapters.context import ChapterContext
+from tools.experiments.sft_training.merging import BFLOAT16_ACCEPT_SPACINGS, BFLOAT16_TUNE_SPACINGS, bf16_spacing
 from tools.experiments.sft_training.plans import Plan
 from tools.models.architectures import (
+    LAB_MODEL_IDS,
     QWEN25_05B_INSTRUCT,
     RANDOM_INIT_ARCHITECTURES,
     TINY_ARCHITECTURE,
@@ -31,9 +33,15 @@ VERDICT = {"accept": "accept_mechanism", "tune": "tune", "reject": "reject"}
 # ---- models to look at -------------------------------------------------------------------------
 
 def architecture(model_id: str = TINY_MODEL_ID) -> dict:
-    """The config numbers of the tiny model or of Qwen2.5-0.5B-Instruct (as plain dicts)."""
+    """The config numbers of the tiny model, a lab model or Qwen2.5-0.5B-Instruct (as plain dicts)."""
     if model_id == TINY_MODEL_ID:
         return {**TINY_ARCHITECTURE, "vocab_size": TINY_TOKENIZER_VOCAB_TARGET}
+    if model_id in LAB_MODEL_IDS:  # built in code: its folder's config (built first when missing)
+        from transformers import AutoConfig
+
+        from tools.models.loading import resolve_model
+
+        return AutoConfig.from_pretrained(resolve_model(model_id)).to_dict()
     return dict(RANDOM_INIT_ARCHITECTURES[model_id])
 
 
@@ -147,6 +155,15 @@ def variant_verdict(record: dict) -> dict:
             "merge": merge, "decision": VERDICT["reject" if mechanism == "reject" else worst], "reasons": reasons}
 
 
+def bf16_drift_in_spacings(judged: dict) -> float | None:
+    """A bfloat16 merge judgement's largest difference in bfloat16 spacings at its logit scale."""
+    if judged.get("drift_in_spacings") is not None:
+        return judged["drift_in_spacings"]
+    if judged.get("max_abs_diff") is None or judged.get("logit_scale") is None:
+        return None
+    return judged["max_abs_diff"] / bf16_spacing(judged["logit_scale"])
+
+
 def _fmt(value, pattern: str = "{:.4f}") -> str:
     return "null" if value is None else pattern.format(value)
 
@@ -154,14 +171,14 @@ def _fmt(value, pattern: str = "{:.4f}") -> str:
 def summary_table(records: list[dict]) -> str:
     """One line per variant: adapter, counts, losses, step time, peak, merges, verdict."""
     header = (f"{'variant':<16}{'method':<8}{'r':>3}{'trainable':>11}{'peft':>9}{'eval before':>13}{'after':>9}"
-              f"{'step ms':>9}{'peak GiB':>10}  {'merge fp32':<11}{'merge bf16':<11}{'bf16 drift':>11}  decision")
+              f"{'step ms':>9}{'peak GiB':>10}  {'merge fp32':<11}{'merge bf16':<11}{'bf16 spacings':>14}  decision")
     lines = [header]
     for record in records:
         variant, verdict = record.get("variant") or {}, variant_verdict(record)
         measured = record.get("measurements") or {}
         count = (record.get("chapter_measurements") or {}).get("count") or {}
         merge = (record.get("chapter_measurements") or {}).get("merge") or {}
-        drift = (merge.get("bfloat16") or {}).get("relative_drift")
+        drift = bf16_drift_in_spacings(merge.get("bfloat16") or {})
         lines.append(
             f"{variant.get('name', '?'):<16}{variant.get('method', '?'):<8}{variant.get('rank', 0):>3}"
             f"{count.get('analytic', 'null')!s:>11}{count.get('peft', 'null')!s:>9}"
@@ -169,7 +186,7 @@ def summary_table(records: list[dict]) -> str:
             f"{_fmt(measured.get('step_time_ms_mean'), '{:.0f}'):>9}"
             f"{_fmt((record.get('comparable') or {}).get('peak_allocated_gib'), '{:.2f}'):>10}  "
             f"{verdict['merge'].get('float32', 'null')!s:<11}{verdict['merge'].get('bfloat16', 'null')!s:<11}"
-            f"{_fmt(drift, '{:.5f}'):>11}  {verdict['decision']}")
+            f"{_fmt(drift, '{:.1f}'):>14}  {verdict['decision']}")
         if verdict["reasons"]:
             lines.append(f"{'':<16}reasons: {'; '.join(verdict['reasons'])}")
     return "\n".join(lines)
@@ -183,7 +200,8 @@ def evidence_header(records: list[dict], written: bool, chapter_id: str) -> str:
                 f"{chapter_id} --run-mode cpu_smoke`")
     first = records[0]
     level = first.get("evidence_level") or first.get("run_mode")
-    note = ("cpu_smoke: the tiny offline model on a CPU; proves the code path, not a GPU measurement"
+    model = (first.get("config") or {}).get("model_id") or "tiny"
+    note = (f"cpu_smoke: the {model!r} model built offline, on a CPU; not a GPU measurement"
             if level == "cpu_smoke" else f"{level}, weights {(first.get('model') or {}).get('weights')}")
     which = "your run" if written else "your latest cpu_smoke run (this dry_run wrote nothing)"
     return f"{which}: label {first.get('run_label')!r}, {note}"
@@ -200,7 +218,7 @@ def draw_adapter_results(records: list[dict]):
     budget = next(((m.get("budget") or {}).get("parameters") for m in measured if m.get("budget")), None)
     before = [(r.get("measurements") or {}).get("eval_loss_before") or 0 for r in records]
     after = [(r.get("measurements") or {}).get("eval_loss_after") or 0 for r in records]
-    drift = [max(((m.get("merge") or {}).get("bfloat16") or {}).get("relative_drift") or 0.0, 1e-9) for m in measured]
+    drift = [max(bf16_drift_in_spacings((m.get("merge") or {}).get("bfloat16") or {}) or 0.0, 1e-3) for m in measured]
     fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
     axes[0].bar(names, counts, color="#6baed6")
     if budget:
@@ -214,10 +232,10 @@ def draw_adapter_results(records: list[dict]):
     axes[1].set_title("held-apart eval loss")
     axes[1].legend(loc="lower left", fontsize=8)
     axes[2].bar(names, drift, color="#fd8d3c")
-    axes[2].axhline(2 ** -7, color="green", linestyle="--", label="accept (2^-7)")
-    axes[2].axhline(2 ** -4, color="red", linestyle="--", label="tune (2^-4)")
+    axes[2].axhline(BFLOAT16_ACCEPT_SPACINGS, color="green", linestyle="--", label=f"accept ({BFLOAT16_ACCEPT_SPACINGS})")
+    axes[2].axhline(BFLOAT16_TUNE_SPACINGS, color="red", linestyle="--", label=f"tune ({BFLOAT16_TUNE_SPACINGS})")
     axes[2].set_yscale("log")
-    axes[2].set_title("bf16 merge: max |diff| / logit scale")
+    axes[2].set_title("bf16 merge: max |diff| in bf16 spacings at the logit scale")
     axes[2].legend(fontsize=8)
     for ax in axes:
         ax.tick_params(axis="x", labelsize=8)

@@ -293,3 +293,111 @@ def framework_record(check: Mapping, learner: Mapping) -> dict:
 
 def framework_summary(record: Mapping) -> list[str]:
     return framework_checks.summary_lines(record, framework_lines)
+
+
+# ---------------------------------------------------------------------------
+# Step 5.2: online rounds on the lab model (records of tools.experiments.preference.online_runs)
+# ---------------------------------------------------------------------------
+
+STEP5_CPU_MODEL = "lab"
+"""cpu_smoke trains the course's lab model (python -m tools.models lab-build)."""
+DECISION_STAGE = "online_decisions"
+RUN_STAGES = ("setup", "round_1", "round_2")
+
+
+def round_records(records: Mapping[str, Mapping]) -> list[Mapping]:
+    """The `round_<k>` records of one run, in order."""
+    return [records[stage] for stage in sorted((s for s in records if s.startswith("round_")),
+                                               key=lambda s: int(s.split("_")[1]))]
+
+
+def rederived(records: Mapping[str, Mapping], build_online_pairs: Callable, adoption_gate: Callable,
+              guard_rollback: Callable) -> list[dict]:
+    """Every round's decisions again, from its recorded groups, outcomes and guard numbers, through the
+    chapter's three functions; beside each, the experiment's own decision, so a disagreement shows."""
+    settings = records["setup"]["settings"]
+    eval_ids = [task["task_id"] for task in records["setup"]["evaluation_tasks"]]
+    log = [dict(entry) for entry in records["setup"]["version_log"]]
+    found = []
+    for record in round_records(records):
+        if record["status"] != "ok":
+            found.append({"round": record["round"], "status": record["status"]})
+            continue
+        pairs = build_online_pairs(record["groups"], record["serving_version"])
+        entry = {"round": record["round"], "status": "ok", "pairs": len(pairs["pairs"]), "ties": len(pairs["ties"]),
+                 "recorded_pairs": record["pair_count"], "recorded_gate": record["gate"]["decision"]}
+        if record["candidate_version"] is not None:
+            gate = adoption_gate(record["outcomes"], eval_ids, confidence=settings["confidence"],
+                                 min_decisive=settings["min_decisive"])
+            entry["gate"] = gate
+            if gate["decision"] == "adopt":
+                rolled = guard_rollback(log, {"version": record["candidate_version"],
+                                              "parent": record["serving_version"]},
+                                        record["guard"]["candidate"], settings["max_drop"])
+                log = rolled["log"]
+                entry["guard"] = {"candidate": record["guard"]["candidate"], "serving": record["guard"]["serving"],
+                                  "drop": rolled["drop"], "rolled_back": rolled["rolled_back"],
+                                  "recorded_rolled_back": record["guard"]["rolled_back"]}
+        entry["serving_after"] = next(item["version"] for item in reversed(log) if item["state"] == "good")
+        entry["recorded_serving_after"] = record["serving_after"]
+        found.append(entry)
+    return found
+
+
+def decision_body(records: Mapping[str, Mapping], rounds: list[dict]) -> dict:
+    """The `online_decisions` record: the rounds as the chapter's functions decide them, and whether every
+    decision agrees with the experiment's."""
+    agrees = all(entry["status"] != "ok" or (
+        entry["pairs"] == entry["recorded_pairs"]
+        and entry.get("gate", {}).get("decision", "keep") == entry["recorded_gate"]
+        and entry["serving_after"] == entry["recorded_serving_after"]) for entry in rounds)
+    last = [record for record in round_records(records) if record["status"] == "ok"]
+    return {"model": records["setup"]["model"], "settings": records["setup"]["settings"], "rounds": rounds,
+            "version_log": last[-1]["version_log"] if last else records["setup"]["version_log"],
+            "agrees_with_the_experiment": agrees, "status": "ok"}
+
+
+def decision_lines(record: Mapping) -> list[str]:
+    """The `online_decisions` record as text."""
+    settings = record["settings"]
+    lines = [f"online DPO on {record['model']['model_id']}: gate on {settings['eval_problems']} two-digit sums "
+             f"(confidence {settings['confidence']}, >= {settings['min_decisive']} decisive), guard on "
+             f"{settings['guard_problems']} three-digit sums (max drop {settings['max_drop']})"]
+    for entry in record["rounds"]:
+        if entry["status"] != "ok":
+            lines.append(f"  round {entry['round']}: {entry['status']}")
+            continue
+        text = f"  round {entry['round']}: {entry['pairs']} pairs ({entry['ties']} tied groups)"
+        gate = entry.get("gate")
+        if gate is not None:
+            low, high = gate["interval"] or (float("nan"), float("nan"))
+            text += (f"; gate {gate['wins']} wins / {gate['losses']} losses / {gate['ties']} ties, Wilson "
+                     f"[{low:.3f}, {high:.3f}] -> {gate['decision']}")
+        guard = entry.get("guard")
+        if guard is not None:
+            text += (f"; guard {guard['serving']:.3f} -> {guard['candidate']:.3f} (drop {guard['drop']:+.3f}) -> "
+                     f"{'rolled back' if guard['rolled_back'] else 'kept'}")
+        lines.append(text + f"; serving {short_hash(entry['serving_after'])}")
+    lines.append(f"  the chapter's functions agree with the experiment's decisions: {record['agrees_with_the_experiment']}")
+    return lines
+
+
+def draw_rounds(record: Mapping):
+    """Left: each round's gate verdicts (wins, losses, ties); right: the version log."""
+    import matplotlib.pyplot as plt
+
+    rounds = [entry for entry in record["rounds"] if entry.get("gate")]
+    fig, ax = plt.subplots(figsize=(6, 3.2))
+    names = [f"round {entry['round']}" for entry in rounds]
+    bottom = [0] * len(rounds)
+    for key, colour in (("wins", "tab:green"), ("losses", "tab:red"), ("ties", "lightgrey")):
+        values = [entry["gate"][key] for entry in rounds]
+        ax.bar(names, values, bottom=bottom, color=colour, label=key)
+        bottom = [b + v for b, v in zip(bottom, values)]
+    for index, entry in enumerate(rounds):
+        ax.text(index, bottom[index] + 1, entry["gate"]["decision"], ha="center", fontsize=9)
+    ax.set(ylabel="evaluation prompts", title="candidate vs serving version on the fixed evaluation set")
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    log_figure = draw_version_log(record["version_log"], record["rounds"][-1].get("serving_after"))
+    return fig, log_figure

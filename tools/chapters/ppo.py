@@ -236,7 +236,7 @@ def compare_parameter_counts(ppo_resident_memory: Callable, config: Mapping = re
 # ---------------------------------------------------------------------------
 
 STAGE = "ppo"
-STEP5_CPU_MODEL = "tiny"
+STEP5_CPU_MODEL = "lab"
 """The model cpu_smoke trains with PPO."""
 
 
@@ -250,8 +250,8 @@ def ppo_lines(record: Mapping) -> list[str]:
              f"held-out tasks {record['tasks']['held_out']}"]
     for result in record["results"]:
         lines.append(f"seed {result['seed']}: held-out exact-match {result['exact_match_before']:.3f} -> "
-                     f"{result['exact_match_after']:.3f}; value loss {result['value_loss_first']:.4f} -> "
-                     f"{result['value_loss_last']:.4f}")
+                     f"{result['exact_match_after']:.3f}; value loss on the probe batch {result['value_loss_first']:.4f} "
+                     f"(critic as initialised) -> {result['value_loss_last']:.4f} (mean of the last 3 iterations)")
     memory = record["memory"]
     if memory.get("peak_allocated_mb") is not None:
         lines.append(f"peak allocated {memory['peak_allocated_mb']:.0f} MiB (NVML sampler peak "
@@ -264,19 +264,23 @@ def ppo_lines(record: Mapping) -> list[str]:
 
 
 def draw_ppo(record: Mapping):
-    """Figure: per iteration the mean verifier score and the value loss, and the held-out exact-match
-    before and after PPO, one line per seed."""
+    """Figure: per iteration the mean verifier score, the value loss (training minibatches, dashed, and
+    the fixed probe batch, solid, with the untrained critic's at iteration -1), and the held-out
+    exact-match before and after PPO, one line per seed."""
     import matplotlib.pyplot as plt
 
     fig, (score_ax, value_ax, match_ax) = plt.subplots(1, 3, figsize=(13, 3.6))
     for result in record["results"]:
         steps = [item["iteration"] for item in result["history"]]
         score_ax.plot(steps, [item["mean_score"] for item in result["history"]], "o-", label=f"seed {result['seed']}")
-        value_ax.plot(steps, [item["value_loss"] for item in result["history"]], "o-", label=f"seed {result['seed']}")
+        line, = value_ax.plot([-1, *steps], [result["value_loss_first"], *(item["probe_value_loss"] for item in result["history"])],
+                              "o-", label=f"seed {result['seed']} probe")
+        value_ax.plot(steps, [item["value_loss"] for item in result["history"]], "--", color=line.get_color(), alpha=0.5,
+                      label=f"seed {result['seed']} training")
         match_ax.plot(["before", "after"], [result["exact_match_before"], result["exact_match_after"]], "o-",
                       label=f"seed {result['seed']}")
     score_ax.set_title("mean verifier score of the rollouts")
-    value_ax.set_title("value loss")
+    value_ax.set_title("value loss (solid: probe batch, dashed: training)")
     match_ax.set_title("held-out exact-match (greedy)")
     for ax in (score_ax, value_ax):
         ax.set_xlabel("PPO iteration")

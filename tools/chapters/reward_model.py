@@ -264,9 +264,11 @@ def compare_with_trl(model, tokenizer, pairwise_reward_loss: Callable, pairs=FRA
 # ---------------------------------------------------------------------------
 
 STAGE = "train_and_gate"
-STEP5_CPU_MODEL = "tiny"
+STEP5_CPU_MODEL = "lab"
 """The model cpu_smoke trains reward models on."""
-STEP5_CPU_SPLIT = {"train_pairs": 6, "calibration_pairs": 4, "hidden_pairs": 4}
+STEP5_CPU_SPLIT = {"train_pairs": 16, "calibration_pairs": 16, "hidden_pairs": 64}
+"""cpu_smoke's pairs: more hidden pairs than the original course's 4, so that the control's accuracy is a
+measurement (one pair moves it by 1/64, not by 1/4)."""
 
 
 def gate_lines(record: Mapping) -> list[str]:
@@ -276,9 +278,9 @@ def gate_lines(record: Mapping) -> list[str]:
     pairs, split = record["pairs"], record["settings"]["split"]
     total = sum(split.values())
     lines = [f"{split['train']} training, {split['calibration']} calibration, {split['hidden']} hidden pairs from "
-             f"{record['model']['model_id']} ({record['model'].get('weights')}); sampled answers: {pairs['sampled_chosen']}"
-             f"/{total} chosen, {pairs['sampled_rejected']}/{total} rejected (the rest written from the label); control "
-             f"swaps pairs {pairs['flipped']}"]
+             f"{record['model']['model_id']} ({record['model'].get('weights')}); chosen: the model's own correct answer "
+             f"for {pairs['sampled_chosen']}/{total} (the rest the label); rejected: the same integer wrapped in words; "
+             f"control swaps {len(pairs['flipped'])} of {split['train']} training pairs"]
     for name in ("candidate", "control"):
         item, calibration = record[name], record[name]["calibration"]
         lines.append(f"{name:<10} train loss {item['train_losses'][0]:.3f} -> {item['train_losses'][-1]:.3f}, hidden "

@@ -205,7 +205,7 @@ def compare_with_verl(batch: Mapping, functions: Mapping[str, Callable], *, kl_c
 # ---------------------------------------------------------------------------
 
 STAGE = "signal_matrix"
-STEP5_CPU_MODEL = "tiny"
+STEP5_CPU_MODEL = "lab"
 """The model cpu_smoke samples from."""
 
 

@@ -74,20 +74,80 @@ def example_dicts(examples) -> list[dict]:
     return [{"input_ids": list(example.input_ids), "labels": list(example.labels)} for example in examples]
 
 
-def waste_runs(records: list[Mapping]) -> list[dict]:
-    """The input of `waste_report` read from the chapter-30 variant records that ended ok.
+def timed_steps(record: Mapping, warmup_steps: int | None = None) -> dict:
+    """The steps of a variant record that count for throughput: the first `warmup_steps` (the plan's
+    WARMUP_STEPS, recorded by its `measure`) are left out. Returns per timed step the real tokens,
+    the token slots and the seconds (seconds None when the record has no step times)."""
+    measured = record["measurements"]
+    if warmup_steps is None:
+        warmup_steps = int((record.get("chapter_measurements") or {}).get("warmup_steps", 0))
+    real = list(measured["real_tokens_per_step"][warmup_steps:])
+    slots = list(measured["token_slots_per_step"][warmup_steps:])
+    times = measured.get("step_time_ms")
+    seconds = None if times is None else [value / 1000.0 for value in times[warmup_steps:]]
+    if not real:
+        raise ConfigError(f"variant {record['variant']['name']}: no step left after {warmup_steps} warm-up steps")
+    return {"warmup_steps": warmup_steps, "real_tokens": real, "token_slots": slots, "seconds": seconds}
 
-    `seconds` is the training loop's wall time, token_slots / token_slots_per_s (None if not measured)."""
+
+def waste_runs(records: list[Mapping]) -> list[dict]:
+    """The input of `waste_report` read from the chapter-30 variant records that ended ok: the timed
+    steps only (warm-up left out), their real tokens, token slots and wall seconds (None if not measured)."""
     runs = []
     for record in records:
         if record.get("status") != "ok":
             continue
-        measured = record["measurements"]
-        rate = measured.get("token_slots_per_s")
+        steps = timed_steps(record)
         runs.append({"strategy": record["variant"]["batching"], "max_length": record["variant"]["max_length"],
-                     "real_tokens": measured["real_tokens"], "token_slots": measured["token_slots"],
-                     "seconds": measured["token_slots"] / rate if rate else None})
+                     "real_tokens": sum(steps["real_tokens"]), "token_slots": sum(steps["token_slots"]),
+                     "seconds": None if steps["seconds"] is None else sum(steps["seconds"])})
     return runs
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def step_throughput(record: Mapping) -> dict | None:
+    """Real tokens per second of every timed step, with their median, min and max; None when the
+    record has no step times (a throughput not measured is not a number)."""
+    steps = timed_steps(record)
+    if steps["seconds"] is None:
+        return None
+    rates = [real / seconds for real, seconds in zip(steps["real_tokens"], steps["seconds"])]
+    return {"steps": len(rates), "warmup_steps": steps["warmup_steps"], "rates": rates,
+            "median": _median(rates), "min": min(rates), "max": max(rates)}
+
+
+def length_effects(records: list[Mapping]) -> dict[int, dict]:
+    """Per row length with both variants ok: what packing changed. Deterministic: the real tokens
+    (must be equal), token slots, padding share and rows of each, the largest relative difference of
+    the step losses. Measured: each variant's step throughput (median, min, max) and the gain, the
+    ratio of the medians, with `separated` True only when every timed packed step was faster than
+    every timed padded step (the gain is then not noise of the timing)."""
+    by_key = {(r["variant"]["batching"], r["variant"]["max_length"]): r for r in records if r.get("status") == "ok"}
+    effects = {}
+    for length in sorted({length for _, length in by_key}):
+        padded, packed = by_key.get(("padded", length)), by_key.get(("packed", length))
+        if padded is None or packed is None:
+            continue
+        item = {"loss_curve_diff": max(_relative(a, b) for a, b in zip(packed["measurements"]["losses"],
+                                                                           padded["measurements"]["losses"]))}
+        for name, record in (("padded", padded), ("packed", packed)):
+            measured = record["measurements"]
+            slots = measured["token_slots"]
+            item[name] = {"real_tokens": measured["real_tokens"], "token_slots": slots,
+                          "padding_share": (slots - measured["real_tokens"]) / slots,
+                          "rows_per_step": measured["token_slots_per_step"][0] // length,
+                          "throughput": step_throughput(record)}
+        fast, slow = item["packed"]["throughput"], item["padded"]["throughput"]
+        measured_both = fast is not None and slow is not None
+        item["gain"] = fast["median"] / slow["median"] if measured_both else None
+        item["separated"] = measured_both and fast["min"] > slow["max"]
+        effects[length] = item
+    return effects
 
 
 def _relative(a: float, b: float) -> float:
@@ -138,7 +198,7 @@ def decide(records: list[Mapping], waste_report: Callable) -> dict:
     else:
         decision = "accept_mechanism"
     return {"decision": decision, "reasons": reasons, "isolation": findings,
-            "waste": waste_report(waste_runs(records))}
+            "waste": waste_report(waste_runs(records)), "effects": length_effects(records)}
 
 
 def waste_lines(report: Mapping) -> list[str]:

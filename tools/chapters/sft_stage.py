@@ -17,7 +17,7 @@ from tools.core.records import lineage_entry
 from tools.errors import ConfigError
 from tools.experiments.sft_training.config import StageConfig
 from tools.experiments.sft_training.plans import REAL_MODEL, Plan, plan_for, stage_config_for
-from tools.experiments.sft_training.plans import run_plan as run_stage_plan
+from tools.experiments.sft_training.runner import run_plan as run_stage_plan
 
 
 def stage_config(run: ChapterContext, plan: Plan | None = None, model_source: str = "local") -> StageConfig:
@@ -55,7 +55,9 @@ def plan_lines(chapter_id: str, run_mode: str = "cpu_smoke") -> list[str]:
     plan = plan_for(chapter_id)
     lines = []
     for mode in ("cpu_smoke", "real_gpu"):
-        model = "tiny offline model on the CPU" if mode == "cpu_smoke" else f"{REAL_MODEL} on CUDA"
+        model_id = plan.stage.get(mode, {}).get("model_id")
+        model = (f"{model_id or 'tiny'} offline model on the CPU" if mode == "cpu_smoke"
+                 else f"{model_id or REAL_MODEL} on CUDA")
         lines.append(f"{mode}: {model}; stage overrides {plan.stage.get(mode, {})}")
         for spec in plan.variants(mode):
             lines.append(f"  {spec.name}: {spec.method} r{spec.rank} alpha {spec.alpha:g} on {','.join(spec.target_modules)}, "

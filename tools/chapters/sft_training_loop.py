@@ -226,3 +226,23 @@ def peak_comparable(records: list[Mapping]) -> dict:
     peaks = [record.get("comparable", {}).get("peak_allocated_gib") for record in records]
     peaks = [peak for peak in peaks if isinstance(peak, (int, float)) and not isinstance(peak, bool)]
     return {"peak_allocated_gib": max(peaks)} if peaks else {}
+
+
+def trainer_num_items(micro_batches: list[Mapping]) -> int:
+    """The `num_items_in_batch` transformers' own `Trainer._get_num_items_in_batch` computes for these
+    micro-batches on one process (the method itself, on a minimal stand-in for the Trainer). In
+    transformers 5.9 it is `labels.ne(-100)` summed over the window, counted **before** the shift."""
+    from transformers import Trainer
+
+    method = getattr(Trainer, "_get_num_items_in_batch", None)
+    if method is None:
+        raise ConfigError("this transformers has no Trainer._get_num_items_in_batch to ask")
+    stand_in = SimpleNamespace(model_accepts_loss_kwargs=True, compute_loss_func=None, accelerator=SimpleNamespace(),
+                               args=SimpleNamespace(average_tokens_across_devices=False, world_size=1, n_gpu=1))
+    counted = method(stand_in, list(micro_batches), torch.device("cpu"))
+    return int(counted)
+
+
+def shifted_num_items(micro_batches: list[Mapping]) -> int:
+    """The supervised positions the loss really averages over: `labels[:, 1:] != -100`, summed."""
+    return sum(int((batch["labels"][:, 1:] != -100).sum()) for batch in micro_batches)

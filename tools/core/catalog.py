@@ -104,3 +104,59 @@ def select_chapters(keys: list[str] | None, root: Path | None = None) -> list[Ch
     if planned:
         raise ConfigError(f"chapter(s) {', '.join(planned)} are planned, not implemented yet.")
     return chapters
+
+
+def order_by_prerequisites(chapters: list[Chapter]) -> list[Chapter]:
+    """`chapters` with every chapter after those of its prerequisites that are in the list.
+
+    Stable: among chapters whose prerequisites are all placed, the earliest in the given order goes
+    first, so a list that already respects the prerequisites comes back unchanged. A cycle among the
+    given chapters is a ConfigError naming them.
+    """
+    given = {chapter.id for chapter in chapters}
+    placed: list[Chapter] = []
+    done: set[str] = set()
+    waiting = list(chapters)
+    while waiting:
+        ready = next((chapter for chapter in waiting
+                      if all(need in done or need not in given for need in chapter.prerequisites)), None)
+        if ready is None:
+            raise ConfigError(f"{CATALOG_PATH}: the prerequisites of {', '.join(c.id for c in waiting)} form a cycle")
+        placed.append(ready)
+        done.add(ready.id)
+        waiting.remove(ready)
+    return placed
+
+
+def project_chain(key: str, root: Path | None = None) -> list[Chapter]:
+    """The projects a project needs, transitively, then the project itself, in run order.
+
+    `project_chain("62")` is 64, 63, 62: each project of the chain hands its manifest to the next.
+    Prerequisites that are mechanism chapters are not part of a chain (they hand nothing down). Every
+    project of the chain must be implemented.
+    """
+    catalog = load_catalog(root)
+    by_id = {chapter.id: chapter for chapter in catalog}
+    last = find_chapter(key, root)
+    if last.kind != "project":
+        raise ConfigError(f"{last.id} is a {last.kind} chapter; --chain takes a project (e.g. 62).")
+    members, pending = {last.id}, [last]
+    while pending:
+        for need in pending.pop().prerequisites:
+            upstream = by_id.get(need)
+            if upstream is None:
+                raise ConfigError(f"{CATALOG_PATH}: a prerequisite {need!r} is not in the catalog")
+            if upstream.kind == "project" and upstream.id not in members:
+                members.add(upstream.id)
+                pending.append(upstream)
+    chain = order_by_prerequisites([chapter for chapter in catalog if chapter.id in members])
+    planned = [chapter.id for chapter in chain if not chapter.implemented]
+    if planned:
+        raise ConfigError(f"the chain of {last.id} needs project(s) {', '.join(planned)}, still planned.")
+    return chain
+
+
+def project_upstreams(chapter: Chapter, root: Path | None = None) -> tuple[str, ...]:
+    """The ids of the projects among a chapter's direct prerequisites (whose manifests it reads)."""
+    by_id = {entry.id: entry for entry in load_catalog(root)}
+    return tuple(need for need in chapter.prerequisites if need in by_id and by_id[need].kind == "project")

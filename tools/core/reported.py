@@ -1,7 +1,8 @@
 """Figures the original course published (evidence level `reported`), read from one data file.
 
 `benchmarks/reported/original_course.toml` holds them with their source row, hardware, model and
-label. They are shown beside our own runs, labelled as reported and never re-measured here, and
+label; the file names the hardware and model most figures share, and a figure measured on another
+model (or machine) names its own (`model = ...` in its entry), so every figure carries its model. They are shown beside our own runs, labelled as reported and never re-measured here, and
 they never feed a decision: nothing in `tools` that decides imports this module.
 """
 
@@ -69,7 +70,8 @@ def load_reported(root: Path | None = None) -> list[ReportedFigure]:
             chapter=str(entry["chapter"]), label=entry["label"], quantity=entry["quantity"], value=value,
             source_row=entry["source_row"], unit=entry.get("unit"), note=entry.get("note"),
             approximate=bool(entry.get("approximate", False)), historical=bool(entry.get("historical", False)),
-            also=tuple(entry.get("also", ())), hardware=data["hardware"], model=data["model"]))
+            also=tuple(entry.get("also", ())), hardware=entry.get("hardware", data["hardware"]),
+            model=entry.get("model", data["model"])))
     return figures
 
 

@@ -160,11 +160,11 @@ def cmd_grading_autograde(args) -> int:
 
 
 def cmd_run(args) -> int:
-    from tools.core.catalog import select_chapters
+    from tools.core.catalog import project_chain, select_chapters
     from tools.course.runs.runner import format_summary, parse_parameters, run_chapters
 
     extra = parse_parameters(args.param)
-    chapters = select_chapters(args.chapter, args.root)
+    chapters = project_chain(args.chain, args.root) if args.chain else select_chapters(args.chapter, args.root)
     label, outcomes = run_chapters(args.root, chapters, run_mode=args.run_mode, label=args.label,
                                    results_dir=args.results_dir, show_progress=not args.no_progress,
                                    extra_parameters=extra)
@@ -292,7 +292,11 @@ def build_parser() -> argparse.ArgumentParser:
     autograde.set_defaults(handler=cmd_grading_autograde)
 
     run = commands.add_parser("run", help="execute chapters headless with papermill")
-    run.add_argument("--chapter", action="append", help="chapter id or slug (repeatable; default: all)")
+    selection = run.add_mutually_exclusive_group()
+    selection.add_argument("--chapter", action="append", help="chapter id or slug (repeatable; default: all)")
+    selection.add_argument("--chain", metavar="PROJECT",
+                           help="a project and every project it needs, in order, each reading the manifest the "
+                                "one before it wrote (e.g. --chain 62 runs 64, 63, 62)")
     run.add_argument("--run-mode", default="cpu_smoke", choices=RUN_MODES)
     run.add_argument("--label", help="run label naming the records (default for dry_run/cpu_smoke: a timestamp)")
     run.add_argument("--results-dir", help="where records go (default: build/results or benchmarks/results)")

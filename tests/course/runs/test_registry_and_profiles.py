@@ -185,3 +185,20 @@ def test_the_readme_chapter_table_is_generated_from_the_catalog_and_checked(tmp_
                                                                    'gpu_stage = "a new stage"'), encoding="utf-8")
     assert write_chapter_table(root, check=True) is True
     assert write_chapter_table(root) is True and "a new stage" in (root / "README.md").read_text(encoding="utf-8")
+
+
+def test_every_reported_figure_carries_its_own_model():
+    """Chapter 26 shows project 65's figures: the 1.5B capacity run must not print under a 0.5B header."""
+    from tools.chapters.evidence import reported_block
+    from tools.core.reported import reported_for
+
+    by_quantity = {figure.quantity: figure for figure in reported_for("65", REPO_ROOT)}
+    assert by_quantity["qlora_0_5b"].model == "Qwen/Qwen2.5-0.5B-Instruct"
+    assert "1.5B" in by_quantity["qlora_1_5b_capacity"].model
+    block = reported_block("65", REPO_ROOT)
+    header, lines = block.splitlines()[0], block.splitlines()[1:]
+    assert "0.5B" not in header, header
+    capacity = next(line for line in lines if line.strip().startswith("qlora_1_5b_capacity"))
+    assert "1.5B" in capacity and "0.5B" not in capacity, capacity
+    single = reported_block("14", REPO_ROOT)  # one model for every figure: named once, in the header
+    assert "Qwen/Qwen2.5-0.5B-Instruct" in single.splitlines()[0]

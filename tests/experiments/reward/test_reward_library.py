@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from tools.data.arithmetic import generate_tasks
+from tools.data.lab_tasks import sample_problems
 from tools.experiments.reward import bradley_terry, ppo_losses, rollouts, signals, verl_reference
 from tools.experiments.reward.heads import load_reward_model, pad_rows, token_scores
 from tools.experiments.reward.masks import last_valid_positions, read_last
@@ -64,7 +64,7 @@ def test_reward_head_reads_the_token_transformers_reads(tiny_model_dir, one_cpu_
 
 def test_rollouts_mask_the_response_up_to_its_end_and_log_probs_match_a_plain_forward(tiny):
     model, tokenizer = tiny
-    tasks = generate_tasks(seed=5, per_operation=1)
+    tasks = sample_problems("add", "train", 4, seed=5)
     batch = rollouts.generate(model, tokenizer, tasks, max_new_tokens=5, temperature=1.0, seed=3)
     assert batch.sequences.shape[0] == len(tasks) == len(batch.texts) == len(batch.correct)
     assert batch.response_mask.shape == (len(tasks), batch.sequences.shape[1] - batch.prompt_width)
@@ -87,7 +87,7 @@ def test_rollouts_mask_the_response_up_to_its_end_and_log_probs_match_a_plain_fo
 def test_value_model_starts_at_zero_and_frozen_copy_never_trains(tiny):
     model, tokenizer = tiny
     value_model = ValueModel(model)
-    batch = rollouts.generate(model, tokenizer, generate_tasks(seed=6, per_operation=1), max_new_tokens=3,
+    batch = rollouts.generate(model, tokenizer, sample_problems("add", "train", 3, seed=6), max_new_tokens=3,
                               temperature=1.0, seed=1)
     assert float(rollouts.response_values(value_model, batch).abs().sum()) == 0.0
     frozen = frozen_copy(model)

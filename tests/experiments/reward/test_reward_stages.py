@@ -13,7 +13,7 @@ from tools.experiments.registry import get_experiment
 from tools.experiments.reward import ppo_stage, reward_model_stage, signal_stage
 
 SMALL = {
-    "ppo": {"iterations": 1, "tasks_per_iteration": 2, "samples_per_task": 2},
+    "ppo": {"iterations": 1, "tasks_per_iteration": 2, "samples_per_task": 2, "probe_tasks": 2},
     "reward_model": {"train_pairs": 2, "calibration_pairs": 2, "hidden_pairs": 2},
     "reward_signal": {},
 }
@@ -33,7 +33,8 @@ def test_dry_run_describes_and_writes_nothing(name, tmp_path):
 @pytest.mark.parametrize("name", sorted(CHAPTERS))
 def test_cpu_smoke_writes_one_record_and_refuses_the_label_again(name, tmp_path, monkeypatch, tiny_model_dir,
                                                                  one_cpu_thread):
-    monkeypatch.setattr(signal_stage, "PER_OPERATION", 1)
+    monkeypatch.setattr(signal_stage, "TASK_COUNT", 4)
+    monkeypatch.setattr(signal_stage, "VALUE_TASK_COUNT", 4)
     monkeypatch.setattr(signal_stage, "SAMPLES_PER_TASK", 2)
     monkeypatch.setattr(reward_model_stage, "TRAIN_STEPS", 3)
     plan = Plan(experiment=name, chapter=CHAPTERS[name], run_mode="cpu_smoke", label="pytest_reward",

@@ -65,7 +65,8 @@ def test_each_record_holds_what_the_checks_read(records):
         side = own["evaluation_side_effects"]
         assert side["parameters_unchanged"] and side["gradients_unchanged"] and side["training_mode_restored"]
         assert side["optimizer_state_unchanged"] is None  # not observable from the hook: null, never true
-        assert own["split_audit"]["trained_examples"] == 3 * 4
+        config = record["config"]
+        assert own["split_audit"]["trained_examples"] == config["steps"] * config["batch_size"] * config["grad_accumulation"]
 
 
 def test_the_lookalikes_look_like_training(records):

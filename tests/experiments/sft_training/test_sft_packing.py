@@ -26,9 +26,11 @@ from tools.experiments.sft_training.packing import (
     collate,
     first_fit_rows,
     install_block_mask,
+    dense_mask_bytes,
     isolation_check,
     packed_batch,
     padded_batch,
+    padding_free_batch,
 )
 from tools.experiments.sft_training.plans import ch_30, plan_for
 from tools.experiments.sft_training.runner import run_stage
@@ -145,7 +147,7 @@ def test_the_collate_hook_follows_the_variant(examples):
 
 
 @pytest.fixture(scope="module")
-def stage_records(tmp_path_factory):
+def stage_records(tmp_path_factory, lab_models):
     results = tmp_path_factory.mktemp("ch30")
     plan = plan_for("30")
     config = StageConfig(chapter="30", run_mode="cpu_smoke", run_label="pytest_ch30", results_root=results,
@@ -157,8 +159,73 @@ def stage_records(tmp_path_factory):
 
 def test_the_plan_compares_three_lengths_padded_and_packed():
     names = [spec.name for spec in ch_30.variants("cpu_smoke")]
-    assert names == ["padded_64", "packed_64", "padded_128", "packed_128", "padded_256", "packed_256"]
+    assert names == ["padded_128", "packed_128", "padded_512", "packed_512", "padded_2048", "packed_2048"]
     assert [spec.max_length for spec in ch_30.variants("real_gpu")][::2] == list(ch_30.LENGTHS["real_gpu"])
+    assert max(ch_30.LENGTHS["cpu_smoke"]) >= 2048 and max(ch_30.LENGTHS["real_gpu"]) >= 8192  # issue 22
+    assert ch_30.STAGE["cpu_smoke"]["model_id"] == "lab"  # starts from a model that knows some arithmetic
+    assert ch_30.STAGE["cpu_smoke"]["steps"] > ch_30.WARMUP_STEPS + 1  # at least two timed steps: a spread
+
+
+def test_a_padding_free_row_is_what_flattening_gives_and_isolates_without_any_mask(lab_models, examples):
+    """The padding-free path (DataCollatorWithFlattening, TRL padding_free): one row, no padding, no mask;
+    transformers finds the examples from position_ids when no 2-D mask and no cache are passed."""
+    from tools.models.loading import load_causal_lm
+
+    model, tokenizer = load_causal_lm(lab_models["lab"])
+    model.eval()
+    chosen = examples[:4]
+    row = padding_free_batch(chosen)
+    flat = DataCollatorWithFlattening()([{"input_ids": list(e.input_ids), "labels": list(e.labels)} for e in chosen])
+    for key in ("input_ids", "labels", "position_ids"):
+        assert row[key].tolist() == flat[key].tolist(), key
+    assert row["input_ids"].shape == (1, sum(len(e.input_ids) for e in chosen))  # not one padding position
+    with torch.no_grad():
+        flat_logits = model(input_ids=row["input_ids"], position_ids=row["position_ids"], use_cache=False).logits[0]
+        mixed = model(input_ids=row["input_ids"], position_ids=row["position_ids"],
+                      attention_mask=row["attention_mask"]).logits[0]  # a 2-D mask switches the detection off
+        cursor, isolated, leaked = 0, 0.0, 0.0
+        for example in chosen:
+            length = len(example.input_ids)
+            alone = model(**pad_batch([example], tokenizer.pad_token_id)).logits[0, :length]
+            isolated = max(isolated, float((flat_logits[cursor:cursor + length] - alone).abs().max()))
+            leaked = max(leaked, float((mixed[cursor:cursor + length] - alone).abs().max()))
+            cursor += length
+    assert isolated < 1e-4 and leaked > 1e-2
+    with pytest.raises(ConfigError):
+        padding_free_batch([])
+
+
+def test_a_dense_mask_grows_as_the_square_of_the_row():
+    assert dense_mask_bytes(32768) == 2 ** 30  # 1 GiB of bool per row at 32k tokens (issue 22)
+    assert dense_mask_bytes(32768, element_bytes=4) == 4 * 2 ** 30 and dense_mask_bytes(2048, rows=4) == 4 * 2048 ** 2
+    for bad in (0, -1, 2.0, True):
+        with pytest.raises(ConfigError):
+            dense_mask_bytes(bad)
+
+
+def _markdown(path: str) -> str:
+    notebook = read_notebook(path)
+    return "\n".join(cell.source for cell in notebook.cells if cell.cell_type == "markdown")
+
+
+def test_the_chapter_teaches_the_padding_free_path_beside_the_dense_mask():
+    text = _markdown("notebooks/30-long-context.ipynb")
+    for needed in ("DataCollatorWithFlattening", "padding_free=True", "flash_attn_varlen_func", "cu_seqlens",
+                   "1 GiB", "flash 内核", "免填充"):
+        assert needed in text, needed
+
+
+def test_the_chapter_claims_one_example_per_row_only_where_the_plan_gives_it(examples):
+    """Cell 27 once said the shortest length holds one example per row: true for cpu_smoke's old 64,
+    false for real_gpu's 128. Whatever the notebook says must hold for every planned length."""
+    text = _markdown("notebooks/30-long-context.ipynb")
+    micro_batch = examples[:ch_30.STAGE["cpu_smoke"]["batch_size"]]
+    lengths = [length for mode in ("cpu_smoke", "real_gpu") for length in ch_30.LENGTHS[mode]]
+    per_row = {length: len(micro_batch) / len(first_fit_rows([len(e.input_ids) for e in micro_batch], length))
+               for length in lengths}
+    if any(count > 1 for count in per_row.values()):
+        assert "一行只放得下一条样本" not in text, per_row
+    assert all(count > 1 for count in per_row.values()), per_row  # every planned length packs
 
 
 def test_packed_training_equals_padded_training_on_the_stage(stage_records):

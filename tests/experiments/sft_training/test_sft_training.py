@@ -146,3 +146,52 @@ def test_the_command_line_runs_a_chapter_plan(tmp_path, monkeypatch, capsys):
     assert main(["--chapter", "14", "--run-mode", "cpu_smoke", "--label", "pytest_cli3", "--model", "nobody/not-cached",
                  "--results-dir", str(tmp_path / "results")]) == 4  # as the preflight and the other stage commands
     assert not list(Path(tmp_path / "results").rglob("*pytest_cli3*"))
+
+
+def test_the_recorded_learning_rate_is_the_one_the_optimiser_applied(tmp_path, monkeypatch):
+    """A scheduler that halves the rate inside step() must show in the record: the stage reads the
+    optimiser's param_groups, not its own plan (issue 22: a planned-vs-applied check that can fail)."""
+    import tools.experiments.sft_training.training as training
+
+    class HalvingAdamW(torch.optim.AdamW):
+        def zero_grad(self, set_to_none=True):
+            super().zero_grad(set_to_none=set_to_none)
+            for group in self.param_groups:
+                group["lr"] = group["lr"] / 2  # set after the loop's own assignment, before step()
+
+    monkeypatch.setattr(training.torch.optim, "AdamW", HalvingAdamW)
+    config = stage(tmp_path, run_label="lr_halved", steps=2, learning_rate=1e-3)
+    record = json.loads(run_stage(config, [AdapterSpec("v")])[0]["path"].read_text(encoding="utf-8"))
+    assert record["measurements"]["learning_rates"] == pytest.approx([5e-4, 5e-4], rel=1e-12)
+
+
+def test_a_tensor_hash_covers_dtype_shape_and_bytes():
+    from tools.experiments.sft_training.adapters import tensor_hashes
+
+    def hashes_of(tensor):
+        module = torch.nn.Module()
+        module.weight = torch.nn.Parameter(tensor, requires_grad=False)
+        return tensor_hashes(module)["weight"]
+
+    square = torch.arange(16, dtype=torch.int32).float().reshape(4, 4)
+    assert hashes_of(square) == hashes_of(square.clone())
+    assert hashes_of(square) != hashes_of(square.reshape(2, 8)), "a reshape keeps the bytes but is another tensor"
+    assert hashes_of(square) != hashes_of(square.view(torch.int32)), "the same bytes read as another dtype"
+    assert hashes_of(torch.zeros(2)) != hashes_of(-torch.zeros(2))
+
+
+def test_a_four_bit_weight_hash_covers_its_quantisation_state():
+    """The packed NF4 codes alone do not say what the weight is: changing absmax must change the hash."""
+    pytest.importorskip("bitsandbytes")
+    from tools.experiments.sft_training.adapters import tensor_hashes
+    from tools.experiments.sft_training.quantisation import quantise_linear_layers
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential()
+    model.add_module("q_proj", torch.nn.Linear(64, 64, bias=False))
+    quantise_linear_layers(model, compute_dtype=torch.float32)
+    before = tensor_hashes(model)["q_proj.weight"]
+    codes = model.q_proj.weight.data.clone()
+    model.q_proj.weight.quant_state.absmax.mul_(2)  # the same codes now stand for other values
+    assert torch.equal(model.q_proj.weight.data, codes)
+    assert tensor_hashes(model)["q_proj.weight"] != before

@@ -17,9 +17,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterator
 
-from tools.core.catalog import Chapter
+from tools.core.catalog import Chapter, order_by_prerequisites
 from tools.course.cells import read_notebook, tags, write_notebook
 from tools.course.layout import CourseLayout
+from tools.course.runs.chain import HandOffs
 from tools.errors import ConfigError, LabelLockedError, NotebookExecutionError
 from tools.core.paths import default_results_dir
 from tools.core.runs import validate_run_label, validate_run_mode
@@ -188,23 +189,33 @@ def parse_parameters(pairs: list[str] | None) -> dict:
 def run_chapters(root: Path, chapters: list[Chapter], *, run_mode: str, label: str | None = None,
                  results_dir: str | None = None, show_progress: bool = True,
                  extra_parameters: dict | None = None) -> tuple[str, list[ChapterRun]]:
-    """Run `chapters` in order under one label; return the label and every chapter's outcome."""
+    """Run `chapters` under one label, each after its prerequisites (projects after the projects whose
+    manifests they read, see `tools.course.runs.chain`); return the label and every chapter's outcome."""
     from tqdm import tqdm
 
     run_mode, label, folder = resolve_run_settings(root, run_mode, label, results_dir)
+    chapters = order_by_prerequisites(chapters)
     output_dir = CourseLayout(root).run_dir(label)
     with label_lock(root, label):
         output_dir.mkdir(parents=True, exist_ok=True)
         outcomes = []
+        handoffs = HandOffs(root, folder, label)
         bar = tqdm(chapters, desc=f"{run_mode} {label}", unit="chapter", disable=not show_progress)
         for chapter in bar:
             bar.set_postfix_str(chapter.id)
-            outcomes.append(run_chapter(root, chapter, run_mode=run_mode, label=label, results_dir=folder,
-                                        output_dir=output_dir, extra_parameters=extra_parameters))
+            blocked = handoffs.blocked_by(chapter)
+            if blocked:
+                outcomes.append(ChapterRun(chapter.id, run_mode, "blocked", 0.0, [], "", error=(
+                    f"not run: upstream project(s) {', '.join(blocked)} did not pass in this batch")))
+            else:
+                parameters = {**(extra_parameters or {}), **handoffs.parameters(chapter)}
+                outcomes.append(run_chapter(root, chapter, run_mode=run_mode, label=label, results_dir=folder,
+                                            output_dir=output_dir, extra_parameters=parameters))
+            handoffs.finished(chapter, outcomes[-1].status == "passed")
         bar.close()
         summary = {"run_mode": run_mode, "label": label, "parameters": extra_parameters or {},
                    "results_dir": None if folder is None else str(folder),
-                   "chapters": [asdict(outcome) for outcome in outcomes]}
+                   "chapters": [asdict(outcome) for outcome in outcomes], "handoffs": handoffs.promised}
         (output_dir / "summary.json").write_text(json.dumps(summary, ensure_ascii=False, indent=2) + "\n",
                                                  encoding="utf-8")
     return label, outcomes
@@ -219,7 +230,9 @@ def format_summary(outcomes: list[ChapterRun]) -> str:
              "  ".join("-" * width for width in widths)]
     lines.extend("  ".join(value.ljust(width) for value, width in zip(row, widths)) for row in rows)
     for outcome in outcomes:
-        if outcome.status != "passed":
+        if outcome.status == "blocked":
+            lines.append(f"BLOCKED {outcome.chapter}: {outcome.error}")
+        elif outcome.status != "passed":
             lines.append(f"FAILED {outcome.chapter}: cell {outcome.failed_cell}: {outcome.error} "
                          f"(executed notebook: {outcome.output_notebook})")
     return "\n".join(lines)

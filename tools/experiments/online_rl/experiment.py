@@ -14,4 +14,11 @@ EXPERIMENTS = (
         run_modes=("dry_run", "cpu_smoke", "real_gpu"),
         device_steps=(DeviceStep("grpo_18", "grpo_rlvr", order=60, chapter="18", max_s=240),),
     ),
+    Experiment(
+        name="tool_use_rl",
+        title="The lab model learns to call the calculator tool (REINFORCE over candidate actions)",
+        chapters=("PT-AGENTIC-RL",),
+        runner="tools.experiments.online_rl.tool_stage:run",
+        run_modes=("dry_run", "cpu_smoke"),
+    ),
 )

@@ -15,7 +15,7 @@ from tools.experiments.online_rl import advantages as advantages_module
 from tools.experiments.online_rl import losses as losses_module
 from tools.experiments.online_rl import verifier as verifier_module
 from tools.experiments.online_rl.batch import pack, response_logprobs
-from tools.experiments.online_rl.rollouts import greedy_exact_match, sample_replies
+from tools.experiments.online_rl.rollouts import greedy_exact_match, prompt_of, sample_replies
 
 OUTCOMES = ("correct", "wrong", "format_error", "truncated")
 
@@ -53,7 +53,7 @@ def grpo_step(model, optimizer, tokenizer, tasks: Sequence, settings: GrpoSettin
     """One sampled batch and its updates; the step's measurements."""
     import torch
 
-    groups = sample_replies(model, tokenizer, [task.prompt for task in tasks], settings.group_size,
+    groups = sample_replies(model, tokenizer, [prompt_of(task) for task in tasks], settings.group_size,
                             max_new_tokens=settings.max_new_tokens, temperature=settings.temperature,
                             seed=settings.seed * 1000 + step)
     verdicts = [[mechanism.verify(reply["text"], task.label, reply["finished"]) for reply in group]

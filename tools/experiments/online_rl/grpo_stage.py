@@ -11,10 +11,12 @@ from __future__ import annotations
 import time
 from typing import Callable
 
+from tools.data import lab_tasks
 from tools.data.arithmetic import generate_tasks
 from tools.experiments.online_rl.grpo import PACKAGE_MECHANISM, GrpoSettings, Mechanism, run_grpo
 from tools.experiments.online_rl.models import load_quietly
 from tools.measure.sampler import ResourceSampler, peaks
+from tools.models.architectures import LAB_MODEL_IDS
 
 VARIANTS = {"minimal": 2, "extended": 6}
 """Variant -> candidates sampled per prompt."""
@@ -24,12 +26,17 @@ MIB = 2 ** 20
 MIN_EXACT_MATCH_GAIN = 0.05
 """A variant is accepted when held-out exact match rises by at least this much (absolute)."""
 PLANS = {
-    "cpu_smoke": {"steps": 8, "prompts_per_step": 4, "updates_per_batch": 2, "learning_rate": 2e-3,
-                  "max_new_tokens": 6, "train_seed": 101, "eval_seed": 20240601, "per_operation": 4},
+    "cpu_smoke": {"steps": 8, "prompts_per_step": 16, "updates_per_batch": 2, "learning_rate": 1e-4,
+                  "max_new_tokens": 6, "train_seed": 101, "eval_seed": 20240601, "per_operation": 4,
+                  "train_problems": 128},
     "real_gpu": {"steps": 4, "prompts_per_step": 2, "updates_per_batch": 1, "learning_rate": 1e-5,
                  "max_new_tokens": 16, "train_seed": 101, "eval_seed": 20240601, "per_operation": 2},
 }
-"""Per run mode; real_gpu follows the original course's scale: 2 prompts, 4 updates."""
+"""Per run mode; real_gpu follows the original course's scale: 2 prompts, 4 updates. With a lab model
+(cpu_smoke's default), the tasks are the lab task's: `train_problems` drawn from its train split with
+`train_seed`, and its whole held-out split (disjoint by content hash); with any other model, the
+arithmetic generator's tasks (`per_operation` of each operation, seeds `train_seed` / `eval_seed`)."""
+LAB_TASK = lab_tasks.PRETRAINING_TASK
 
 
 def stage_names(variants) -> list[str]:
@@ -44,6 +51,17 @@ def settings_for(run_mode: str, variant: str, seed: int, overrides: dict | None 
     return settings, plan
 
 
+def tasks_for(model_id: str, plan: dict) -> tuple[list, list, dict]:
+    """`(train, held_out, description)`: the lab task's splits for a lab model, else the arithmetic generator's."""
+    if model_id in LAB_MODEL_IDS:
+        train = lab_tasks.sample_problems(LAB_TASK, "train", plan["train_problems"], plan["train_seed"])
+        held_out = lab_tasks.problems(LAB_TASK, "heldout")
+        return train, held_out, {"source": lab_tasks.LAB_TASK_VERSION, "task": LAB_TASK,
+                                 "train_seed": plan["train_seed"], "held_out_split": "heldout"}
+    return (generate_tasks(plan["train_seed"], plan["per_operation"]), generate_tasks(plan["eval_seed"], plan["per_operation"]),
+            {"source": "tools.data.arithmetic", "train_seed": plan["train_seed"], "eval_seed": plan["eval_seed"]})
+
+
 def run_variant(model_id: str, model_source: str, device: str, variant: str, seed: int, run_mode: str,
                 overrides: dict | None = None, mechanism: Mechanism = PACKAGE_MECHANISM,
                 log: Callable | None = None) -> dict:
@@ -51,13 +69,11 @@ def run_variant(model_id: str, model_source: str, device: str, variant: str, see
     import torch
 
     settings, plan = settings_for(run_mode, variant, seed, overrides)
-    train = generate_tasks(plan["train_seed"], plan["per_operation"])
-    held_out = generate_tasks(plan["eval_seed"], plan["per_operation"])
+    train, held_out, task_info = tasks_for(model_id, plan)
     model, tokenizer, identity = load_quietly(model_id, model_source, device)
     cuda = device.startswith("cuda")
     body = {"variant": variant, "group_size": settings.group_size, "settings": settings.public(), "model": identity,
-            "tasks": {"train_seed": plan["train_seed"], "eval_seed": plan["eval_seed"], "train": len(train),
-                      "held_out": len(held_out)}}
+            "tasks": {**task_info, "train": len(train), "held_out": len(held_out)}}
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     sampler = ResourceSampler(device="cuda" if cuda else "cpu")

@@ -1,17 +1,17 @@
 """Sampling groups of answers from a causal LM, and greedy exact-match on held-out tasks.
 
-Sampling uses `tools.models.loading.sampling_generation_kwargs` (the plain softmax of logits /
-temperature, no top-k, top-p or repetition penalty), so the log-probabilities of a later forward
-pass are those of the policy that sampled. A reply is *finished* when the model wrote its eos token
-within the token limit; its tokens are kept up to and including that eos.
+Both go through `tools.models.lab_sampling.sample` (batched, left-padded chat prompts, the plain
+softmax of logits / temperature with no top-k, top-p or repetition penalty), so the log-probabilities
+of a later forward pass are those of the policy that sampled. A prompt is a string (one user turn)
+or a list of chat messages (a lab problem's `messages()`). A reply is *finished* when the model wrote
+its end-of-turn token within the token limit; its tokens are kept up to and including that token.
 """
 
 from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from tools.experiments.online_rl.batch import prompt_token_ids
-from tools.models.loading import sampling_generation_kwargs
+from tools.models.lab_sampling import sample
 
 
 def _cut(generated: Sequence[int], eos: int, pad: int) -> tuple[list[int], bool]:
@@ -24,57 +24,30 @@ def _cut(generated: Sequence[int], eos: int, pad: int) -> tuple[list[int], bool]
     return tokens, False
 
 
-def sample_replies(model, tokenizer, prompts: Sequence[str], group_size: int, *, max_new_tokens: int,
-                   temperature: float = 1.0, seed: int = 0) -> list[list[dict]]:
-    """`group_size` sampled replies per prompt: `{"prompt_ids", "reply_ids", "text", "finished"}`."""
-    import torch
+def prompt_of(task):
+    """What a model is asked: a lab problem's chat messages, else the task's prompt string."""
+    return task.messages() if hasattr(task, "messages") else task.prompt
 
-    device = next(model.parameters()).device
-    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
-    kwargs = sampling_generation_kwargs(temperature, max_new_tokens)
-    groups = []
-    was_training = model.training
-    model.eval()
-    try:
-        for index, prompt in enumerate(prompts):
-            ids = prompt_token_ids(tokenizer, prompt)
-            torch.manual_seed(seed * 100_003 + index)
-            with torch.no_grad():
-                output = model.generate(input_ids=torch.tensor([ids], device=device),
-                                        attention_mask=torch.ones(1, len(ids), dtype=torch.long, device=device),
-                                        num_return_sequences=group_size, pad_token_id=pad, eos_token_id=eos, **kwargs)
-            group = []
-            for row in output[:, len(ids):].tolist():
-                reply, finished = _cut(row, eos, pad)
-                group.append({"prompt_ids": ids, "reply_ids": reply, "finished": finished,
-                              "text": tokenizer.decode(reply, skip_special_tokens=True)})
-            groups.append(group)
-    finally:
-        model.train(was_training)
+
+def sample_replies(model, tokenizer, prompts: Sequence, group_size: int, *, max_new_tokens: int,
+                   temperature: float = 1.0, seed: int = 0) -> list[list[dict]]:
+    """`group_size` sampled replies per prompt: `{"prompt_ids", "reply_ids", "text", "finished", "logprobs"}`."""
+    samples = sample(model, tokenizer, list(prompts), n=group_size, temperature=temperature,
+                     max_new_tokens=max_new_tokens, seed=seed)
+    groups = [[] for _ in prompts]
+    for item in samples:
+        groups[item["prompt_index"]].append({"prompt_ids": item["prompt_ids"], "reply_ids": item["response_ids"],
+                                             "text": item["text"], "finished": item["finish_reason"] == "stop",
+                                             "logprobs": item["logprobs"]})
     return groups
 
 
 def greedy_exact_match(model, tokenizer, tasks: Sequence, verify: Callable, *, max_new_tokens: int) -> dict:
     """Greedy replies to `tasks` scored by `verify(text, label, finished)`: the share correct and the outcomes."""
-    import torch
-
-    device = next(model.parameters()).device
-    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
-    outcomes = []
-    was_training = model.training
-    model.eval()
-    try:
-        for task in tasks:
-            ids = prompt_token_ids(tokenizer, task.prompt)
-            with torch.no_grad():
-                output = model.generate(input_ids=torch.tensor([ids], device=device),
-                                        attention_mask=torch.ones(1, len(ids), dtype=torch.long, device=device),
-                                        do_sample=False, num_beams=1, max_new_tokens=max_new_tokens,
-                                        pad_token_id=pad, eos_token_id=eos)
-            reply, finished = _cut(output[0, len(ids):].tolist(), eos, pad)
-            outcomes.append(verify(tokenizer.decode(reply, skip_special_tokens=True), task.label, finished)["outcome"])
-    finally:
-        model.train(was_training)
+    replies = sample(model, tokenizer, [prompt_of(task) for task in tasks], n=1, temperature=0.0,
+                     max_new_tokens=max_new_tokens)
+    outcomes = [verify(reply["text"], task.label, reply["finish_reason"] == "stop")["outcome"]
+                for task, reply in zip(tasks, replies)]
     counts = {name: outcomes.count(name) for name in ("correct", "wrong", "format_error", "truncated")}
     return {"exact_match": counts["correct"] / len(outcomes) if outcomes else None, "outcomes": counts,
             "tasks": len(outcomes)}

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from tools.experiments.online_rl.batch import pack, response_logprobs
-from tools.experiments.online_rl.rollouts import sample_replies
+from tools.experiments.online_rl.rollouts import prompt_of, sample_replies
 
 
 def batch_mean_advantages(group_rewards: list[list[float | None]]) -> list[list[float | None]]:
@@ -50,7 +50,7 @@ def gradient_variance(model, tokenizer, tasks: Sequence, *, group_size: int, dra
     estimates = {"leave_one_out": [], "batch_mean": []}
     rewards_seen, mixed_groups = [], 0
     for draw in range(draws):
-        groups = sample_replies(model, tokenizer, [task.prompt for task in tasks], group_size,
+        groups = sample_replies(model, tokenizer, [prompt_of(task) for task in tasks], group_size,
                                 max_new_tokens=max_new_tokens, temperature=temperature, seed=seed * 10_007 + draw)
         rewards = [[verify(reply["text"], task.label, reply["finished"])["reward"] for reply in group]
                    for task, group in zip(tasks, groups)]

@@ -24,24 +24,26 @@ from tools.experiments.preference import sampling, training
 from tools.experiments.preference.pairs import verified_pairs
 from tools.experiments.preference.stage import (
     frozen_copy,
+    lab_task_splits,
     load_model,
     manifest,
     measured,
     settings_for,
-    task_splits,
     trainable_copy,
 )
 
 SCHEMA = "preference-dpo-sweep/v1"
 BETAS = {"beta_0.05": 0.05, "beta_0.10": 0.10, "beta_0.30": 0.30}
 DEFAULTS = {
-    "cpu_smoke": {"train_seed": 101, "train_per_operation": 8, "eval_seed": 909, "eval_per_operation": 6,
-                  "samples": 4, "pairs": 16, "steps": 8, "learning_rate": 5e-5, "drift_samples": 2,
-                  "max_new_tokens": 8, "seed": 0},
-    "real_gpu": {"train_seed": 101, "train_per_operation": 4, "eval_seed": 909, "eval_per_operation": 4,
-                 "samples": 4, "pairs": 4, "steps": 4, "learning_rate": 5e-6, "drift_samples": 2,
-                 "max_new_tokens": 16, "seed": 0},
+    "cpu_smoke": {"train_seed": 101, "train_problems": 48, "eval_seed": 909, "eval_problems": 200,
+                  "held_out_pair_problems": 48, "samples": 4, "pairs": 28, "steps": 5, "learning_rate": 5e-5,
+                  "drift_samples": 2, "max_new_tokens": 6, "seed": 0},
+    "real_gpu": {"train_seed": 101, "train_problems": 16, "eval_seed": 909, "eval_problems": 64,
+                 "held_out_pair_problems": 16, "samples": 4, "pairs": 4, "steps": 4, "learning_rate": 5e-6,
+                 "drift_samples": 2, "max_new_tokens": 16, "seed": 0},
 }
+"""cpu_smoke trains the lab model (python -m tools.models lab-build); its problems come from the lab task's
+train and heldout splits (tools.data.lab_tasks), the same prompts real_gpu gives Qwen2.5-0.5B-Instruct."""
 
 
 def variant_names(chapter: str = "17", run_mode: str = "cpu_smoke") -> tuple[str, ...]:
@@ -55,8 +57,9 @@ def stages_of(variants) -> list[str]:
 def describe(plan, settings: dict, variants) -> list[str]:
     return [f"DPO beta sweep ({', '.join(variants)}) on {plan.model} ({plan.model_source}, {plan.device}):",
             (f"  pairs from the model's own samples: {settings['samples']} replies per training prompt "
-             f"(seed {settings['train_seed']}, {settings['train_per_operation']} per operation), up to "
-             f"{settings['pairs']} verified pairs; held-out prompts seed {settings['eval_seed']}"),
+             f"({settings['train_problems']} lab-task train problems, seed {settings['train_seed']}), up to "
+             f"{settings['pairs']} verified pairs; {settings['eval_problems']} held-out problems "
+             f"(seed {settings['eval_seed']})"),
             (f"  per beta: {settings['steps']} full-batch DPO updates at learning rate {settings['learning_rate']}, "
              "then pair accuracy, held-out exact match, held-out margin and drift samples"),
             f"  records: {', '.join(stages_of(variants))}"]
@@ -108,10 +111,11 @@ def run(plan, sink, *, log: Callable[[str], None] | None = None) -> None:
     try:
         torch.manual_seed(settings["seed"])
         start, tokenizer, identity = load_model(plan)
-        splits = task_splits(settings["train_seed"], settings["train_per_operation"], settings["eval_seed"],
-                             settings["eval_per_operation"])
+        splits = lab_task_splits(settings["train_seed"], settings["train_problems"], settings["eval_seed"],
+                                 settings["eval_problems"])
         pairs, counts = build_pairs(start, tokenizer, splits["train"], settings, seed=settings["seed"])
-        held_pairs, held_counts = build_pairs(start, tokenizer, splits["held_out"], settings, seed=settings["seed"] + 1)
+        held_pairs, held_counts = build_pairs(start, tokenizer, splits["held_out"][:settings["held_out_pair_problems"]],
+                                              settings, seed=settings["seed"] + 1)
         if not pairs:
             raise ConfigError("no training pair could be built from the model's replies")
         before = sampling.exact_match(start, tokenizer, splits["held_out"], max_new_tokens=settings["max_new_tokens"])
@@ -134,7 +138,7 @@ def run(plan, sink, *, log: Callable[[str], None] | None = None) -> None:
                 policy = trainable_copy(start)
                 history = training.dpo_updates(policy, reference, rows, beta=beta, steps=settings["steps"],
                                                learning_rate=settings["learning_rate"], pad_id=pad_id)
-                held = [task.prompt for task in splits["held_out"]]
+                held = [task.prompt for task in splits["held_out"][:settings["held_out_pair_problems"]]]
                 samples = sampling.sample_replies(policy, tokenizer, held, samples=settings["drift_samples"],
                                                   max_new_tokens=settings["max_new_tokens"], seed=settings["seed"] + 2)
                 prompts = [training.chat_prompt_ids(tokenizer, prompt) for prompt, group in zip(held, samples)

@@ -23,21 +23,21 @@ from tools.experiments.preference import sampling, training
 from tools.experiments.preference.pairs import binary_examples
 from tools.experiments.preference.stage import (
     frozen_copy,
+    lab_task_splits,
     load_model,
     manifest,
     measured,
     settings_for,
-    task_splits,
     trainable_copy,
 )
 
 SCHEMA = "preference-kto/v1"
 VARIANTS = ("balanced", "imbalanced_weighted", "imbalanced_unweighted")
 DEFAULTS = {
-    "cpu_smoke": {"train_seed": 101, "train_per_operation": 8, "eval_seed": 909, "eval_per_operation": 6,
-                  "samples": 4, "balanced_per_class": 8, "imbalanced_desirable": 3, "imbalanced_undesirable": 12,
-                  "steps": 8, "beta": 0.1, "learning_rate": 5e-5, "max_new_tokens": 8, "seed": 0},
-    "real_gpu": {"train_seed": 101, "train_per_operation": 4, "eval_seed": 909, "eval_per_operation": 4,
+    "cpu_smoke": {"train_seed": 101, "train_problems": 48, "eval_seed": 909, "eval_problems": 200,
+                  "samples": 4, "balanced_per_class": 24, "imbalanced_desirable": 5, "imbalanced_undesirable": 30,
+                  "steps": 5, "beta": 0.1, "learning_rate": 5e-5, "max_new_tokens": 6, "seed": 0},
+    "real_gpu": {"train_seed": 101, "train_problems": 16, "eval_seed": 909, "eval_problems": 64,
                  "samples": 4, "balanced_per_class": 4, "imbalanced_desirable": 2, "imbalanced_undesirable": 8,
                  "steps": 4, "beta": 0.1, "learning_rate": 5e-6, "max_new_tokens": 16, "seed": 0},
 }
@@ -109,8 +109,8 @@ def run(plan, sink, *, log: Callable[[str], None] | None = None) -> None:
     try:
         torch.manual_seed(settings["seed"])
         start, tokenizer, identity = load_model(plan)
-        splits = task_splits(settings["train_seed"], settings["train_per_operation"], settings["eval_seed"],
-                             settings["eval_per_operation"])
+        splits = lab_task_splits(settings["train_seed"], settings["train_problems"], settings["eval_seed"],
+                                 settings["eval_problems"])
         replies = sampling.sample_replies(start, tokenizer, [task.prompt for task in splits["train"]],
                                           samples=settings["samples"], max_new_tokens=settings["max_new_tokens"],
                                           seed=settings["seed"])
@@ -130,11 +130,14 @@ def run(plan, sink, *, log: Callable[[str], None] | None = None) -> None:
             def work(examples=examples, weights=weights) -> dict:
                 torch.manual_seed(settings["seed"])
                 policy = trainable_copy(start)
-                history = training.kto_updates(policy, reference, training.binary_rows(tokenizer, examples),
-                                               beta=settings["beta"], steps=settings["steps"],
+                rows = training.binary_rows(tokenizer, examples)
+                history = training.kto_updates(policy, reference, rows, beta=settings["beta"], steps=settings["steps"],
                                                learning_rate=settings["learning_rate"], pad_id=tokenizer.pad_token_id,
                                                **weights)
-                return {"history": history, "held_out_exact_match": {"before": before, "after": sampling.exact_match(
+                return {"history": history,
+                        "class_rewards": training.class_rewards(policy, reference, rows, beta=settings["beta"],
+                                                                pad_id=tokenizer.pad_token_id),
+                        "held_out_exact_match": {"before": before, "after": sampling.exact_match(
                     policy, tokenizer, splits["held_out"], max_new_tokens=settings["max_new_tokens"])}}
 
             n_good = sum(example["label"] for example in examples)

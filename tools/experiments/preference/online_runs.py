@@ -1,8 +1,9 @@
 """Chapter 51's Step 5: rounds of online DPO with an adoption gate, a guard metric and rollback by hash.
 
-Stage `setup`: the fixed evaluation set (the operations the gate judges), the guard set (the other
-operations), the training prompts, the starting model's version (sha256 of its tensors), its guard
-metric (exact match on the guard set) and the version log's base entry.
+Stage `setup`: the fixed evaluation set the gate judges (held-out lab-task sums with a two-digit answer),
+the guard set (other sums, with a three-digit answer), the starting model's version (sha256 of its
+tensors), its guard metric (exact match on the guard set) and the version log's base entry. Each round
+names the training problems it samples (lab-task train split: every sum, or only the two-digit ones).
 
 Stage `round_<k>`: the serving version samples a group of replies per training prompt of the round's
 operations; the verifier scores them (1 right, 0 wrong); each group gives its first best against its
@@ -21,12 +22,12 @@ import math
 import statistics
 from collections.abc import Callable
 
-from tools.data.arithmetic import generate_tasks, score_response
-from tools.errors import ConfigError
+from tools.data.arithmetic import score_response
 from tools.experiments.preference import sampling, training
 from tools.experiments.preference.judge import PairwiseJudge
 from tools.experiments.preference.stage import (
     frozen_copy,
+    lab_task_slice,
     load_model,
     manifest,
     measured,
@@ -37,27 +38,27 @@ from tools.experiments.preference.trl_runs import state_sha256
 
 SCHEMA = "preference-online-dpo/v1"
 DEFAULTS = {
-    "cpu_smoke": {"train_seed": 101, "train_per_operation": 8, "eval_seed": 909, "eval_per_operation": 10,
-                  "guard_seed": 707, "guard_per_operation": 10, "gate_operations": ["add", "sub"],
-                  "guard_operations": ["mul", "floordiv"], "group_size": 4, "beta": 0.1, "confidence": 0.95,
-                  "min_decisive": 6, "max_drop": 0.05, "max_new_tokens": 8, "seed": 0,
-                  "rounds": [{"operations": ["add", "sub", "mul", "floordiv"], "steps": 8, "learning_rate": 5e-5},
-                             {"operations": ["add", "sub"], "steps": 30, "learning_rate": 5e-4}]},
-    "real_gpu": {"train_seed": 101, "train_per_operation": 4, "eval_seed": 909, "eval_per_operation": 6,
-                 "guard_seed": 707, "guard_per_operation": 6, "gate_operations": ["add", "sub"],
-                 "guard_operations": ["mul", "floordiv"], "group_size": 4, "beta": 0.1, "confidence": 0.95,
-                 "min_decisive": 4, "max_drop": 0.05, "max_new_tokens": 16, "seed": 0,
-                 "rounds": [{"operations": ["add", "sub", "mul", "floordiv"], "steps": 4, "learning_rate": 5e-6},
-                            {"operations": ["add", "sub"], "steps": 12, "learning_rate": 5e-5}]},
+    "cpu_smoke": {"eval_seed": 909, "eval_problems": 150, "guard_seed": 707, "guard_problems": 150,
+                  "group_size": 4, "beta": 0.1, "confidence": 0.95, "min_decisive": 8, "max_drop": 0.02,
+                  "max_new_tokens": 6, "seed": 0,
+                  "rounds": [{"answers": "any", "train_seed": 101, "train_problems": 48, "steps": 3,
+                              "learning_rate": 5e-5},
+                             {"answers": "two_digit", "train_seed": 202, "train_problems": 48, "steps": 5,
+                              "learning_rate": 5e-5}]},
+    "real_gpu": {"eval_seed": 909, "eval_problems": 48, "guard_seed": 707, "guard_problems": 48,
+                 "group_size": 4, "beta": 0.1, "confidence": 0.95, "min_decisive": 4, "max_drop": 0.05,
+                 "max_new_tokens": 16, "seed": 0,
+                 "rounds": [{"answers": "any", "train_seed": 101, "train_problems": 16, "steps": 4,
+                             "learning_rate": 5e-6},
+                            {"answers": "two_digit", "train_seed": 202, "train_problems": 16, "steps": 12,
+                             "learning_rate": 5e-5}]},
 }
+"""The gate judges sums with a two-digit answer; the guard watches the sums with a three-digit answer,
+which round 2 (trained on two-digit answers only) does not see."""
 
 
 def stages_of(settings: dict) -> list[str]:
     return ["setup", *(f"round_{k}" for k in range(1, len(settings["rounds"]) + 1))]
-
-
-def _tasks(seed: int, per_operation: int, operations) -> list:
-    return [task for task in generate_tasks(seed=seed, per_operation=per_operation) if task.operation in operations]
 
 
 def wilson_lower(wins: int, n: int, confidence: float) -> float:
@@ -106,8 +107,9 @@ def run(plan, sink, *, log: Callable[[str], None] | None = None) -> None:
         if log:
             log(f"online DPO on {plan.model} ({plan.model_source}, {plan.device}): {len(settings['rounds'])} rounds of "
                 f"{settings['group_size']} replies per prompt, verifier scores, best-vs-worst pairs, DPO; gate on "
-                f"{settings['gate_operations']} (Wilson lower bound > 0.5, >= {settings['min_decisive']} decisive), "
-                f"guard on {settings['guard_operations']} (max drop {settings['max_drop']}); records "
+                f"{settings['eval_problems']} held-out two-digit sums (Wilson lower bound > 0.5, >= "
+                f"{settings['min_decisive']} decisive), guard on {settings['guard_problems']} three-digit sums "
+                f"(max drop {settings['max_drop']}); records "
                 f"{', '.join(stages_of(settings))}")
         return
     sink.require_new(stages_of(settings))
@@ -117,10 +119,9 @@ def run(plan, sink, *, log: Callable[[str], None] | None = None) -> None:
     try:
         torch.manual_seed(settings["seed"])
         serving, tokenizer, identity = load_model(plan)
-        evaluation = _tasks(settings["eval_seed"], settings["eval_per_operation"], settings["gate_operations"])
-        guard_tasks = _tasks(settings["guard_seed"], settings["guard_per_operation"], settings["guard_operations"])
-        if not evaluation or not guard_tasks:
-            raise ConfigError("the evaluation or the guard set is empty; check the operations")
+        evaluation = lab_task_slice("heldout", settings["eval_problems"], settings["eval_seed"], answers="two_digit")
+        guard_tasks = lab_task_slice("validation", settings["guard_problems"], settings["guard_seed"],
+                                     answers="three_digit")
         version = state_sha256(serving)
         log_entries = [{"version": version, "parent": None, "guard": guard_metric(serving, tokenizer, guard_tasks, settings),
                         "state": "good"}]
@@ -130,7 +131,8 @@ def run(plan, sink, *, log: Callable[[str], None] | None = None) -> None:
             "version_log": log_entries}, schema_version=SCHEMA)
         lineage = [sink.lineage(path)]
         for number, round_settings in enumerate(settings["rounds"], start=1):
-            tasks = _tasks(settings["train_seed"], settings["train_per_operation"], round_settings["operations"])
+            tasks = lab_task_slice("train", round_settings["train_problems"], round_settings["train_seed"],
+                                   answers=round_settings["answers"])
 
             def work(tasks=tasks, round_settings=round_settings, number=number) -> dict:
                 nonlocal serving

@@ -49,6 +49,40 @@ def task_splits(train_seed: int, train_per_operation: int, eval_seed: int, eval_
     return {"train": train, "held_out": held}
 
 
+def lab_task_splits(train_seed: int, train_problems: int, eval_seed: int, eval_problems: int,
+                    task: str = "add") -> dict:
+    """Training problems from the lab task's train split and held-out problems from its heldout split
+    (disjoint by content hash), as arithmetic tasks with the same prompt and label."""
+    from tools.data.arithmetic import make_task
+    from tools.data.lab_tasks import sample_problems
+
+    def as_tasks(problems):
+        return [make_task(f"{problem.task}-{problem.a}-{problem.b}", problem.operation, problem.a, problem.b)
+                for problem in problems]
+
+    return {"train": as_tasks(sample_problems(task, "train", train_problems, train_seed)),
+            "held_out": as_tasks(sample_problems(task, "heldout", eval_problems, eval_seed))}
+
+
+def lab_task_slice(split: str, count: int, seed: int, *, answers: str = "any", task: str = "add") -> list:
+    """`count` problems of one split of a lab task drawn with `seed`, as arithmetic tasks; `answers`
+    "two_digit" keeps the problems whose answer is below 100, "three_digit" those at or above it."""
+    import random
+
+    from tools.data.arithmetic import make_task
+    from tools.data.lab_tasks import problems
+
+    keep = {"any": lambda label: True, "two_digit": lambda label: label < 100,
+            "three_digit": lambda label: label >= 100}
+    if answers not in keep:
+        raise ConfigError(f"answers must be one of {', '.join(keep)}, got {answers!r}")
+    pool = [problem for problem in problems(task, split) if keep[answers](problem.label)]
+    if not 1 <= count <= len(pool):
+        raise ConfigError(f"count must lie in 1..{len(pool)} for {task}/{split}/{answers}, got {count!r}")
+    return [make_task(f"{problem.task}-{problem.a}-{problem.b}", problem.operation, problem.a, problem.b)
+            for problem in random.Random(seed).sample(pool, count)]
+
+
 def manifest(tasks: list[ArithmeticTask]) -> list[dict]:
     return [{"task_id": task.task_id, "prompt": task.prompt, "label": task.label} for task in tasks]
 

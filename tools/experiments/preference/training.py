@@ -109,11 +109,16 @@ def dpo_updates(policy, reference, rows: Sequence[PreferenceRow], *, beta: float
 
 
 def _grid_logps(model, rows: Sequence[BinaryRow], pad_id: int):
-    """[n, n] log-probabilities of completion j given prompt i, without a graph."""
+    """The [n, n] prompt x completion matrix kto_reference_point reads, without a graph: only its
+    mismatched entries (i, i - 1 mod n) are computed (n forward rows instead of n * n); every other
+    entry is 0, which kto_reference_point never reads."""
+    import torch
+
     n = len(rows)
-    batch = pack([rows[i].prompt_ids for i in range(n) for _ in range(n)],
-                  [rows[j].completion_ids for _ in range(n) for j in range(n)], pad_id)
-    return response_logprobs(model, batch, frozen=True).reshape(n, n)
+    batch = pack([rows[i].prompt_ids for i in range(n)], [rows[(i - 1) % n].completion_ids for i in range(n)], pad_id)
+    grid = torch.zeros(n, n)
+    grid[torch.arange(n), (torch.arange(n) - 1) % n] = response_logprobs(model, batch, frozen=True).float()
+    return grid
 
 
 def kto_updates(policy, reference, rows: Sequence[BinaryRow], *, beta: float, steps: int, learning_rate: float,
@@ -145,6 +150,19 @@ def kto_updates(policy, reference, rows: Sequence[BinaryRow], *, beta: float, st
     policy.eval()
     optimizer.zero_grad(set_to_none=True)
     return history
+
+
+def class_rewards(policy, reference, rows: Sequence[BinaryRow], *, beta: float, pad_id: int) -> dict:
+    """Mean implicit reward beta * (log pi - log pi_ref) of the desirable and of the undesirable examples
+    (None for a class with no example), and their gap."""
+    import torch
+
+    batch = pack([row.prompt_ids for row in rows], [row.completion_ids for row in rows], pad_id)
+    rewards = beta * (response_logprobs(policy, batch, frozen=True) - response_logprobs(reference, batch, frozen=True))
+    desirable = torch.tensor([row.desirable for row in rows], dtype=torch.bool)
+    good = float(rewards[desirable].mean()) if bool(desirable.any()) else None
+    bad = float(rewards[~desirable].mean()) if bool((~desirable).any()) else None
+    return {"desirable": good, "undesirable": bad, "gap": None if good is None or bad is None else good - bad}
 
 
 def preference_margin(policy, reference, rows: Sequence[PreferenceRow], pad_id: int) -> dict:

@@ -6,7 +6,7 @@ from tools.experiments.registry import DeviceStep, Experiment
 
 
 def add_ppo_arguments(parser) -> None:
-    parser.add_argument("--iterations", type=int, help="PPO iterations (default 6)")
+    parser.add_argument("--iterations", type=int, help="PPO iterations (default 8)")
     parser.add_argument("--tasks-per-iteration", dest="tasks_per_iteration", type=int, help="prompts per iteration")
     parser.add_argument("--samples-per-task", dest="samples_per_task", type=int, help="responses per prompt")
 
@@ -39,7 +39,7 @@ EXPERIMENTS = (
     ),
     Experiment(
         name="ppo",
-        title="PPO with a value model on arithmetic tasks, rewarded by the strict verifier",
+        title="PPO with a value model on the lab task, rewarded by the strict verifier",
         chapters=("16",),
         runner="tools.experiments.reward.ppo_stage:run",
         stages=("ppo",),

@@ -1,11 +1,16 @@
-"""PPO with a value model on arithmetic tasks, rewarded by the strict verifier.
+"""PPO with a value model on lab problems, rewarded by the strict verifier.
 
 One iteration: sample responses from the policy, score them (1 for a correct complete integer, else
 0), compute the reference's log-probs for the KL penalty and the value model's values, build token
 rewards and GAE advantages (`signals`), then run a few epochs of minibatch updates of the clipped
 policy and value losses (`ppo_losses`). The reference is a frozen copy of the starting policy; the
 value model starts from the policy's backbone with a zero head. Greedy exact-match on held-out tasks
-is measured before and after training. Nothing here prints: progress goes to `log`.
+(`lab_sampling.exact_match`) is measured before and after training, and the critic's value loss on a
+fixed probe batch (rollouts of the starting policy with their Monte Carlo returns) before training
+and after every iteration: the training value loss of an iteration moves with the policy's success
+rate (its floor is the variance of the 0/1 score), the probe's does not. `value_loss_first` is the
+probe's loss of the critic as initialised, `value_loss_last` its mean over the last three iterations. Nothing here prints: progress
+goes to `log`.
 """
 
 from __future__ import annotations
@@ -16,14 +21,15 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from tools.data.arithmetic import ArithmeticTask
+from tools.data.lab_tasks import LabProblem
 from tools.experiments.reward import ppo_losses, rollouts, signals
 from tools.experiments.reward.value_model import ValueModel, frozen_copy
+from tools.models import lab_sampling
 
 
 @dataclass(frozen=True)
 class PpoConfig:
-    iterations: int = 6
+    iterations: int = 8
     tasks_per_iteration: int = 8
     samples_per_task: int = 4
     max_new_tokens: int = 6
@@ -38,6 +44,7 @@ class PpoConfig:
     clip_ratio: float = 0.2
     clip_range: float = 0.2
     grad_clip: float = 1.0
+    probe_tasks: int = 64
 
     def public(self) -> dict:
         return asdict(self)
@@ -47,7 +54,7 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def ppo_iteration(policy, reference, value_model, tokenizer, optimizers, tasks: list[ArithmeticTask],
+def ppo_iteration(policy, reference, value_model, tokenizer, optimizers, tasks: list[LabProblem],
                   config: PpoConfig, seed: int) -> dict:
     """Sample, score, build the signal and update; return the iteration's measurements."""
     batch = rollouts.generate(policy, tokenizer, [task for task in tasks for _ in range(config.samples_per_task)],
@@ -62,7 +69,7 @@ def ppo_iteration(policy, reference, value_model, tokenizer, optimizers, tasks: 
     advantages = (signals.masked_whiten(estimate["advantages"], mask) if int(mask.sum()) > 1
                   else estimate["advantages"])
     policy_optimizer, value_optimizer = optimizers
-    order = random.Random(seed).sample(range(len(batch.tasks)), len(batch.tasks))
+    order = random.Random(seed).sample(range(len(batch.problems)), len(batch.problems))
     losses, value_losses, clip_fractions, kls = [], [], [], []
     policy.train()
     value_model.train()
@@ -97,7 +104,23 @@ def ppo_iteration(policy, reference, value_model, tokenizer, optimizers, tasks: 
             "approx_kl": _mean(kls), "response_tokens": int(mask.sum())}
 
 
-def train_ppo(policy, tokenizer, train_tasks: list[ArithmeticTask], eval_tasks: list[ArithmeticTask],
+def probe_batch(policy, tokenizer, problems: list[LabProblem], config: PpoConfig, seed: int):
+    """Rollouts of the starting policy and their Monte Carlo returns (gamma 1, no KL yet: the verifier's
+    score on every valid token)."""
+    batch = rollouts.generate(policy, tokenizer, [problem for problem in problems for _ in range(config.samples_per_task)],
+                              max_new_tokens=config.max_new_tokens, temperature=config.temperature, seed=seed)
+    return batch, batch.scores[:, None] * batch.response_mask
+
+
+def probe_value_loss(value_model, batch, returns) -> float:
+    """0.5 * the mean squared error of the critic's values against `returns` over the valid tokens."""
+    with torch.no_grad():
+        values = rollouts.response_values(value_model, batch).cpu()
+    mask = batch.response_mask.bool()
+    return float(0.5 * ((values - returns)[mask] ** 2).mean())
+
+
+def train_ppo(policy, tokenizer, train_tasks: list[LabProblem], eval_tasks: list[LabProblem],
               config: PpoConfig, seed: int, *, log=None, deadline: float | None = None) -> dict:
     """PPO on `policy` (trained in place) for `config.iterations`; held-out exact-match before and
     after, one history entry per iteration. With a `deadline` (time.monotonic), no iteration starts
@@ -108,9 +131,12 @@ def train_ppo(policy, tokenizer, train_tasks: list[ArithmeticTask], eval_tasks: 
     value_model = ValueModel(policy).to(next(policy.parameters()).device)
     optimizers = (torch.optim.AdamW(policy.parameters(), lr=config.policy_lr, weight_decay=0.0),
                   torch.optim.AdamW(value_model.parameters(), lr=config.value_lr, weight_decay=0.0))
-    before = rollouts.exact_match(policy, tokenizer, eval_tasks, max_new_tokens=config.max_new_tokens)
-    say(f"  seed {seed}: held-out exact-match before PPO {before['exact_match']:.3f}")
+    before = lab_sampling.exact_match(policy, tokenizer, problems=eval_tasks)
+    say(f"  seed {seed}: held-out exact-match before PPO {before['accuracy']:.3f}")
     rng = random.Random(seed)
+    probe, probe_returns = probe_batch(policy, tokenizer, rng.sample(train_tasks, min(config.probe_tasks, len(train_tasks))),
+                                       config, seed * 1000 + 999)
+    probe_before = probe_value_loss(value_model, probe, probe_returns)
     history = []
     for iteration in range(config.iterations):
         if deadline is not None and history and time.monotonic() + history[-1]["seconds"] > deadline:
@@ -120,13 +146,16 @@ def train_ppo(policy, tokenizer, train_tasks: list[ArithmeticTask], eval_tasks: 
         tasks = rng.sample(train_tasks, min(config.tasks_per_iteration, len(train_tasks)))
         step = ppo_iteration(policy, reference, value_model, tokenizer, optimizers, tasks, config,
                              seed * 1000 + iteration)
-        step.update(iteration=iteration, seconds=time.perf_counter() - started)
+        step.update(iteration=iteration, probe_value_loss=probe_value_loss(value_model, probe, probe_returns),
+                    seconds=time.perf_counter() - started)
         history.append(step)
         say(f"  seed {seed} iteration {iteration}: score {step['mean_score']:.3f}, value loss {step['value_loss']:.4f}, "
-            f"clip fraction {step['clip_fraction']:.3f}, approx KL {step['approx_kl']:.4f}")
-    after = rollouts.exact_match(policy, tokenizer, eval_tasks, max_new_tokens=config.max_new_tokens)
-    say(f"  seed {seed}: held-out exact-match after PPO {after['exact_match']:.3f}")
-    return {"seed": seed, "exact_match_before": before["exact_match"], "exact_match_after": after["exact_match"],
+            f"probe value loss {step['probe_value_loss']:.4f}, clip fraction {step['clip_fraction']:.3f}, "
+            f"approx KL {step['approx_kl']:.4f}")
+    after = lab_sampling.exact_match(policy, tokenizer, problems=eval_tasks)
+    say(f"  seed {seed}: held-out exact-match after PPO {after['accuracy']:.3f}")
+    return {"seed": seed, "exact_match_before": before["accuracy"], "exact_match_after": after["accuracy"],
             "eval_tasks": len(eval_tasks), "history": history, "iterations_run": len(history),
             "stopped_by_time_limit": len(history) < config.iterations,
-            "value_loss_first": history[0]["value_loss"], "value_loss_last": history[-1]["value_loss"]}
+            "probe": {"responses": len(probe.problems), "mean_score": float(probe.scores.mean())},
+            "value_loss_first": probe_before, "value_loss_last": _mean([item["probe_value_loss"] for item in history[-3:]])}

@@ -1,8 +1,8 @@
 """Chapter 16's stage: PPO with a value model on the plan's model, one record.
 
-For each seed the plan's model is loaded afresh and trained by `ppo.train_ppo` on arithmetic tasks
-drawn from the training seed; greedy exact-match is measured on tasks drawn from another seed (no
-prompt of one appears in the other). The record holds the configuration, the model's identity, every
+For each seed the plan's model is loaded afresh and trained by `ppo.train_ppo` on problems of the
+lab task's `train` split; greedy exact-match is measured on its `heldout` split (the splits go by
+content hash, so no held-out problem is ever trained on, here or in the lab model's pretraining). The record holds the configuration, the model's identity, every
 iteration's measurements, the exact-match before and after, peak memory (CUDA only, `null` on the
 CPU) beside the resident account of the three models this stage keeps (policy, reference, value;
 the verifier replaces the reward model), and the decision computed from the measurements.
@@ -12,16 +12,17 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from tools.data.arithmetic import generate_tasks, pool_sha256
+from tools.data import lab_tasks
 from tools.experiments.reward import resident
+from tools.experiments.reward.rollouts import pool_sha256
 from tools.experiments.reward.ppo import PpoConfig, train_ppo
-from tools.experiments.reward.stage import load_policy, memory_watch
+from tools.experiments.reward.stage import cpu_threads, load_policy, memory_watch
 
 STAGE = "ppo"
 SCHEMA = "reward-ppo/v1"
 DEFAULT_SEEDS = (0,)
-TRAIN_TASK_SEED, TRAIN_PER_OPERATION = 1601, 12
-EVAL_TASK_SEED, EVAL_PER_OPERATION = 1602, 6
+TASK = lab_tasks.PRETRAINING_TASK
+TRAIN_PROBLEMS, HELD_OUT_PROBLEMS, TASK_SEED = 512, 400, 1601
 TIME_SHARE = 0.7
 """The share of the plan's time limit the training loops may use (loading, evaluation and the record
 need the rest); no iteration starts that would pass it."""
@@ -34,11 +35,9 @@ def config_from(plan) -> PpoConfig:
 
 
 def task_split() -> tuple[list, list]:
-    """Training and held-out tasks from two seeds; a held-out prompt never appears in training."""
-    train = generate_tasks(TRAIN_TASK_SEED, TRAIN_PER_OPERATION)
-    seen = {task.prompt for task in train}
-    held_out = [task for task in generate_tasks(EVAL_TASK_SEED, EVAL_PER_OPERATION) if task.prompt not in seen]
-    return train, held_out
+    """Training problems from the lab task's train split and held-out problems from its heldout split."""
+    return (lab_tasks.sample_problems(TASK, "train", TRAIN_PROBLEMS, TASK_SEED),
+            lab_tasks.sample_problems(TASK, "heldout", HELD_OUT_PROBLEMS, TASK_SEED))
 
 
 def decide(results: list[dict]) -> dict:
@@ -101,14 +100,15 @@ def run(plan, sink, *, log=None) -> None:
             del model
         return {"status": "ok"}
 
-    with memory_watch(plan) as memory:
+    with memory_watch(plan) as memory, cpu_threads(plan):
         outcome = run_with_oom_guard(train_all, torch_module=torch)
     body = {
-        "measurement": "PPO with a value model on arithmetic tasks scored by the strict verifier",
+        "measurement": "PPO with a value model on lab problems scored by the strict verifier",
         "status": outcome["status"], "error": outcome.get("error"),
         "plan": plan.public(), "config": config.public(), "model": identity, "seeds": list(seeds),
         "time_limit_s": plan.limits.time_s,
-        "tasks": {"train_pool_sha256": pool_sha256(train), "train": len(train),
+        "tasks": {"task": TASK, "version": lab_tasks.LAB_TASK_VERSION,
+                  "train_pool_sha256": pool_sha256(train), "train": len(train),
                   "held_out_pool_sha256": pool_sha256(held_out), "held_out": len(held_out)},
         "results": results,
         "memory": {**memory, "predicted_resident": None if model_config is None else predicted_resident(model_config, config)},

@@ -1,6 +1,6 @@
 """PT-REWARD-MODEL's stage: a reward model trained on correct labels against a mislabelled control.
 
-Preference pairs come from the plan's model's own samples: for an arithmetic prompt, a response the
+Preference pairs come from the plan's model's own samples: for a lab problem, a response the
 verifier accepts is chosen and one it rejects is rejected (where the model produced only one kind,
 the missing side is written from the label: the label itself, or the label off by a small amount;
 the record counts both kinds). The pairs are split into training, calibration and hidden pairs. Two
@@ -15,29 +15,37 @@ from __future__ import annotations
 
 import random
 
-from tools.data.arithmetic import generate_tasks, pool_sha256
+from tools.data import lab_tasks
 from tools.experiments.reward import bradley_terry, rollouts
 from tools.experiments.reward.heads import conversation_ids, load_reward_model, pad_rows, token_scores
 from tools.experiments.reward.masks import read_last
-from tools.experiments.reward.stage import load_policy, memory_watch
+from tools.experiments.reward.rollouts import pool_sha256
+from tools.experiments.reward.stage import cpu_threads, load_policy, memory_watch
 from tools.models.loading import resolve_model
 
 STAGE = "train_and_gate"
 SCHEMA = "reward-model-gate/v1"
-TASK_SEED = 1401
+TASK, TASK_SEED = lab_tasks.PRETRAINING_TASK, 1401
 SPLIT = {"train": 6, "calibration": 4, "hidden": 4}
 """The original course's sizes (seed 001): 6 training, 4 calibration and 4 hidden preference pairs."""
 SAMPLES_PER_TASK, MAX_NEW_TOKENS = 4, 6
-TRAIN_STEPS, LEARNING_RATE = 40, 5e-3
+TRAIN_STEPS, LEARNING_RATE = 40, 1e-3
 TEMPERATURES = [0.25, 0.5, 1.0, 2.0, 4.0, 8.0]
 MIN_GAP, MAX_ECE = 0.25, 0.2
-TRAINED = ("score",)
-"""The parameters the reward models train: the score head only (the backbone stays as loaded)."""
+TRAINED = ("model", "score")
+"""The parameters the reward models train: all of them, backbone and score head (with the head alone,
+the lab model's candidate reached only 0.56-0.84 hidden accuracy over three seeds)."""
+
+
+FORMAT_BREAKS = ("The answer is {n}.", "{n} is the result", "Result: {n}", "I think it is {n}", "{n}, done")
+"""How a rejected reply breaks the strict verifier's format: the same integer, wrapped in words."""
 
 
 def preference_pairs(model, tokenizer, tasks, seed: int) -> list[dict]:
-    """One pair per task: a verifier-accepted response (chosen) and a rejected one, from the model's own
-    samples where it produced both kinds; a missing side is written from the label."""
+    """One pair per task: chosen, a reply in the verifier's format (the model's own correct answer
+    where one of its samples had it, else the label); rejected, the same integer wrapped in words,
+    which the strict verifier refuses (a format preference: the lab model's states carry no linear
+    trace of whether a sum is right, see the chapter's Step 5)."""
     sampled = rollouts.generate(model, tokenizer, [task for task in tasks for _ in range(SAMPLES_PER_TASK)],
                                 max_new_tokens=MAX_NEW_TOKENS, temperature=1.0, seed=seed)
     rng = random.Random(seed)
@@ -46,11 +54,10 @@ def preference_pairs(model, tokenizer, tasks, seed: int) -> list[dict]:
         answers = list(zip(sampled.texts[index * SAMPLES_PER_TASK:(index + 1) * SAMPLES_PER_TASK],
                            sampled.correct[index * SAMPLES_PER_TASK:(index + 1) * SAMPLES_PER_TASK]))
         right = [text for text, ok in answers if ok]
-        wrong = [text for text, ok in answers if not ok and text.strip()]
         chosen = right[0] if right else str(task.label)
-        rejected = wrong[0] if wrong else str(task.label + rng.choice([-10, -2, -1, 1, 2, 10]))
-        pairs.append({"task_id": task.task_id, "prompt": task.prompt, "chosen": chosen, "rejected": rejected,
-                      "chosen_sampled": bool(right), "rejected_sampled": bool(wrong)})
+        rejected = rng.choice(FORMAT_BREAKS).format(n=task.label)
+        pairs.append({"task_id": f"{task.task}-{task.a}-{task.b}", "prompt": task.prompt, "chosen": chosen,
+                      "rejected": rejected, "chosen_sampled": bool(right)})
     return pairs
 
 
@@ -126,7 +133,7 @@ def run(plan, sink, *, log=None) -> None:
     say = log or (lambda _: None)
     seed = plan.seeds[0] if plan.seeds else 0
     sizes = {name: plan.option(f"{name}_pairs") or size for name, size in SPLIT.items()}
-    tasks = generate_tasks(TASK_SEED, per_operation=(sum(sizes.values()) + 3) // 4)
+    tasks = lab_tasks.sample_problems(TASK, "train", sum(sizes.values()), TASK_SEED + seed)
     sink.require_new([STAGE])
     if not plan.writes:
         say(f"reward_model (dry_run): {sizes['train']} training, {sizes['calibration']} calibration and "
@@ -141,7 +148,7 @@ def run(plan, sink, *, log=None) -> None:
 
     def measure() -> dict:
         policy, tokenizer, found["model"] = load_policy(plan)
-        pairs = preference_pairs(policy, tokenizer, random.Random(seed).sample(tasks, sum(sizes.values())), seed)
+        pairs = preference_pairs(policy, tokenizer, tasks, seed)
         del policy
         train = pairs[:sizes["train"]]
         calibration = pairs[sizes["train"]:sizes["train"] + sizes["calibration"]]
@@ -149,8 +156,7 @@ def run(plan, sink, *, log=None) -> None:
         flipped = set(random.Random(seed + 1).sample(range(len(train)), len(train) // 2))
         folder = resolve_model(plan.model, source=plan.model_source, cache_dir=plan.model_cache)
         found["pairs"] = {"train": train, "calibration": calibration, "hidden": hidden, "flipped": sorted(flipped),
-                          "sampled_chosen": sum(pair["chosen_sampled"] for pair in pairs),
-                          "sampled_rejected": sum(pair["rejected_sampled"] for pair in pairs)}
+                          "sampled_chosen": sum(pair["chosen_sampled"] for pair in pairs)}
         for name, swap in (("candidate", set()), ("control", flipped)):
             model, tokenizer = load_reward_model(folder, seed=seed, device=plan.device)
             losses = train_reward_model(model, tokenizer, train, swap, seed)
@@ -158,7 +164,7 @@ def run(plan, sink, *, log=None) -> None:
             del model
         return {"status": "ok"}
 
-    with memory_watch(plan) as memory:
+    with memory_watch(plan) as memory, cpu_threads(plan):
         outcome = run_with_oom_guard(measure, torch_module=torch)
     ok = outcome["status"] == "ok"
     body = {"measurement": "Bradley-Terry reward models on the plan's model's own answers: correct labels vs a 50% "

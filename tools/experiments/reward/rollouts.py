@@ -1,11 +1,12 @@
-"""Rollouts of a causal LM on arithmetic tasks: sampling, the verifier's scores, per-token log-probs.
+"""Rollouts of a causal LM on lab problems, as the tensors a PPO step trains on.
 
-A rollout batch holds each sampled sequence as one row: the chat-formatted prompt padded on the left
-and the response padded on the right, so every response starts at the same column. The response
-mask marks the tokens the policy produced, up to and including the first end-of-turn token; what
-generation appended after it is padding. Scores come from the course's strict verifier (the whole
-response must be one integer equal to the label). Log-probabilities and values are read at the
-positions that predict each response token, with position ids derived from the attention mask, so a
+Sampling, the verifier and exact-match are the lab's own (`tools.models.lab_sampling`); this module
+lays the samples out for training. A rollout batch holds each sampled sequence as one row: the
+chat-formatted prompt padded on the left and the response padded on the right, so every response
+starts at the same column. The response mask marks the tokens the policy produced, up to and
+including its end-of-turn token. A response is scored 1 only when the verifier accepts it and it
+finished (a truncated answer earns nothing). Log-probabilities and values are read at the positions
+that predict each response token, with position ids derived from the attention mask, so a
 left-padded row is computed as it was sampled.
 """
 
@@ -15,15 +16,15 @@ from dataclasses import dataclass
 
 import torch
 
-from tools.data.arithmetic import ArithmeticTask, score_response
-from tools.models.loading import sampling_generation_kwargs
+from tools.data.lab_tasks import LabProblem
+from tools.models import lab_sampling
 
 
 @dataclass
 class Rollouts:
     """Sampled sequences and what the verifier said about them."""
 
-    tasks: list[ArithmeticTask]
+    problems: list[LabProblem]
     sequences: torch.Tensor
     attention_mask: torch.Tensor
     prompt_width: int
@@ -44,73 +45,31 @@ class Rollouts:
     def rows(self, index) -> "Rollouts":
         """The rollouts of the rows `index` (a list of ints)."""
         picked = torch.as_tensor(index)
-        return Rollouts([self.tasks[i] for i in index], self.sequences[picked], self.attention_mask[picked],
+        return Rollouts([self.problems[i] for i in index], self.sequences[picked], self.attention_mask[picked],
                         self.prompt_width, self.response_mask[picked], [self.texts[i] for i in index],
                         [self.correct[i] for i in index], [self.parsed[i] for i in index])
 
 
-def prompt_ids(tokenizer, task: ArithmeticTask) -> list[int]:
-    """The chat-formatted prompt of `task`, ending where the assistant's answer begins."""
-    text = tokenizer.apply_chat_template([{"role": "user", "content": task.prompt}], tokenize=False,
-                                         add_generation_prompt=True)
-    return tokenizer(text, add_special_tokens=False)["input_ids"]
-
-
-def _left_padded(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(len(row) for row in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for index, row in enumerate(rows):
-        ids[index, width - len(row):] = torch.tensor(row)
-        mask[index, width - len(row):] = 1
-    return ids, mask
-
-
-def _end_ids(tokenizer) -> set[int]:
-    ends = {tokenizer.eos_token_id}
-    end_of_turn = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    if isinstance(end_of_turn, int) and end_of_turn != tokenizer.unk_token_id:
-        ends.add(end_of_turn)
-    return {token for token in ends if token is not None}
-
-
-def generate(model, tokenizer, tasks: list[ArithmeticTask], *, max_new_tokens: int, temperature: float | None,
+def generate(model, tokenizer, problems: list[LabProblem], *, max_new_tokens: int, temperature: float,
              seed: int) -> Rollouts:
-    """One response per task (repeat a task in `tasks` to sample it several times): sampled from
-    softmax(logits / temperature) without top-k or top-p, or greedy when temperature is None."""
-    device = next(model.parameters()).device
-    ids, mask = _left_padded([prompt_ids(tokenizer, task) for task in tasks], tokenizer.pad_token_id)
-    ends = _end_ids(tokenizer)
-    options = ({"do_sample": False, "num_beams": 1, "max_new_tokens": max_new_tokens} if temperature is None
-               else sampling_generation_kwargs(temperature, max_new_tokens))
-    torch.manual_seed(seed)
-    was_training = model.training
-    model.eval()
-    with torch.no_grad():
-        out = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), pad_token_id=tokenizer.pad_token_id,
-                             eos_token_id=sorted(ends), **options).cpu()
-    model.train(was_training)
-    response = out[:, ids.shape[1]:]
-    response_mask = torch.zeros_like(response)
-    texts, correct, parsed = [], [], []
-    for row, task in enumerate(tasks):
-        tokens = response[row].tolist()
-        stop = next((index for index, token in enumerate(tokens) if token in ends), None)
-        length = len(tokens) if stop is None else stop + 1
-        response_mask[row, :length] = 1
-        text = tokenizer.decode(tokens[:length if stop is None else stop], skip_special_tokens=True)
-        verdict = score_response(task, text if stop is not None else None)  # a truncated answer earns nothing
-        texts.append(text)
-        correct.append(bool(verdict["correct"]))
-        parsed.append(verdict["parsed"])
-    attention = torch.cat([mask, response_mask], dim=1)
-    return Rollouts(list(tasks), out, attention, ids.shape[1], response_mask, texts, correct, parsed)
-
-
-def exact_match(model, tokenizer, tasks: list[ArithmeticTask], *, max_new_tokens: int) -> dict:
-    """Greedy answers to `tasks`: the share the verifier accepts and which ones."""
-    rollouts = generate(model, tokenizer, tasks, max_new_tokens=max_new_tokens, temperature=None, seed=0)
-    return {"exact_match": sum(rollouts.correct) / len(tasks), "correct": rollouts.correct, "answers": rollouts.texts}
+    """One response per problem (repeat a problem to sample it several times), sampled by
+    `lab_sampling.sample` from softmax(logits / temperature); temperature 0 is greedy."""
+    samples = lab_sampling.sample(model, tokenizer, [problem.messages() for problem in problems], n=1,
+                                  temperature=temperature, max_new_tokens=max_new_tokens, seed=seed)
+    verdicts = lab_sampling.score_samples(problems, samples)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    prompt_width = max(len(item["prompt_ids"]) for item in samples)
+    response_width = max(1, max(len(item["response_ids"]) for item in samples))
+    sequences = torch.full((len(samples), prompt_width + response_width), pad_id, dtype=torch.long)
+    attention = torch.zeros_like(sequences)
+    for row, item in enumerate(samples):
+        prompt, response = item["prompt_ids"], item["response_ids"]
+        sequences[row, prompt_width - len(prompt):prompt_width] = torch.tensor(prompt)
+        sequences[row, prompt_width:prompt_width + len(response)] = torch.tensor(response, dtype=torch.long)
+        attention[row, prompt_width - len(prompt):prompt_width + len(response)] = 1
+    correct = [bool(verdict["correct"]) and item["finish_reason"] == "stop" for item, verdict in zip(samples, verdicts)]
+    return Rollouts(list(problems), sequences, attention, prompt_width, attention[:, prompt_width:].clone(),
+                    [item["text"] for item in samples], correct, [verdict["parsed"] for verdict in verdicts])
 
 
 def _predicting_positions(rollouts: Rollouts) -> slice:
@@ -136,3 +95,10 @@ def response_values(value_model, rollouts: Rollouts) -> torch.Tensor:
     values = value_model(input_ids=rollouts.sequences.to(device), attention_mask=rollouts.attention_mask.to(device),
                          position_ids=rollouts.position_ids.to(device))
     return values[:, _predicting_positions(rollouts)] * rollouts.response_mask.to(device)
+
+
+def pool_sha256(problems: list[LabProblem]) -> str:
+    """The identity of a set of problems (sorted content hashes), as `lab_sampling.exact_match` names it."""
+    import hashlib
+
+    return hashlib.sha256("".join(sorted(problem.content_sha256 for problem in problems)).encode()).hexdigest()

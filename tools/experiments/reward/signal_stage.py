@@ -2,7 +2,7 @@
 
 The reference is the loaded model, frozen. The policy is the same model after a few supervised
 steps on its own correct answers (a policy part-way through training, so the KL to the reference is
-not zero). The policy samples responses to arithmetic tasks; the verifier scores them; a value model
+not zero). The policy samples responses to lab problems; the verifier scores them; a value model
 (the policy's backbone with a linear head fitted by ridge regression to the observed returns of a
 separate batch) gives V. Each candidate setting builds token rewards, GAE advantages and the
 diagnostic gate from the same tensors; verl 0.9.1's KL penalty and GAE are run on them too. The
@@ -12,15 +12,15 @@ accepted and both control settings are rejected.
 
 from __future__ import annotations
 
-
-from tools.data.arithmetic import generate_tasks, pool_sha256
+from tools.data import lab_tasks
 from tools.experiments.reward import rollouts, signals
-from tools.experiments.reward.stage import load_policy, memory_watch
+from tools.experiments.reward.rollouts import pool_sha256
+from tools.experiments.reward.stage import cpu_threads, load_policy, memory_watch
 
 STAGE = "signal_matrix"
 SCHEMA = "reward-signal-matrix/v1"
-TASK_SEED, PER_OPERATION, SAMPLES_PER_TASK = 1501, 4, 4
-VALUE_TASK_SEED = 1502
+TASK, TASK_SEED, TASK_COUNT, SAMPLES_PER_TASK = lab_tasks.PRETRAINING_TASK, 1501, 16, 4
+VALUE_TASK_COUNT = 16
 MAX_NEW_TOKENS = 6
 MAX_KL_SHARE = 0.5
 DRIFT_STEPS, DRIFT_LR = 3, 1e-3
@@ -90,7 +90,7 @@ def candidate_signal(name: str, setting: dict, batch, log_probs, ref_log_probs, 
     import torch
 
     mask = batch.response_mask
-    scores = batch.scores.double() if setting["reward"] == "verifier" else torch.zeros(len(batch.tasks), dtype=torch.float64)
+    scores = batch.scores.double() if setting["reward"] == "verifier" else torch.zeros(len(batch.problems), dtype=torch.float64)
     baseline = values if setting["values"] == "value_model" else torch.zeros_like(values)
     shaped = signals.token_rewards(scores, log_probs, ref_log_probs, mask, setting["kl_coef"], setting["estimator"])
     estimate = signals.gae(shaped["rewards"], baseline, mask, setting["gamma"], setting["lam"])
@@ -143,8 +143,8 @@ def run(plan, sink, *, log=None) -> None:
     """The experiment contract's runner (see the module docstring)."""
     say = log or (lambda _: None)
     seed = plan.seeds[0] if plan.seeds else 0
-    tasks = generate_tasks(TASK_SEED, PER_OPERATION)
-    value_tasks = generate_tasks(VALUE_TASK_SEED, PER_OPERATION)
+    drawn = lab_tasks.sample_problems(TASK, "train", TASK_COUNT + VALUE_TASK_COUNT, TASK_SEED)
+    tasks, value_tasks = drawn[:TASK_COUNT], drawn[TASK_COUNT:]
     sink.require_new([STAGE])
     if not plan.writes:
         say(f"reward_signal (dry_run): {len(tasks)} tasks x {SAMPLES_PER_TASK} samples from {plan.model} "
@@ -176,21 +176,21 @@ def run(plan, sink, *, log=None) -> None:
             log_probs = rollouts.response_log_probs(policy, batch).double().cpu()
             ref_log_probs = rollouts.response_log_probs(reference, batch).double().cpu()
             values = rollouts.response_values(value_model, batch).double().cpu()
-        found["rollouts"] = {"responses": len(batch.tasks), "pass_rate": sum(batch.correct) / len(batch.tasks),
+        found["rollouts"] = {"responses": len(batch.problems), "pass_rate": sum(batch.correct) / len(batch.problems),
                              "response_tokens": int(batch.response_mask.sum()),
                              "examples": [{"prompt": task.prompt, "response": text, "correct": right}
-                                          for task, text, right in list(zip(batch.tasks, batch.texts, batch.correct))[:4]]}
+                                          for task, text, right in list(zip(batch.problems, batch.texts, batch.correct))[:4]]}
         found["candidates"] = [candidate_signal(name, setting, batch, log_probs, ref_log_probs, values)
                                for name, setting in CANDIDATES.items()]
         found["framework"] = verl_agreement(batch, log_probs, ref_log_probs, values)
         return {"status": "ok"}
 
-    with memory_watch(plan) as memory:
+    with memory_watch(plan) as memory, cpu_threads(plan):
         outcome = run_with_oom_guard(measure, torch_module=torch)
     candidates = found.get("candidates", [])
     body = {"measurement": "six reward-signal settings on rollouts of the plan's model (verifier scores)",
             "status": outcome["status"], "error": outcome.get("error"), "plan": plan.public(), "model": found.get("model"),
-            "seed": seed, "tasks": {"pool_sha256": pool_sha256(tasks), "count": len(tasks),
+            "seed": seed, "tasks": {"task": TASK, "pool_sha256": pool_sha256(tasks), "count": len(tasks),
                                     "samples_per_task": SAMPLES_PER_TASK},
             "policy": f"the loaded model after {DRIFT_STEPS} supervised AdamW steps (lr {DRIFT_LR}) on its own correct "
                       "answers; the reference is the loaded model, frozen",

@@ -2,7 +2,9 @@
 
 `load_policy(plan)` resolves the plan's model (the tiny or lab model in cpu_smoke, Qwen2.5-0.5B-
 Instruct from the local cache or as random_init on a GPU) and returns it with its tokenizer and its
-identity for the record. `memory_watch(plan)` measures a stage's peak memory on CUDA twice, with
+identity for the record. `cpu_threads(plan)` runs a CPU stage at one torch thread unless the plan names
+a count (the tiny and lab models' matrices are too small for several: on a busy machine extra threads
+only spin). `memory_watch(plan)` measures a stage's peak memory on CUDA twice, with
 `torch.cuda.max_memory_allocated` and with the 0.25 s NVML sampler; on the CPU both are None (not
 measured, never 0).
 """
@@ -35,6 +37,22 @@ def load_policy(plan, *, dtype=None):
         tokenizer.pad_token = tokenizer.eos_token
     model.config.pad_token_id = tokenizer.pad_token_id
     return model, tokenizer, model_identity(folder)
+
+
+@contextlib.contextmanager
+def cpu_threads(plan) -> Iterator[None]:
+    """One torch thread on the CPU when the plan's limits name no thread count; nothing on CUDA."""
+    if plan.device != "cpu" or plan.limits.cpu_threads is not None:
+        yield
+        return
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 @contextlib.contextmanager

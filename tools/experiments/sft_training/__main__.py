@@ -14,7 +14,8 @@ from tools.core.paths import results_root_for
 from tools.errors import CourseError, exit_code_for
 from tools.experiments.cli import add_common_arguments
 from tools.experiments.sft_training.config import DEVICES, MODEL_SOURCES
-from tools.experiments.sft_training.plans import run_plan, stage_config_for
+from tools.experiments.sft_training.plans import stage_config_for
+from tools.experiments.sft_training.runner import run_plan
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -32,18 +32,38 @@ def is_adapter_tensor(name: str) -> bool:
     return any(marker in name for marker in ADAPTER_MARKERS)
 
 
+def tensor_digest(tensor) -> str:
+    """sha256 of a tensor's dtype, shape and bytes (CPU copy): a cast or a reshape is a change."""
+    data = tensor.detach().to("cpu").contiguous()
+    header = f"{data.dtype}|{tuple(data.shape)}|".encode()
+    return hashlib.sha256(header + data.reshape(-1).view(dtype=torch.uint8).numpy().tobytes()).hexdigest()
+
+
+def quant_state_tensors(parameter) -> dict:
+    """The tensors and settings a 4-bit weight (bitsandbytes `Params4bit`) needs to be read back:
+    absmax, the code table, and with double quantisation the second-level absmax, code and offset.
+    Empty for an ordinary parameter."""
+    state = getattr(parameter, "quant_state", None)
+    if type(parameter).__name__ != "Params4bit" or state is None:
+        return {}
+    found = {"absmax": state.absmax, "code": state.code,
+             "settings": f"{state.quant_type}|{state.blocksize}|{state.dtype}|{tuple(state.shape)}|{bool(state.nested)}"}
+    if state.nested:
+        found.update(offset=state.offset, state2_absmax=state.state2.absmax, state2_code=state.state2.code,
+                     state2_settings=f"{state.state2.blocksize}|{state.state2.dtype}")
+    return found
+
+
 def tensor_hashes(model) -> dict[str, str]:
-    """sha256 of every parameter's bytes, by name (computed on CPU copies, in a fixed dtype-free way)."""
+    """sha256 by parameter name over its dtype, shape and bytes; for a 4-bit weight also over its
+    quantisation state (absmax and its constants), without which the packed codes alone say nothing."""
     hashes = {}
     for name, parameter in model.named_parameters():
-        data = parameter.detach().to("cpu").contiguous()
-        hashes[name] = hashlib.sha256(data.view(-1).view(dtype=torch.uint8).numpy().tobytes()).hexdigest()
+        parts = [tensor_digest(parameter)]
+        for key, value in sorted(quant_state_tensors(parameter).items()):
+            parts.append(f"{key}={tensor_digest(value) if isinstance(value, torch.Tensor) else value}")
+        hashes[name] = parts[0] if len(parts) == 1 else hashlib.sha256(";".join(parts).encode()).hexdigest()
     return hashes
-
-
-def _byte_dtype():
-
-    return torch.uint8
 
 
 def digest(hashes: dict[str, str]) -> str:

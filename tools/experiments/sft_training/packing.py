@@ -7,6 +7,17 @@ Both strategies turn one micro-batch of SFT examples into rows of exactly `row_l
   restart at 0 at every example (and at the padding tail of a row), and the first label of every
   example is -100, so no position is ever trained to predict the first token of the next example.
 
+A third layout needs no padding and no mask at all: the padding-free row (`padding_free_batch`,
+what transformers' `DataCollatorWithFlattening` and TRL's `padding_free=True` produce): every
+example of the micro-batch one after another in a single row of exactly their total length,
+`position_ids` restarting per example. FlashAttention's variable-length kernel reads the example
+boundaries from `position_ids` (as `cu_seqlens`) and computes each example's own causal triangle:
+no T x T mask exists, and the cost is the sum of the examples' squared lengths. Under sdpa or eager
+attention a packed row needs the dense block-diagonal mask instead: T x T entries per row
+(`dense_mask_bytes`: 1 GiB of bool per row at 32,768 tokens, 4 GiB as float32), and a mask of any
+kind takes sdpa off its flash kernel. The dense mask fits short rows and every attention
+implementation; long rows want the padding-free path on a FlashAttention build.
+
 `position_ids` alone do not keep packed examples apart in transformers 5.9's Qwen2 with its
 default attention (sdpa): a 2-D attention mask, or a key-value cache (`use_cache` defaults to
 True, even in training mode), switches its packed-sequence detection off. `install_block_mask`
@@ -86,6 +97,30 @@ def packed_batch(examples: list[Example], row_length: int, pad_id: int) -> dict:
             cursor += length
         positions[row, cursor:] = torch.arange(row_length - cursor)
     return {"input_ids": ids, "attention_mask": mask, "labels": labels, "position_ids": positions}
+
+
+def padding_free_batch(examples: list[Example]) -> dict:
+    """All examples in one row of exactly their total length, no padding: `input_ids`, `labels`
+    (-100 on each example's first token), `position_ids` (0, 1, ... per example) and an all-ones
+    `attention_mask` (it counts the tokens; a model must not receive it: a 2-D mask turns
+    transformers' packed-sequence detection off). The layout of DataCollatorWithFlattening."""
+    if not examples:
+        raise ConfigError("a padding-free row needs at least one example")
+    ids, labels, positions = [], [], []
+    for example in examples:
+        ids += example.input_ids
+        labels += [IGNORE_INDEX, *example.labels[1:]]
+        positions += range(len(example.input_ids))
+    row = {"input_ids": ids, "labels": labels, "position_ids": positions, "attention_mask": [1] * len(ids)}
+    return {key: torch.tensor([value], dtype=torch.long) for key, value in row.items()}
+
+
+def dense_mask_bytes(row_length: int, rows: int = 1, element_bytes: int = 1) -> int:
+    """Bytes of a dense [rows, 1, T, T] attention mask (bool: 1 byte per entry; float32: 4)."""
+    for name, value in (("row_length", row_length), ("rows", rows), ("element_bytes", element_bytes)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
+    return rows * row_length * row_length * element_bytes
 
 
 def collate(examples: list[Example], pad_id: int, spec: AdapterSpec, config: StageConfig) -> dict:

@@ -22,6 +22,7 @@ from tools.errors import ConfigError, RecordExistsError
 from tools.experiments.sft_training.adapters import attach, hash_report, tensor_hashes, trainable_parameters
 from tools.experiments.sft_training.config import AdapterSpec, StageConfig
 from tools.experiments.sft_training.data import build_split
+from tools.experiments.sft_training.plans import plan_for, stage_config_for
 from tools.experiments.sft_training.training import train_variant
 from tools.measure.training import free_device_memory, out_of_memory_error
 from tools.models.loading import load_causal_lm, model_identity, resolve_model
@@ -125,11 +126,16 @@ def run_stage(config: StageConfig, variants: list[AdapterSpec], *, prepare: Call
     return written
 
 
+def run_plan(config: StageConfig) -> list[dict]:
+    """Run the plan of `config.chapter` with `config`; returns run_stage's list (one item per variant)."""
+    plan = plan_for(config.chapter)
+    return run_stage(config, plan.variants(config.run_mode), prepare=plan.prepare, measure=plan.measure,
+                     collate=plan.collate)
+
+
 def run(plan, sink, *, log=None) -> list[dict]:
     """The experiment contract's runner (tools.experiments.contract): the chapter's plan with the
     plan's run parameters; each variant's record is kept by the sink. `plan.variants` selects some."""
-    from tools.experiments.sft_training.plans import plan_for, stage_config_for
-
     if not plan.writes:
         if log is not None:
             log(f"sft_training (dry_run): chapter {plan.chapter} would train {', '.join(plan.variants) or 'every variant'}"

@@ -1,5 +1,7 @@
 """Train one variant for a fixed number of steps and measure what the record needs.
 
+`learning_rates` in the measurements are the optimiser's own `param_groups[0]["lr"]` as `step()`
+read it, not the schedule's plan: a check of planned against applied rates can then fail.
 The loss of a step is normalised by the supervised tokens of the whole step (every micro-batch of
 the accumulation), so accumulating equals one large batch. Evaluation runs in eval mode without
 gradients. Peak memory comes from `torch.cuda.max_memory_*` and the 0.25 s resource sampler on
@@ -81,7 +83,7 @@ def train_variant(model, spec: AdapterSpec, split: Split, config: StageConfig, p
         torch.cuda.reset_peak_memory_stats(device)
     sampler = ResourceSampler(interval_s=config.sample_interval_s, device="cuda" if cuda else "cpu")
     losses, grad_norms, step_ms, rates, tokens_seen, slots_seen = [], [], [], [], 0, 0
-    supervised_per_step = []
+    supervised_per_step, real_per_step, slots_per_step = [], [], []
     model.train()
     autocast = torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=spec.compute_dtype == "bfloat16")
     with sampler:
@@ -95,6 +97,8 @@ def train_variant(model, spec: AdapterSpec, split: Split, config: StageConfig, p
             supervised_per_step.append(supervised)
             optimizer.zero_grad(set_to_none=True)
             step_loss = 0.0
+            real_per_step.append(sum(int(batch["attention_mask"].sum()) for batch in padded))
+            slots_per_step.append(sum(int(batch["input_ids"].numel()) for batch in padded))
             for batch in padded:
                 with autocast:
                     loss_sum, _ = supervised_loss_sum(model, batch, device)
@@ -103,12 +107,13 @@ def train_variant(model, spec: AdapterSpec, split: Split, config: StageConfig, p
                 tokens_seen += int(batch["attention_mask"].sum())
                 slots_seen += int(batch["input_ids"].numel())
             norm = torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], float("inf"))
+            applied = optimizer.param_groups[0]["lr"]  # what step() reads, whatever set it
             optimizer.step()
             if cuda:
                 torch.cuda.synchronize(device)
             losses.append(step_loss)
             grad_norms.append(float(norm))
-            rates.append(learning_rate(config, step))
+            rates.append(float(applied))
             step_ms.append((time.perf_counter() - step_start) * 1000.0)
         elapsed = time.perf_counter() - started
     samples = sampler.snapshot()
@@ -119,7 +124,8 @@ def train_variant(model, spec: AdapterSpec, split: Split, config: StageConfig, p
         "error": None if finite else "a loss or gradient norm is not finite",
         "losses": losses, "grad_norms": grad_norms, "learning_rates": rates,
         "eval_loss_before": eval_before, "eval_loss_after": eval_after,
-        "step_time_ms_mean": sum(step_ms) / len(step_ms),
+        "step_time_ms_mean": sum(step_ms) / len(step_ms), "step_time_ms": step_ms,
+        "real_tokens_per_step": real_per_step, "token_slots_per_step": slots_per_step,
         "tokens_per_s": tokens_seen / elapsed if elapsed > 0 else None,
         "token_slots_per_s": slots_seen / elapsed if elapsed > 0 else None,
         "real_tokens": tokens_seen, "token_slots": slots_seen,

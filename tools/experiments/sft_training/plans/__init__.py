@@ -59,15 +59,6 @@ def stage_config_for(chapter_id: str, run_mode: str, run_label: str, results_roo
                        model_source=model_source, **settings)
 
 
-def run_plan(config) -> list[dict]:
-    """Run the plan of `config.chapter` with `config`; returns run_stage's list (one item per variant)."""
-    from tools.experiments.sft_training.runner import run_stage
-
-    plan = plan_for(config.chapter)
-    return run_stage(config, plan.variants(config.run_mode), prepare=plan.prepare, measure=plan.measure,
-                     collate=plan.collate)
-
-
 def variant_names(chapter_id: str, run_mode: str) -> list[str]:
     """The names of a chapter's variants in `run_mode` (what a plan's `variants` may select)."""
     return [spec.name for spec in plan_for(chapter_id).variants(run_mode)]

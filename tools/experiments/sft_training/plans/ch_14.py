@@ -10,6 +10,7 @@ every record already (`hashes`, written by the runner).
 from __future__ import annotations
 
 from tools.experiments.sft_training.config import QWEN2_LINEAR_MODULES, AdapterSpec
+from tools.experiments.sft_training.lab_curves import CurvePlan, curve_data, one_thread, train_curve
 from tools.experiments.sft_training.lora_evidence import count_check, merge_checks
 
 RANK, ALPHA = 8, 16.0
@@ -18,7 +19,7 @@ TARGET_SETS = {
     "attention_all": ("q_proj", "k_proj", "v_proj", "o_proj"),
     "all_linear": QWEN2_LINEAR_MODULES,
 }
-STAGE = {"real_gpu": {"steps": 30, "batch_size": 8, "learning_rate": 2e-4}}
+STAGE = {"cpu_smoke": {"model_id": "lab"}, "real_gpu": {"steps": 30, "batch_size": 8, "learning_rate": 2e-4}}
 
 
 def variants(run_mode: str) -> list[AdapterSpec]:
@@ -29,3 +30,52 @@ def variants(run_mode: str) -> list[AdapterSpec]:
 def measure(model, spec, split, config, tokenizer) -> dict:
     """Count check and merge equivalence of the trained adapter (the trained model is not changed)."""
     return {"count": count_check(model, spec), "merge": merge_checks(model, split, config, tokenizer)}
+
+
+# ---- the effect on the lab model (Step 5's curves; tests/chapters/test_lab_effects.py) --------------------
+
+EFFECT = CurvePlan(steps=60, batch_size=16, learning_rate=3e-3, eval_every=15, eval_problems=128)
+"""Equal rank, alpha, steps, data order and learning rate for every target set; only the targets differ."""
+EFFECT_SEEDS = (0, 1, 2)
+
+
+def peft_all_linear(model) -> dict:
+    """Which modules peft's `target_modules="all-linear"` wraps on `model` (a copy is wrapped)."""
+    import copy
+
+    from peft import LoraConfig, get_peft_model
+
+    wrapped = get_peft_model(copy.deepcopy(model), LoraConfig(r=RANK, lora_alpha=ALPHA, target_modules="all-linear"))
+    names = sorted({name.rsplit(".", 1)[-1] for name, module in wrapped.named_modules() if hasattr(module, "lora_A")
+                    and name.rsplit(".", 1)[-1] != "lora_A"})
+    return {"modules": names, "equals_qwen2_linear": set(names) == set(QWEN2_LINEAR_MODULES),
+            "lm_head_targeted": "lm_head" in names}
+
+
+def effect(seeds=EFFECT_SEEDS, plan: CurvePlan = EFFECT, model_id: str = "lab") -> dict:
+    """Each target set trained from the lab model on the task it does not know, one curve per seed
+    (all in this process); with peft's own trainable count and its `all-linear` selection."""
+    import copy
+
+    from tools.experiments.sft_training.adapters import attach
+    from tools.models.loading import load_causal_lm, model_identity, resolve_model
+
+    folder = resolve_model(model_id)
+    with one_thread():
+        base, tokenizer = load_causal_lm(folder, dtype="float32")
+        data = curve_data(tokenizer, plan)
+        variants = {}
+        for spec in variants_for_effect():
+            curves = []
+            for seed in seeds:
+                model = attach(copy.deepcopy(base), spec, seed)
+                curves.append(train_curve(model, data, plan, seed))
+            variants[spec.name] = {"target_modules": list(spec.target_modules),
+                                   "trainable_parameters": curves[0]["trainable_parameters"], "curves": curves}
+        selection = peft_all_linear(base)
+    return {"plan": plan.public(), "model": model_identity(folder), "data": data.manifest, "seeds": list(seeds),
+            "variants": variants, "peft_all_linear": selection}
+
+
+def variants_for_effect() -> list[AdapterSpec]:
+    return [AdapterSpec(name, rank=RANK, alpha=ALPHA, target_modules=targets) for name, targets in TARGET_SETS.items()]

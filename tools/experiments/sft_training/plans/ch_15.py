@@ -24,11 +24,12 @@ from tools.experiments.sft_training.effective_update import (
     same_batch_losses,
     split_audit,
 )
+from tools.experiments.sft_training.lab_curves import CurvePlan, curve_data, one_thread, train_curve
 from tools.experiments.sft_training.training import learning_rate
 
 LEAKING_VARIANTS = ("eval_leak",)
 STAGE = {
-    "cpu_smoke": {"steps": 3, "batch_size": 4, "lr_schedule": "linear_decay", "learning_rate": 3e-3},
+    "cpu_smoke": {"model_id": "lab", "steps": 8, "batch_size": 4, "lr_schedule": "linear_decay", "learning_rate": 1e-3},
     "real_gpu": {"steps": 8, "batch_size": 4, "grad_accumulation": 2, "lr_schedule": "linear_decay",
                  "learning_rate": 1e-3},
 }
@@ -63,3 +64,43 @@ def measure(model, spec: AdapterSpec, split, config, tokenizer) -> dict:
             "evaluation_side_effects": evaluation_side_effects(model, split, config, tokenizer),
             "split_audit": split_audit(LEDGER.seen(spec.name), split),
             "planned_learning_rates": [learning_rate(config, step) for step in range(config.steps)]}
+
+
+# ---- the effect on the lab model (Step 5's curves; tests/chapters/test_lab_effects.py) --------------------
+
+EFFECT = CurvePlan(steps=40, batch_size=16, learning_rate=3e-3, eval_every=10, eval_problems=128)
+EFFECT_SEEDS = (0, 1, 2)
+EFFECT_VARIANTS = {
+    # name: (alpha, update, micro-batches per step); rows per step stay EFFECT.rows_per_step
+    "effective": (16.0, "real", 1),
+    "effective_accumulated": (16.0, "real", 4),
+    "vanishing_scale": (1e-4, "real", 1),
+    "grads_zeroed": (16.0, "grads_zeroed", 1),
+}
+"""The real update, the same update accumulated over 4 micro-batches, and two look-alikes whose
+adapter tensors change too: a scaling of 1.25e-5, and a zero_grad between backward and step."""
+
+
+def effect(seeds=EFFECT_SEEDS, plan: CurvePlan = EFFECT, model_id: str = "lab") -> dict:
+    """Each variant trained from the lab model on the task it does not know, one curve per seed (all in
+    this process): LoRA r8 on q/v, the same rows at every step for every variant."""
+    import copy
+    from dataclasses import replace
+
+    from tools.experiments.sft_training.adapters import attach
+    from tools.models.loading import load_causal_lm, model_identity, resolve_model
+
+    folder = resolve_model(model_id)
+    with one_thread():
+        base, tokenizer = load_causal_lm(folder, dtype="float32")
+        data = curve_data(tokenizer, plan)
+        variants = {}
+        for name, (alpha, update, micro) in EFFECT_VARIANTS.items():
+            variant_plan = replace(plan, batch_size=plan.rows_per_step // micro, grad_accumulation=micro)
+            spec = AdapterSpec(name, rank=8, alpha=alpha)
+            curves = [train_curve(attach(copy.deepcopy(base), spec, seed), data, variant_plan, seed, update=update)
+                      for seed in seeds]
+            variants[name] = {"alpha": alpha, "scaling": spec.scaling, "update": update,
+                              "micro_batches": micro, "batch_size": variant_plan.batch_size, "curves": curves}
+    return {"plan": plan.public(), "model": model_identity(folder), "data": data.manifest, "seeds": list(seeds),
+            "variants": variants}

@@ -1,5 +1,9 @@
 """Chapter 30 (long-context fine-tuning): three row lengths over the same samples, padded vs packed.
 
+cpu_smoke starts from the `lab` model (a tiny Qwen2 pretrained in code on two-digit sums) and
+reaches rows of 2,048 tokens; real_gpu reaches 8,192. Every step's wall time is recorded; the
+chapter drops the first WARMUP_STEPS steps and reports the median and spread of the rest.
+
 Every variant trains the same adapter on the same examples in the same order; only the row length
 and the batching differ. Padded rows hold one example each, right-padded to the row length; packed
 rows hold as many whole examples as fit (first-fit), with `position_ids` restarting per example and
@@ -15,19 +19,25 @@ from tools.experiments.sft_training.config import AdapterSpec
 from tools.experiments.sft_training.data import batches
 from tools.experiments.sft_training.packing import collate, install_block_mask, isolation_check
 
-LENGTHS = {"cpu_smoke": (64, 128, 256), "real_gpu": (128, 256, 512)}
-"""Row lengths per run mode; the arithmetic chats are about 50 tokens long (tiny and Qwen tokenizers)."""
+LENGTHS = {"cpu_smoke": (128, 512, 2048), "real_gpu": (512, 2048, 8192)}
+"""Row lengths per run mode; the arithmetic chats are about 50 tokens long (tiny and Qwen tokenizers),
+so a packed row of T tokens could hold about T / 50 of them, and holds at most a micro-batch's."""
+
+WARMUP_STEPS = 1
+"""Steps whose wall time is left out of the throughput (first calls allocate and warm caches)."""
 
 STAGE = {
-    "cpu_smoke": {"steps": 2, "batch_size": 4},
-    "real_gpu": {"steps": 6, "batch_size": 2, "grad_accumulation": 4, "learning_rate": 5e-4},
+    "cpu_smoke": {"model_id": "lab", "steps": 4, "batch_size": 4},
+    "real_gpu": {"steps": 9, "batch_size": 4, "grad_accumulation": 2, "learning_rate": 5e-4},
 }
-"""Rows are built per micro-batch. real_gpu: 8 examples per step in micro-batches of 2, so that the
-widest one (padded, 2 x 512 positions, float32 logits over a 151,936-token vocabulary) stays within
-the PT-SFT-CUDA profile's 8 GiB (estimate: about 2 GiB weights, 2 GiB activations, 2 GiB logits
-and their gradient; not yet measured on a GPU)."""
+"""Rows are built per micro-batch (4 examples), so at 512 tokens and beyond a packed micro-batch is
+one row and a padded one four. cpu_smoke: 4 steps, 3 timed. real_gpu: 8 examples per step, 8
+timed steps. Estimate, not measured on a GPU: float32 logits over Qwen2.5's 151,936-token
+vocabulary take 4 x 8,192 x 151,936 x 4 B = 19.9 GB for a padded 8,192-token micro-batch (5 GB
+for a packed one) before their gradient, beyond the PT-SFT-CUDA profile's 8 GiB: on such a card
+those variants record `oom` and the decision says `tune`; a larger card runs them."""
 
-__all__ = ["collate", "prepare", "measure", "variants", "STAGE", "LENGTHS"]
+__all__ = ["collate", "prepare", "measure", "variants", "STAGE", "LENGTHS", "WARMUP_STEPS"]
 
 
 def variants(run_mode: str) -> list[AdapterSpec]:
@@ -49,7 +59,7 @@ def measure(model, spec: AdapterSpec, split, config, tokenizer) -> dict:
                   for example in micro]
     row_length = spec.max_length or config.max_length
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    result = {"batching": spec.batching, "row_length": row_length,
+    result = {"batching": spec.batching, "row_length": row_length, "warmup_steps": WARMUP_STEPS,
               "example_lengths": [len(example.input_ids) for example in first_step]}
     if spec.batching == "packed":
         result["isolation"] = isolation_check(model, first_step, row_length, pad_id, config.device)

@@ -1,0 +1,5 @@
+# mutant: identity_raises
+# exercise: upstream_identity
+# mistake: raises on every input.
+def upstream_identity(selected, used):
+    raise ValueError("cannot compare")

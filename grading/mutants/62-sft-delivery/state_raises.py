@@ -1,0 +1,5 @@
+# mutant: state_raises
+# exercise: delivery_state
+# mistake: raises on every input.
+def delivery_state(identity, integrity):
+    raise ValueError("no state")

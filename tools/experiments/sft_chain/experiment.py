@@ -1,0 +1,62 @@
+"""The SFT project chain in the experiment registry: 64 -> 63 (65) -> 62, each handing a sealed manifest
+down (see tools.core.handoff). In the GPU batch the chain runs in order (70-79): a real_gpu project
+reads only real_gpu manifests, so 64's CPU admission runs there too."""
+
+from __future__ import annotations
+
+from tools.experiments.registry import DeviceStep, Experiment
+
+
+def add_upstream_arguments(parser) -> None:
+    """The flags of a project that reads an upstream manifest."""
+    parser.add_argument("--upstream-label", dest="upstream_label", default=None,
+                        help="the label of the upstream project's run (default: this run's label)")
+    parser.add_argument("--upstream-sha256", dest="upstream_sha256", default=None,
+                        help="the sha256 promised for the upstream manifest (default: its seal alone is checked)")
+
+
+EXPERIMENTS = (
+    Experiment(
+        name="sft_data_admission",
+        title="64 SFT data admission: every blocker merged, leakage against the frozen evaluation split, "
+              "accept / tune / reject with repair under a new version",
+        chapters=("64",),
+        runner="tools.experiments.sft_chain.admission:run",
+        stages=("admission",),
+        default_stage="admission",
+        device_steps=(DeviceStep("chain_64_admission", "sft_data_admission", order=70, stage="admission", max_s=60),),
+    ),
+    Experiment(
+        name="lora_selection",
+        title="63 LoRA variant selection: ranks 4 / 8 / 16 x 3 shared seeds on 64's admitted data, comparability, "
+              "quality band and memory gates, the cheapest feasible rank",
+        chapters=("63",),
+        runner="tools.experiments.sft_chain.selection:run",
+        stages=("selection",),
+        default_stage="selection",
+        arguments="tools.experiments.sft_chain.experiment:add_upstream_arguments",
+        device_steps=(DeviceStep("chain_63_selection", "lora_selection", order=72, stage="selection", max_s=150),),
+    ),
+    Experiment(
+        name="sft_delivery",
+        title="62 SFT training delivery: 63's chosen configuration trained, saved, resumed and reloaded in fresh "
+              "processes; delivered / needs_rerun / blocked",
+        chapters=("62",),
+        runner="tools.experiments.sft_chain.delivery:run",
+        stages=("delivery",),
+        default_stage="delivery",
+        arguments="tools.experiments.sft_chain.experiment:add_upstream_arguments",
+        device_steps=(DeviceStep("chain_62_delivery", "sft_delivery", order=76, stage="delivery", max_s=150),),
+    ),
+    Experiment(
+        name="qlora_branch",
+        title="65 QLoRA low-resource branch: NF4 vs bf16 base at the same adapter, paired by seed, a capacity ladder "
+              "recorded apart, accept only for capacity the budget needs",
+        chapters=("65",),
+        runner="tools.experiments.sft_chain.qlora:run",
+        stages=("branch",),
+        default_stage="branch",
+        arguments="tools.experiments.sft_chain.experiment:add_upstream_arguments",
+        device_steps=(DeviceStep("chain_65_qlora", "qlora_branch", order=74, stage="branch", max_s=150),),
+    ),
+)
