@@ -54,6 +54,8 @@ def test_nan_comes_back_as_nan():
     torch.tensor([1 + 2j], dtype=torch.complex64),
     torch.empty(0, 4, dtype=torch.int64),
     torch.arange(12).reshape(3, 4).t(),  # not contiguous
+    torch.randn(1, 1, 3, dtype=torch.float64)[:, :, 0],  # "contiguous", but one element with its parent's stride
+    torch.arange(6, dtype=torch.int32).reshape(2, 3)[:, 1:2],
 ])
 def test_tensors_keep_values_dtype_and_shape(tensor):
     back = roundtrip(tensor)

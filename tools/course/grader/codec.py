@@ -110,8 +110,11 @@ class _Encoder:
         torch = _torch()
         if value.layout != torch.strided:
             raise Unencodable(f"a {value.layout} tensor cannot cross the grading boundary (strided tensors only)")
-        data = value.detach().to("cpu").contiguous()
-        raw = data.reshape(-1).view(torch.uint8).numpy().tobytes() if data.numel() else b""
+        data = value.detach().to("cpu")
+        flat = data.reshape(-1)
+        if flat.numel() and flat.stride(0) != 1:  # a view of one element keeps its parent's stride
+            flat = flat.clone(memory_format=torch.contiguous_format)  # (x[:, :, 0] of a [1, 1, V] tensor)
+        raw = flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
         return {"tensor": {"dtype": str(data.dtype).removeprefix("torch."), "shape": list(data.shape),
                            "requires_grad": bool(value.requires_grad),
                            "parameter": type(value).__name__ == "Parameter", "data": self._bytes(raw)}}
