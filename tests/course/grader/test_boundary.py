@@ -152,6 +152,60 @@ def test_only_plain_data_comes_back(proxies):
         functions["module_out"]()
 
 
+SPOOFS = """
+import torch
+
+class AlwaysEqual(float):
+    def __eq__(self, other):
+        return True
+    __hash__ = float.__hash__
+
+class AlwaysEqualList(list):
+    def __eq__(self, other):
+        return True
+
+class AlwaysTrueTensor(torch.Tensor):
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        return True
+
+def spoof_float():
+    return AlwaysEqual(1.0)
+
+def spoof_nested():
+    return {"loss": [AlwaysEqual(2.0)]}
+
+def spoof_list():
+    return AlwaysEqualList([1])
+
+def spoof_tensor():
+    return torch.zeros(3).as_subclass(AlwaysTrueTensor)
+
+def spoof_through_an_argument(values):
+    values.append(AlwaysEqual(3.0))
+    return 1
+"""
+
+
+@pytest.mark.parametrize("name", ["spoof_float", "spoof_nested", "spoof_list", "spoof_tensor"])
+def test_a_result_that_claims_to_equal_anything_never_reaches_the_test(name):
+    learner = {"__name__": "__main__"}
+    exec(SPOOFS, learner)  # noqa: S102 - the test's own hostile learner code
+    function = learner_proxies([name], InProcessChannel(learner), shared_names({}))[name]
+    with pytest.raises(LearnerError, match="cannot cross"):
+        function()
+
+
+def test_an_argument_filled_with_a_spoofing_object_is_not_mirrored_back():
+    learner = {"__name__": "__main__"}
+    exec(SPOOFS, learner)  # noqa: S102 - the test's own hostile learner code
+    function = learner_proxies(["spoof_through_an_argument"], InProcessChannel(learner), shared_names({}))
+    values = [0.0]
+    with pytest.raises(BoundaryError, match="could not be applied"):
+        function["spoof_through_an_argument"](values)
+    assert values == [0.0] and all(type(value) is float for value in values)
+
+
 def test_arguments_that_cannot_be_sent_are_a_clear_error(proxies):
     functions, _ = proxies
     with pytest.raises(BoundaryError, match="cannot be sent"):
