@@ -91,10 +91,12 @@ assert _result["supervised_tokens"] == 5 and _result["unpredicted_labels"] == 0
 
 # %% hidden exercise=shifted_token_nll points=1 name=gradients_reach_only_predicting_positions
 # hint: the result must stay differentiable, and only positions whose next token is supervised may receive a gradient; the last position predicts nothing.
+from tools.course.grader.boundary import backward_through
+
 _logits = torch.randn(1, 4, 5, requires_grad=True)
-_result = shifted_token_nll(_logits, torch.tensor([[-100, -100, 2, 4]]))
+_result = backward_through(shifted_token_nll, _logits, torch.tensor([[-100, -100, 2, 4]]), select=["token_nll"],
+                           reduce="sum")
 assert _result["token_nll"].requires_grad
-_result["token_nll"].sum().backward()
 _norms = _logits.grad.abs().sum(dim=-1)[0]
 assert _norms[0].item() == 0.0 and _norms[3].item() == 0.0
 assert _norms[1].item() > 0.0 and _norms[2].item() > 0.0
@@ -155,13 +157,15 @@ assert math.isclose(_token["loss"].item(), 7.0 / 3.0, rel_tol=1e-6) and _token["
 
 # %% hidden exercise=reduce_sft_loss points=1 name=masked_nan_and_inf_never_reach_the_loss
 # hint: values outside the mask may be nan or inf; multiplying them by a zero weight is not enough, they have to be replaced before any arithmetic.
+from tools.course.grader.boundary import backward_through
+
 _nll = torch.tensor([[1.0, float("nan")], [float("inf"), 3.0]], requires_grad=True)
 _mask = torch.tensor([[True, False], [False, True]])
 for _mode, _value in (("token", 2.0), ("sample", 2.0)):
     _result = reduce_sft_loss(_nll, _mask, _mode)
     assert math.isfinite(_result["loss"].item()) and math.isclose(_result["loss"].item(), _value, rel_tol=1e-6)
     assert _result["per_sample_loss"] == [1.0, 3.0]
-_result["loss"].backward()
+backward_through(reduce_sft_loss, _nll, _mask, "sample", select=["loss"], reduce=None)
 assert torch.isfinite(_nll.grad).all()
 
 # %% hidden exercise=reduce_sft_loss points=1 name=weights_sum_to_one_and_reproduce_the_loss
@@ -184,9 +188,10 @@ assert math.isclose(reduce_sft_loss(_nll, _mask, "token")["loss"].item(), float(
 # hint: return a tensor that is still connected to the graph; the gradient of the per-token loss is one over the number of supervised tokens at every supervised position.
 _nll = torch.tensor([[0.5, 1.5, 2.5], [3.5, 0.0, 0.0]], requires_grad=True)
 _mask = torch.tensor([[True, True, True], [True, False, False]])
-_result = reduce_sft_loss(_nll, _mask, "token")
+from tools.course.grader.boundary import backward_through
+
+_result = backward_through(reduce_sft_loss, _nll, _mask, "token", select=["loss"], reduce=None)
 assert isinstance(_result["loss"], torch.Tensor) and _result["loss"].dim() == 0 and _result["loss"].requires_grad
-_result["loss"].backward()
 assert torch.allclose(_nll.grad, torch.tensor([[0.25, 0.25, 0.25], [0.25, 0.0, 0.0]]))
 
 # %% hidden exercise=reduce_sft_loss points=1 name=invalid_modes_masks_and_shapes_are_refused

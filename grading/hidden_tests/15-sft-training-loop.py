@@ -385,18 +385,11 @@ reference.agrees("effective_update_check", _broken_observation(), cases=150, cla
 
 # %% hidden exercise=isolated_evaluation points=1 name=forward_runs_in_eval_mode_without_gradients
 # hint: call model.eval() and run every forward pass under torch.no_grad().
-class _Spy(ToyCausalLM):
-    def forward(self, input_ids, attention_mask=None, **unused):
-        self.seen.append((self.training, torch.is_grad_enabled()))
-        return super().forward(input_ids, attention_mask)
-
-
-_model = _Spy(seed=21)
-_model.seen = []
+_model = ToyCausalLM(seed=21, count_modes=True)  # modes[training, grad enabled] counts the forward passes
 _model.train()
 isolated_evaluation(_model, [make_batch([[1, 2, 3]], [1]), make_batch([[4, 5, 6, 7]], [2])],
                     torch.optim.SGD(_model.parameters(), lr=0.1), ["x"], ["y"])
-assert len(_model.seen) == 2 and all(_mode == (False, False) for _mode in _model.seen), _model.seen
+assert _model.modes.tolist() == [[2, 0], [0, 0]], _model.modes.tolist()
 
 # %% hidden exercise=isolated_evaluation points=1 name=mode_is_restored_either_way
 # hint: remember model.training before switching to eval mode and restore exactly that afterwards.
@@ -432,20 +425,14 @@ _optimizer = torch.optim.AdamW(_plain.parameters(), lr=0.1)
 _plain.on_forward = SchedulerInForward(_optimizer)
 _result = isolated_evaluation(_plain, _batches, _optimizer, [], [])
 assert _result["optimizer_unchanged"] is False and _result["state_unchanged"] is True and _result["isolated"] is False
-class _OptimizerStep:
-    def __init__(self, optimizer):
-        self.optimizer = optimizer
-
-    def __call__(self):
-        self.optimizer.step()
-
+from tools.chapters.sft_training_loop import OptimizerStepInForward
 
 _stepping = ToyCausalLM(seed=24)
 _optimizer = torch.optim.AdamW(_stepping.parameters(), lr=0.1)
 _logits = _stepping(input_ids=torch.tensor([[1, 2, 3, 4]])).logits
 F.cross_entropy(_logits[0, :-1], torch.tensor([2, 3, 4])).backward()
 _optimizer.step()
-_stepping.on_forward = _OptimizerStep(_optimizer)
+_stepping.on_forward = OptimizerStepInForward(_optimizer)
 _result = isolated_evaluation(_stepping, _batches, _optimizer, [], [])
 assert _result["optimizer_unchanged"] is False and _result["state_unchanged"] is False, (
     "an optimizer step hidden in the forward pass changes parameters and moments in place")
@@ -488,14 +475,7 @@ assert isolated_evaluation(_model, _batches, _optimizer, ["C9"], ["c9"])["isolat
 
 # %% hidden exercise=isolated_evaluation points=1 name=invalid_inputs_refused_before_evaluating
 # hint: check the batches, the optimizer and both hash lists before the first forward pass.
-class _Counting(ToyCausalLM):
-    def forward(self, input_ids, attention_mask=None, **unused):
-        self.calls_seen += 1
-        return super().forward(input_ids, attention_mask)
-
-
-_model = _Counting(seed=27)
-_model.calls_seen = 0
+_model = ToyCausalLM(seed=27, count_calls=True)  # the buffer `calls` counts the forward passes
 _optimizer = torch.optim.SGD(_model.parameters(), lr=0.1)
 _good = make_batch([[1, 2, 3]], [1])
 _bad_calls = [
@@ -517,7 +497,7 @@ for _number, _call in enumerate(_bad_calls):
     except ValueError:
         continue
     raise AssertionError(f"invalid input number {_number} was accepted")
-assert _model.calls_seen == 0, "a refused call ran the model: validate everything first"
+assert int(_model.calls) == 0, "a refused call ran the model: validate everything first"
 _valid = isolated_evaluation(_model, [_good], _optimizer, ["b", "a"], ["a", "c", "b"])  # the call the cases above break
 assert _valid["leaked"] == ["a", "b"] and _valid["isolated"] is False and _valid["supervised_tokens"] == 2, _valid
 

@@ -40,11 +40,13 @@ assert _narrow["loss"].dtype == torch.float32
 
 # %% hidden exercise=ppo_policy_loss points=1 name=policy_gradient_only_through_unclipped_tokens
 # hint: the loss keeps its graph to log_probs: a clipped token gets gradient 0, an unclipped one -A * r / N; old_log_probs gets none.
+from tools.course.grader.boundary import backward_through
+
 _old = torch.zeros(1, 3, dtype=torch.float64)
 _new = torch.log(torch.tensor([[1.5, 1.1, 0.9]], dtype=torch.float64)).requires_grad_(True)
 _adv = torch.tensor([[1.0, 2.0, -1.0]], dtype=torch.float64)
-_out = ppo_policy_loss(_new, _old, _adv, torch.ones(1, 3, dtype=torch.long), 0.2)
-_out["loss"].backward()
+_out = backward_through(ppo_policy_loss, _new, _old, _adv, torch.ones(1, 3, dtype=torch.long), 0.2, select=["loss"],
+                        reduce=None)
 assert torch.allclose(_new.grad, torch.tensor([[0.0, -2.0 * 1.1 / 3, 0.9 / 3]], dtype=torch.float64), atol=1e-12)
 
 # %% hidden exercise=ppo_policy_loss points=1 name=ppo_policy_invalid_inputs_refused_valid_ones_scored
@@ -182,10 +184,12 @@ assert _tight["loss"].dtype == torch.float32
 
 # %% hidden exercise=ppo_value_loss points=1 name=value_gradient_through_the_larger_error
 # hint: the loss keeps its graph to values: where the clipped error wins, the gradient is 0; elsewhere (v - R) / N.
+from tools.course.grader.boundary import backward_through
+
 _new = torch.tensor([[0.5, 0.1, -0.5]], dtype=torch.float64, requires_grad=True)
-_out = ppo_value_loss(_new, torch.zeros(1, 3, dtype=torch.float64), torch.tensor([[1.0, 0.0, 1.0]], dtype=torch.float64),
-                      torch.ones(1, 3, dtype=torch.long), 0.2)
-_out["loss"].backward()
+_out = backward_through(ppo_value_loss, _new, torch.zeros(1, 3, dtype=torch.float64),
+                        torch.tensor([[1.0, 0.0, 1.0]], dtype=torch.float64), torch.ones(1, 3, dtype=torch.long), 0.2,
+                        select=["loss"], reduce=None)
 assert torch.allclose(_new.grad, torch.tensor([[0.0, 0.1 / 3, -1.5 / 3]], dtype=torch.float64), atol=1e-12)
 
 # %% hidden exercise=ppo_value_loss points=1 name=ppo_value_invalid_inputs_refused_valid_ones_scored

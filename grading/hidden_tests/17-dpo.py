@@ -58,9 +58,11 @@ assert frozen.dtype == torch.float32 and not frozen.requires_grad
 
 # %% hidden exercise=sequence_logprobs points=1 name=gradient_reaches_only_positions_that_predict_a_response
 # hint: the gradient of the result with respect to logits must be zero at every position that does not predict a response token.
+from tools.course.grader.boundary import backward_through
+
 logits = torch.randn(2, 5, 3, requires_grad=True)
 mask = torch.tensor([[0, 0, 1, 1, 0], [0, 1, 0, 0, 1]])
-sequence_logprobs(logits, torch.tensor([[0, 1, 2, 0, 1], [2, 2, 1, 0, 0]]), mask).sum().backward()
+backward_through(sequence_logprobs, logits, torch.tensor([[0, 1, 2, 0, 1], [2, 2, 1, 0, 0]]), mask, reduce="sum")
 grad = logits.grad.abs().sum(dim=-1)
 predicting = torch.tensor([[0, 1, 1, 0, 0], [1, 0, 0, 1, 0]], dtype=torch.bool)
 assert bool((grad[~predicting] == 0).all()) and bool((grad[predicting] > 0).all())
@@ -135,12 +137,14 @@ assert pc.requires_grad and rc.requires_grad and not rr.requires_grad, "the inpu
 
 # %% hidden exercise=dpo_loss points=1 name=reference_gradient_is_none_and_policy_gradient_is_the_logistic_weight
 # hint: detach the reference log-probabilities; the gradient on policy_chosen is -beta * sigmoid(-beta h) / pairs, on policy_rejected its negative.
+from tools.course.grader.boundary import backward_through
+
 pc = torch.tensor([-1.0, -3.0, -2.0], requires_grad=True)
 pr = torch.tensor([-2.0, -1.0, -2.0], requires_grad=True)
 rc = torch.tensor([-1.2, -2.0, -2.5], requires_grad=True)
 rr = torch.tensor([-1.8, -1.5, -2.0], requires_grad=True)
 beta = 0.5
-dpo_loss(pc, pr, rc, rr, beta)["loss"].backward()
+backward_through(dpo_loss, pc, pr, rc, rr, beta, select=["loss"], reduce=None)
 h = (pc - rc - pr + rr).detach()
 weight = -beta * torch.sigmoid(-beta * h) / 3
 assert rc.grad is None and rr.grad is None, "no gradient may reach the reference"

@@ -277,11 +277,13 @@ assert _inside["clip_rate"] == 0.0 and type(_inside["clip_rate"]) is float
 
 # %% hidden exercise=clipped_grpo_loss points=1 name=loss_gradient_reaches_only_unclipped_tokens_of_the_policy
 # hint: the loss must keep its graph to logprobs; clipped and masked tokens get no gradient, and old_logprobs is a constant that gets none.
+from tools.course.grader.boundary import backward_through
+
 _logprobs = torch.log(torch.tensor([[1.0, 1.5, 0.9], [0.5, 1.0, 2.0]], dtype=torch.float64)).requires_grad_(True)
 _old = torch.zeros(2, 3, dtype=torch.float64, requires_grad=True)
 _mask = torch.tensor([[True, True, True], [True, True, False]])
-_result = clipped_grpo_loss(_logprobs, _old, torch.tensor([1.0, -1.0], dtype=torch.float64), _mask, 0.2, "token")
-_result["loss"].backward()
+_result = backward_through(clipped_grpo_loss, _logprobs, _old, torch.tensor([1.0, -1.0], dtype=torch.float64), _mask, 0.2,
+                           "token", select=["loss"], reduce=None)
 assert _old.grad is None or float(_old.grad.abs().sum()) == 0.0
 _grad = _logprobs.grad
 assert _grad[0, 1].item() == 0.0 and _grad[1, 0].item() == 0.0 and _grad[1, 2].item() == 0.0

@@ -101,13 +101,16 @@ assert _y.shape == (1,) and torch.allclose(_y, torch.tensor([14.0], dtype=torch.
 
 # %% hidden exercise=dora_forward points=1 name=row_norm_is_detached_from_autograd
 # hint: gradients flow through the magnitude and the numerator, not through the row norm (DoRA paper section 4.3, peft).
+from tools.course.grader.boundary import backward_through
+
 _gen = torch.Generator().manual_seed(5)
 _w = torch.randn(4, 3, generator=_gen, dtype=torch.float64)
 _a = torch.randn(2, 3, generator=_gen, dtype=torch.float64).requires_grad_(True)
 _b = torch.randn(4, 2, generator=_gen, dtype=torch.float64).requires_grad_(True)
 _m = torch.rand(4, generator=_gen, dtype=torch.float64).add(0.5).requires_grad_(True)
 _x = torch.randn(6, 3, generator=_gen, dtype=torch.float64)
-_grads = torch.autograd.grad(dora_forward(_x, _w, _a, _b, _m, 0.7).sum(), [_a, _b, _m])
+backward_through(dora_forward, _x, _w, _a, _b, _m, 0.7, reduce="sum")
+_grads = [_a.grad, _b.grad, _m.grad]
 _norm = (_w + 0.7 * _b @ _a).norm(dim=1).detach()
 _expected = torch.autograd.grad(((_x @ _w.T + 0.7 * (_x @ _a.T) @ _b.T) * (_m / _norm)).sum(), [_a, _b, _m])
 for _name, _got, _want in zip(("lora_A", "lora_B", "magnitude"), _grads, _expected):

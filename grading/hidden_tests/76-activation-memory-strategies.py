@@ -143,10 +143,12 @@ reference.agrees("estimate_saved_activation_bytes", each_of(entries, spoiled_cas
 
 # %% hidden exercise=saved_tensor_ledger points=1 name=parameters_are_counted_but_never_as_bytes
 # hint: a saved weight (or its transposed view) shares storage with a parameter: count it as a parameter and add no bytes for it; every other saved tensor is an activation.
+from tools.chapters.saved_tensor_probes import squared_sum
+
 torch.manual_seed(3)
 two_layers = nn.Sequential(nn.Linear(4, 3), nn.Linear(3, 2))
 x = torch.randn(5, 4)
-ledger = saved_tensor_ledger(two_layers, x, lambda module, batch: module(batch).pow(2).sum())
+ledger = saved_tensor_ledger(two_layers, x, squared_sum)
 # the first layer saves x; the second saves its input and (its input needs a gradient) its weight, transposed;
 # pow saves the output
 assert ledger["parameter_tensors"] == 1 and ledger["activation_tensors"] == 3, ledger
@@ -156,44 +158,25 @@ assert ledger["activation_bytes"] == expected and ledger["device_bytes"] == {"cp
 
 # %% hidden exercise=saved_tensor_ledger points=1 name=one_storage_counts_once_whatever_its_views
 # hint: two saved views of one storage (a slice is a view) keep the whole storage alive once: key the bytes by the storage address, and take the storage's size, not the view's.
-
-
-class SavesSlices(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, weight):
-        ctx.save_for_backward(x[1:], x[:, :2], weight.t())
-        return x * weight
-
-    @staticmethod
-    def backward(ctx, grad):
-        tail, left, weight_t = ctx.saved_tensors
-        return grad * weight_t.t(), None
-
-
-class SlicesModule(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(3, 4))
-
-    def forward(self, x):
-        return SavesSlices.apply(x, self.weight)
-
+from tools.chapters.saved_tensor_probes import SlicesModule, summed
 
 x = torch.arange(12.0).reshape(3, 4)
-ledger = saved_tensor_ledger(SlicesModule(), x, lambda module, batch: module(batch).sum())
+ledger = saved_tensor_ledger(SlicesModule(), x, summed)
 assert ledger["saved_tensors"] == 3 and ledger["parameter_tensors"] == 1 and ledger["activation_tensors"] == 2, ledger
 assert ledger["activation_storages"] == 1 and ledger["activation_bytes"] == 48 == ledger["device_bytes"]["cpu"], ledger
-wider = saved_tensor_ledger(SlicesModule(), x.double(), lambda module, batch: module(batch).sum())
+wider = saved_tensor_ledger(SlicesModule(), x.double(), summed)
 assert wider["activation_bytes"] == 96 and wider["activation_storages"] == 1, wider  # the storage of a float64 input
 
 # %% hidden exercise=saved_tensor_ledger points=1 name=unpack_counts_backward_and_nothing_moves
 # hint: unpack runs during backward (after leaving the hooks context) and returns what it got; the gradients must be those of a step without hooks.
+from tools.chapters.saved_tensor_probes import square_mean
+
 torch.manual_seed(5)
 hooked = nn.Sequential(nn.Linear(3, 5), nn.Tanh(), nn.Linear(5, 1))
 plain = copy.deepcopy(hooked)
 batch = torch.randn(6, 3)
 kept = batch.clone()
-ledger = saved_tensor_ledger(hooked, batch, lambda module, x: module(x).square().mean())
+ledger = saved_tensor_ledger(hooked, batch, square_mean)
 plain(batch).square().mean().backward()
 assert ledger["unpacked"] == ledger["saved_tensors"] > 0, ledger
 for mine, theirs in zip(hooked.parameters(), plain.parameters()):
@@ -202,61 +185,43 @@ assert torch.equal(batch, kept)
 
 # %% hidden exercise=saved_tensor_ledger points=1 name=types_devices_and_an_empty_ledger
 # hint: the loss is a Python float and every count an int; bytes are grouped by str(device); a step that saves nothing has an empty device_bytes dict.
+from tools.chapters.saved_tensor_probes import summed, weight_only
+
 torch.manual_seed(7)
-ledger = saved_tensor_ledger(nn.Linear(2, 2), torch.randn(3, 2), lambda module, x: module(x).sum())
+ledger = saved_tensor_ledger(nn.Linear(2, 2), torch.randn(3, 2), summed)
 assert type(ledger["loss"]) is float
 for key in ("saved_tensors", "parameter_tensors", "activation_tensors", "activation_storages", "activation_bytes",
             "unpacked"):
     assert type(ledger[key]) is int, (key, type(ledger[key]))
 assert list(ledger["device_bytes"]) == ["cpu"] and type(ledger["device_bytes"]["cpu"]) is int
-nothing = saved_tensor_ledger(nn.Linear(2, 2), torch.randn(3, 2), lambda module, x: (module.weight * 2.0).sum())
+nothing = saved_tensor_ledger(nn.Linear(2, 2), torch.randn(3, 2), weight_only)
 assert nothing["device_bytes"] == {} and nothing["activation_bytes"] == 0 and nothing["activation_storages"] == 0
 
 # %% hidden exercise=saved_tensor_ledger points=1 name=ledger_checks_module_then_loss
 # hint: refuse something that is not a module before calling loss_fn, and a loss that is not a 0-dim floating tensor requiring grad before backward, both with ValueError.
-calls = []
+from tools.chapters.saved_tensor_probes import column_sums, detached_sum, integer_constant, must_not_run, summed
 
-
-def counting_loss(module, batch):
-    calls.append(1)
-    return module(batch).sum()
-
-
-for module, loss_fn in (("not a module", counting_loss), (None, counting_loss),
-                        (nn.Linear(2, 2), lambda m, x: m(x).sum(0)),
-                        (nn.Linear(2, 2), lambda m, x: m(x).sum().detach()),
-                        (nn.Linear(2, 2), lambda m, x: torch.tensor(3))):
+# must_not_run raises RuntimeError when called: beside something that is not a module, loss_fn must not run
+for module, loss_fn in (("not a module", must_not_run), (None, must_not_run),
+                        (nn.Linear(2, 2), column_sums),
+                        (nn.Linear(2, 2), detached_sum),
+                        (nn.Linear(2, 2), integer_constant)):
     try:
         saved_tensor_ledger(module, torch.ones(1, 2), loss_fn)
     except ValueError:
         continue
     raise AssertionError(f"saved_tensor_ledger({module!r}, ...) must raise ValueError")
-assert calls == [], "loss_fn was called before the module was checked"
-valid = saved_tensor_ledger(nn.Linear(2, 2), torch.ones(1, 2), counting_loss)  # a valid call beside the refused ones
-assert calls == [1] and valid["activation_bytes"] == 8 and valid["unpacked"] == valid["saved_tensors"] >= 1, valid
+valid = saved_tensor_ledger(nn.Linear(2, 2), torch.ones(1, 2), summed)  # a valid call beside the refused ones
+assert valid["activation_bytes"] == 8 and valid["unpacked"] == valid["saved_tensors"] >= 1, valid
 
 # %% hidden exercise=saved_tensor_ledger points=2 name=ledger_agrees_with_reference_on_generated_modules
 # hint: any small stack of layers, batch and loss function, valid or not: the same ledger (counts, bytes per device, loss) or the same ValueError.
 from hypothesis import strategies as st
 
+from tools.chapters.saved_tensor_probes import detached, row_losses, softplus_sum, square_mean
+
 LAYERS = {"tanh": lambda width: nn.Tanh(), "relu": lambda width: nn.ReLU(), "sigmoid": lambda width: nn.Sigmoid(),
           "gelu": lambda width: nn.GELU(), "norm": lambda width: nn.LayerNorm(width), "none": lambda width: nn.Identity()}
-
-
-def square_mean(module, batch):
-    return module(batch).pow(2).mean()
-
-
-def softplus_sum(module, batch):
-    return nn.functional.softplus(module(batch)).sum()
-
-
-def row_losses(module, batch):
-    return module(batch).pow(2).mean(-1)
-
-
-def detached(module, batch):
-    return module(batch).pow(2).mean().detach()
 
 
 def stack_case(widths, kinds, rows, seed, loss_fn, replacement):
@@ -286,11 +251,13 @@ reference.agrees("saved_tensor_ledger", stack_cases, cases=80, check_inputs=Fals
 
 # %% hidden exercise=offloaded_step points=1 name=gradients_match_a_step_without_hooks
 # hint: unpack must give back exactly what pack received, on the device it came from; only where the tensor waits may change, never its value, dtype or shape.
+from tools.chapters.saved_tensor_probes import square_mean
+
 torch.manual_seed(11)
 offloaded = nn.Sequential(nn.Linear(4, 6), nn.LayerNorm(6), nn.GELU(), nn.Linear(6, 2)).double()
 plain = copy.deepcopy(offloaded)
 batch = torch.randn(5, 4, dtype=torch.float64)
-result = offloaded_step(offloaded, batch, lambda module, x: module(x).pow(2).mean())
+result = offloaded_step(offloaded, batch, square_mean)
 loss = plain(batch).pow(2).mean()
 loss.backward()
 assert math.isclose(result["loss"], loss.item(), rel_tol=1e-12)
@@ -299,56 +266,22 @@ for mine, theirs in zip(offloaded.parameters(), plain.parameters()):
 
 # %% hidden exercise=offloaded_step points=1 name=host_copy_is_a_real_copy
 # hint: on a CPU, tensor.cpu() and tensor.to("cpu") return the tensor itself; allocate a new host buffer and copy into it, so a later in-place change cannot reach the saved value.
-
-
-class DoublesAfterSaving(nn.Module):
-    def __init__(self):
-        super().__init__()
-        torch.manual_seed(13)
-        self.linear = nn.Linear(2, 3)
-
-    def forward(self, x):
-        y = torch.sigmoid(self.linear(x))
-        total = (y * y).sum()
-        y.mul_(2.0)
-        return total
-
+from tools.chapters.saved_tensor_probes import ChangesWhatItSaved, forward_only
 
 inputs = torch.randn(4, 2, generator=torch.Generator().manual_seed(17))
-offloaded, plain = DoublesAfterSaving(), DoublesAfterSaving()
-offloaded_step(offloaded, inputs, lambda module, x: module(x))
+# sigmoid, then the sum of squares; the saved output is doubled in place afterwards
+offloaded, plain = (ChangesWhatItSaved(13, 2, 3, activation="sigmoid", power=2, factor=2.0) for _ in range(2))
+offloaded_step(offloaded, inputs, forward_only)
 y = torch.sigmoid(plain.linear(inputs))
 (y * y).sum().backward()
 assert torch.allclose(offloaded.linear.weight.grad, plain.linear.weight.grad), "the saved tensor changed after pack"
 
 # %% hidden exercise=offloaded_step points=1 name=one_copy_per_pack_and_parameters_stay
 # hint: every saved activation is copied at each pack (views of one storage are copied separately, each with its own size); parameters stay where they are and are only counted.
+from tools.chapters.saved_tensor_probes import ThreeViews, float_sum
 
-
-class SavesThreeViews(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, weight):
-        ctx.save_for_backward(x, x[:1], x[:, 1:], weight)
-        return x * weight
-
-    @staticmethod
-    def backward(ctx, grad):
-        x, first_row, rest, weight = ctx.saved_tensors
-        assert first_row.shape == (1, 4) and rest.shape == (3, 3) and rest.dtype == x.dtype
-        return grad * weight, (grad * x).sum(0)
-
-
-class ThreeViews(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.weight = nn.Parameter(torch.full((4,), 0.5, dtype=torch.float16))
-
-    def forward(self, x):
-        return SavesThreeViews.apply(x, self.weight)
-
-
-x = torch.arange(12.0, dtype=torch.float16).reshape(3, 4)
-result = offloaded_step(ThreeViews(), x, lambda module, batch: module(batch).float().sum())
+x = torch.arange(12.0, dtype=torch.float16).reshape(3, 4)  # saved whole, as its first row and as its last 3 columns
+result = offloaded_step(ThreeViews(), x, float_sum)
 assert result["host_copies"] == 3 and result["restored_tensors"] == 3, result
 assert result["host_bytes"] == (12 + 4 + 9) * 2, result
 assert result["kept_parameter_tensors"] == 1, result
@@ -356,48 +289,28 @@ assert type(result["loss"]) is float and all(type(result[key]) is int for key in
 
 # %% hidden exercise=offloaded_step points=1 name=offload_checks_module_then_loss
 # hint: the same checks as the ledger: a module first (before loss_fn runs), then a 0-dim floating loss that requires grad, both with ValueError.
-calls = []
+from tools.chapters.saved_tensor_probes import detached_sum, forward_only, must_not_run, summed
 
-
-def counting_loss(module, batch):
-    calls.append(1)
-    return module(batch).sum()
-
-
-for module, loss_fn in (([nn.Linear(2, 2)], counting_loss), (3, counting_loss),
-                        (nn.Linear(2, 2), lambda m, x: m(x)),
-                        (nn.Linear(2, 2), lambda m, x: m(x).sum().detach())):
+# must_not_run raises RuntimeError when called: beside something that is not a module, loss_fn must not run
+for module, loss_fn in (([nn.Linear(2, 2)], must_not_run), (3, must_not_run),
+                        (nn.Linear(2, 2), forward_only),
+                        (nn.Linear(2, 2), detached_sum)):
     try:
         offloaded_step(module, torch.ones(1, 2), loss_fn)
     except ValueError:
         continue
     raise AssertionError(f"offloaded_step({module!r}, ...) must raise ValueError")
-assert calls == [], "loss_fn was called before the module was checked"
-valid = offloaded_step(nn.Linear(2, 2), torch.ones(3, 2), counting_loss)  # a valid call beside the refused ones
-assert calls == [1] and valid["host_copies"] == valid["restored_tensors"] and valid["host_bytes"] >= 24, valid
+valid = offloaded_step(nn.Linear(2, 2), torch.ones(3, 2), summed)  # a valid call beside the refused ones
+assert valid["host_copies"] == valid["restored_tensors"] and valid["host_bytes"] >= 24, valid
 
 # %% hidden exercise=offloaded_step points=2 name=offload_agrees_with_reference_on_generated_modules
 # hint: any small stack of layers, batch and loss function, valid or not: the same copies, bytes, restores and loss, or the same ValueError.
 from hypothesis import strategies as st
 
+from tools.chapters.saved_tensor_probes import detached, row_losses, softplus_sum, square_mean
+
 LAYERS = {"tanh": lambda width: nn.Tanh(), "relu": lambda width: nn.ReLU(), "sigmoid": lambda width: nn.Sigmoid(),
           "gelu": lambda width: nn.GELU(), "norm": lambda width: nn.LayerNorm(width), "none": lambda width: nn.Identity()}
-
-
-def square_mean(module, batch):
-    return module(batch).pow(2).mean()
-
-
-def softplus_sum(module, batch):
-    return nn.functional.softplus(module(batch)).sum()
-
-
-def row_losses(module, batch):
-    return module(batch).pow(2).mean(-1)
-
-
-def detached(module, batch):
-    return module(batch).pow(2).mean().detach()
 
 
 def stack_case(widths, kinds, rows, seed, loss_fn, dtype, replacement):

@@ -34,10 +34,12 @@ assert math.isclose(_result["sampled_log_ratio"][0, 0].item(), 2.0, rel_tol=1e-5
 
 # %% hidden exercise=token_reverse_kl points=1 name=kl_gradient_reaches_the_student_and_never_the_teacher
 # hint: keep the result differentiable with respect to the student's logits and detach the teacher's: a backward pass must leave the teacher without a gradient.
+from tools.course.grader.boundary import backward_through
+
 _student = torch.randn(1, 3, 5, dtype=torch.float64, requires_grad=True)
 _teacher = torch.randn(1, 3, 5, dtype=torch.float64, requires_grad=True)
-_result = token_reverse_kl(_student, _teacher, torch.zeros(1, 3, dtype=torch.long), torch.tensor([[True, False, True]]))
-_result["mean_kl"].backward()
+_result = backward_through(token_reverse_kl, _student, _teacher, torch.zeros(1, 3, dtype=torch.long),
+                           torch.tensor([[True, False, True]]), select=["mean_kl"], reduce=None)
 assert _teacher.grad is None or float(_teacher.grad.abs().sum()) == 0.0
 assert float(_student.grad[0, 0].abs().sum()) > 0 and float(_student.grad[0, 1].abs().sum()) == 0.0
 
@@ -246,10 +248,13 @@ assert generalized_jsd(_student, _teacher, _mask, 0.5, 4.0)["loss"].item() < gen
 
 # %% hidden exercise=generalized_jsd points=1 name=jsd_gradient_reaches_the_student_and_never_the_teacher
 # hint: for every beta the loss must stay differentiable with respect to the student's logits and leave the teacher's without a gradient.
+from tools.course.grader.boundary import backward_through
+
 for _beta in (0.0, 0.5, 1.0):
     _student = torch.randn(1, 2, 4, dtype=torch.float64, requires_grad=True)
     _teacher = torch.randn(1, 2, 4, dtype=torch.float64, requires_grad=True)
-    generalized_jsd(_student, _teacher, torch.tensor([[True, False]]), _beta)["loss"].backward()
+    backward_through(generalized_jsd, _student, _teacher, torch.tensor([[True, False]]), _beta, select=["loss"],
+                     reduce=None)
     assert _teacher.grad is None or float(_teacher.grad.abs().sum()) == 0.0, _beta
     assert float(_student.grad[0, 0].abs().sum()) > 0 and float(_student.grad[0, 1].abs().sum()) == 0.0
 
@@ -458,12 +463,15 @@ for _flags, _lam in (([True, True], 0.5), ([False, False], 0.01), ([True, True],
 
 # %% hidden exercise=mixed_distillation_loss points=1 name=mixed_loss_gradient_never_reaches_the_teacher
 # hint: the teacher's logits may arrive with requires_grad=True; detach them, so that a backward pass fills the student's gradient and leaves the teacher's empty.
+from tools.course.grader.boundary import backward_through
+
 _student = torch.randn(3, 2, 4, dtype=torch.float64, requires_grad=True)
 _teacher = torch.randn(3, 2, 4, dtype=torch.float64, requires_grad=True)
 _result = mixed_distillation_loss(_student, _teacher, torch.tensor([[True, True], [True, False], [True, True]]),
                                   [True, False, True], 0.5)
 assert _result["loss"].requires_grad
-_result["loss"].backward()
+backward_through(mixed_distillation_loss, _student, _teacher, torch.tensor([[True, True], [True, False], [True, True]]),
+                 [True, False, True], 0.5, select=["loss"], reduce=None)
 assert _teacher.grad is None or float(_teacher.grad.abs().sum()) == 0.0
 assert float(_student.grad[1, 0].abs().sum()) > 0 and float(_student.grad[1, 1].abs().sum()) == 0.0
 

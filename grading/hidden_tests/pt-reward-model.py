@@ -45,10 +45,12 @@ for _dtype in (torch.float32, torch.float64):
 
 # %% hidden exercise=pairwise_reward_loss points=1 name=gradient_reaches_only_the_read_positions
 # hint: the loss keeps its graph to the scores: the read position gets -sigmoid(-d)/B (chosen) and +sigmoid(-d)/B (rejected), every other position 0.
+from tools.course.grader.boundary import backward_through
+
 _chosen = torch.tensor([[0.3, 1.0, 7.0], [5.0, 0.2, 0.4]], dtype=torch.float64, requires_grad=True)
 _rejected = torch.tensor([[0.5, -0.5], [0.1, 6.0]], dtype=torch.float64, requires_grad=True)
-_out = pairwise_reward_loss(_chosen, torch.tensor([[1, 1, 0], [0, 1, 1]]), _rejected, torch.tensor([[1, 1], [1, 0]]))
-_out["loss"].backward()
+_out = backward_through(pairwise_reward_loss, _chosen, torch.tensor([[1, 1, 0], [0, 1, 1]]), _rejected,
+                        torch.tensor([[1, 1], [1, 0]]), select=["loss"], reduce=None)
 _d = [1.0 - (-0.5), 0.4 - 0.1]
 _expected_chosen = torch.zeros(2, 3, dtype=torch.float64)
 _expected_chosen[0, 1], _expected_chosen[1, 2] = -1 / (1 + math.exp(_d[0])) / 2, -1 / (1 + math.exp(_d[1])) / 2

@@ -205,11 +205,13 @@ assert math.isclose(_result["loss"].item(), _expected, rel_tol=1e-5)
 
 # %% hidden exercise=sequence_clipped_loss points=1 name=loss_gradient_reaches_unclipped_responses_only
 # hint: keep the loss connected to logprobs; every response token of an unclipped response gets -A * rho / batch, a clipped response and masked tokens get nothing, and old_logprobs gets no gradient.
+from tools.course.grader.boundary import backward_through
+
 _logprobs = torch.tensor([[0.1, 0.1, 0.0], [0.05, 0.0, 0.0]], dtype=torch.float64, requires_grad=True)
 _old = torch.zeros(2, 3, dtype=torch.float64, requires_grad=True)
 _mask = torch.tensor([[True, True, False], [True, True, True]])
-_result = sequence_clipped_loss(_logprobs, _old, torch.tensor([1.0, 2.0], dtype=torch.float64), _mask, 0.2)
-_result["loss"].backward()
+_result = backward_through(sequence_clipped_loss, _logprobs, _old, torch.tensor([1.0, 2.0], dtype=torch.float64), _mask,
+                           0.2, select=["loss"], reduce=None)
 assert _old.grad is None or float(_old.grad.abs().sum()) == 0.0
 assert torch.all(_logprobs.grad[0] == 0), "response 0 (rho = e^0.2 > 1.2, A > 0) is clipped"
 assert torch.allclose(_logprobs.grad[1], torch.full((3,), -2.0 * math.exp(0.05) / 2, dtype=torch.float64))

@@ -34,10 +34,13 @@ class ToyCausalLM(torch.nn.Module):
     Options that give its forward pass side effects a correct evaluation must notice:
     `dropout` (active in training mode only), `running_stat` (a buffer updated in training mode,
     like BatchNorm's statistics), `count_calls` (a buffer incremented by every call, in any mode),
-    and `on_forward` (a callable object run at every call, e.g. `SchedulerInForward`)."""
+    `count_modes` (a buffer `modes` [2, 2] that counts the calls per training mode and grad mode:
+    `modes[int(training), int(grad_enabled)]`) and `on_forward` (a callable object run at every call,
+    e.g. `SchedulerInForward`). The counters are buffers, so they are part of the model's state."""
 
     def __init__(self, seed: int = 0, vocab: int = 13, width: int = 6, dtype=torch.float64, dropout: float = 0.0,
-                 running_stat: bool = False, count_calls: bool = False, on_forward=None):
+                 running_stat: bool = False, count_calls: bool = False, count_modes: bool = False,
+                 on_forward=None):
         super().__init__()
         generator = torch.Generator().manual_seed(seed)
         self.embed = torch.nn.Parameter(torch.randn(vocab, width, generator=generator, dtype=dtype))
@@ -48,6 +51,8 @@ class ToyCausalLM(torch.nn.Module):
         self.register_buffer("stat", torch.zeros(width, dtype=dtype))
         if count_calls:
             self.register_buffer("calls", torch.zeros((), dtype=torch.long))
+        if count_modes:
+            self.register_buffer("modes", torch.zeros(2, 2, dtype=torch.long))
         self.on_forward = on_forward
 
     def forward(self, input_ids, attention_mask=None, **unused):
@@ -59,6 +64,8 @@ class ToyCausalLM(torch.nn.Module):
                 self.stat.mul_(0.9).add_(0.1 * hidden.detach().mean(dim=(0, 1)))
         if hasattr(self, "calls"):
             self.calls += 1
+        if hasattr(self, "modes"):
+            self.modes[int(self.training), int(torch.is_grad_enabled())] += 1
         if self.on_forward is not None:
             self.on_forward()
         return SimpleNamespace(logits=torch.tanh(hidden + context @ self.mix + self.stat) @ self.head)
@@ -74,6 +81,17 @@ class SchedulerInForward:
     def __call__(self):
         for group in self.optimizer.param_groups:
             group["lr"] = group["lr"] * 0.5
+
+
+class OptimizerStepInForward:
+    """An optimizer step taken inside the forward pass: the bug of a callback that updates the weights
+    (and the optimizer's moments) during evaluation."""
+
+    def __init__(self, optimizer):
+        self.optimizer = optimizer
+
+    def __call__(self):
+        self.optimizer.step()
 
 
 def make_batch(rows: list[list[int]], supervised_from: list[int], pad_id: int = 0) -> dict:

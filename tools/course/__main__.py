@@ -146,7 +146,8 @@ def cmd_grading_autograde(args) -> int:
     cell_timeout = args.cell_timeout if args.cell_timeout is not None else course_cell_timeout(course)
     limits = Limits(cell_timeout_s=cell_timeout, notebook_timeout_s=args.notebook_timeout,
                     memory_mb=args.memory_mb or None, cpu_seconds=args.cpu_seconds or None,
-                    max_processes=args.max_processes or None, file_size_mb=args.file_size_mb or None)
+                    max_processes=args.max_processes or None, file_size_mb=args.file_size_mb or None,
+                    cpus=args.cpus or None, output_mb=args.output_mb)
     report = autograde_chapter(args.root, chapter, course=course,
                                jobs=args.jobs, limits=limits,
                                output_dir=Path(args.output_dir) if args.output_dir else None,
@@ -184,7 +185,8 @@ def cmd_bench(args) -> int:
     from tools.course.layout import CourseLayout
     from tools.course.runs.bench import BENCH_SCHEMA, bench_chapter, bench_suite, format_bench
 
-    chapters = [bench_chapter(args.root, chapter, copies=args.copies, grading=not args.no_grading)
+    chapters = [bench_chapter(args.root, chapter, copies=args.copies, grading=not args.no_grading,
+                              grading_only=args.grading_only)
                 for chapter in select_chapters(args.chapter, args.root)]
     suite = bench_suite(args.root, args.workers) if args.suite else None
     record = {"schema_version": BENCH_SCHEMA, "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -271,11 +273,18 @@ def build_parser() -> argparse.ArgumentParser:
                            help="per-cell wall-clock limit in s (default: Execute.timeout of the course config)")
     autograde.add_argument("--notebook-timeout", type=float, default=600.0,
                            help="per-notebook wall-clock limit in s; the worker is killed after it (default 600)")
-    autograde.add_argument("--memory-mb", type=int, default=4096, help="kernel address-space limit, 0 = none")
+    autograde.add_argument("--memory-mb", type=int, default=4096,
+                           help="memory of one submission (all its processes: its control group; each process's "
+                                "address space as well), 0 = none")
     autograde.add_argument("--cpu-seconds", type=int, default=600, help="kernel CPU-time limit, 0 = none")
     autograde.add_argument("--max-processes", type=int, default=64,
-                           help="processes and threads of the kernel's uid, 0 = none")
+                           help="processes and threads of one submission (its control group, and the kernel's "
+                                "uid), 0 = none")
     autograde.add_argument("--file-size-mb", type=int, default=256, help="largest file the kernel may write, 0 = none")
+    autograde.add_argument("--cpus", type=float, default=1.0,
+                           help="CPUs one submission may use at most (its control group's quota), 0 = no quota")
+    autograde.add_argument("--output-mb", type=int, default=8,
+                           help="output a submission's notebook may produce; past it the kernel is stopped (default 8)")
     autograde.add_argument("--output-dir", help="record, logs and class report (default: build/grading/autograde/...)")
     autograde.add_argument("--require-isolation", action="store_true",
                            help="refuse to run unless network/PID namespaces and a separate uid are available")
@@ -305,6 +314,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--chapter", action="append", help="chapter id or slug (repeatable; default: all)")
     bench.add_argument("--copies", type=int, default=6, help="submissions graded per chapter and grader (default 6)")
     bench.add_argument("--no-grading", action="store_true", help="skip the plain-nbgrader vs class-grader comparison")
+    bench.add_argument("--grading-only", action="store_true",
+                       help="only the class-grading comparison (plain nbgrader vs --jobs 1/2, the boundary's cost, "
+                            "a correct submission beside a CPU hog)")
     bench.add_argument("--suite", action="store_true", help="also run the test suite with --durations=0")
     bench.add_argument("--workers", type=int, default=2, help="pytest-xdist workers for --suite (default 2)")
     bench.set_defaults(handler=cmd_bench)

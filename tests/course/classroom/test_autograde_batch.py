@@ -184,3 +184,38 @@ def test_every_idle_tqdm_monitor_is_stopped_so_the_workers_can_be_forked():
         pass
     stop_idle_tqdm_monitor()
     assert not [thread for thread in threading.enumerate() if isinstance(thread, _monitor.TMonitor)]
+
+
+def test_a_submission_that_runs_out_of_time_beside_others_is_graded_again_alone_or_reported(tmp_path, monkeypatch):
+    """With two jobs, a test cell that times out (the learner's function sleeps) and a notebook past its limit
+    are each graded a second time with no other submission beside them; the record, the summary and the class
+    report say so, and the submission that fails again is reported as not graded, with the reason."""
+    root = make_toy_project(tmp_path)
+    build_sources(root, load_catalog(root))
+    course = root / "grading"
+    (root / "logs").mkdir()
+    ensure_assignment(course, "toy", root / "logs")
+    release = read_notebook(course / "release" / "toy" / "toy.ipynb")
+    submit(course, "a_ref", release, REFERENCE)
+    submit(course, "b_slow_function", release, {**REFERENCE, "halve": "import time\n\n\ndef halve(x):\n"
+                                                                   "    time.sleep(60)\n    return x / 2\n"})
+    submit(course, "c_hangs", release, {**REFERENCE, "add_rates": "import signal, time\n"
+                                        "signal.signal(signal.SIGINT, signal.SIG_IGN)  # the interrupt cannot stop it\n"
+                                        "while True:\n    time.sleep(1)\n"})
+    submit(course, "d_ref", release, REFERENCE)
+    monkeypatch.setenv("COURSE_PROJECT_ROOT", str(root))
+    code = main(["grading", "autograde", "--chapter", "toy", "--jobs", "2", "--cell-timeout", "3",
+                 "--notebook-timeout", "20", "--output-dir", str(root / "out"), "--no-progress"])
+    record = json.loads((root / "out" / "autograde_toy.json").read_text(encoding="utf-8"))
+    outcomes = {item["student"]: item for item in record["outcomes"]}
+    assert code == 1 and set(outcomes) == {"a_ref", "b_slow_function", "c_hangs", "d_ref"}
+    assert outcomes["a_ref"]["regraded"] is None and outcomes["a_ref"]["score"] == 5.0
+    slow = outcomes["b_slow_function"]
+    assert slow["status"] == "graded" and slow["regraded"] and "ran out of time" in slow["regraded"]["first_reason"]
+    assert slow["score"] == 2.0  # its two tests of halve time out again when it is alone; add_rates keeps its points
+    hangs = outcomes["c_hangs"]
+    assert hangs["status"] == "failed" and hangs["regraded"] and "per-notebook limit" in hangs["regraded"]["first_reason"]
+    assert hangs["reason"].startswith("not graded, also when graded alone")
+    assert record["summary"]["graded_again_alone"] == 2 and record["summary"]["not_graded"] == 1
+    report = (root / "out" / "class_report.md").read_text(encoding="utf-8")
+    assert "## Graded again alone" in report and "| c_hangs |" in report

@@ -161,7 +161,14 @@ def test_a_worker_forked_from_a_process_that_ran_asyncio_makes_its_own_event_loo
 
 
 def test_control_the_check_finds_a_kernel_home_reused_without_clearing(tmp_path, monkeypatch):
-    """Same pair, but the second kernel gets the first one's folder back, never cleared."""
+    """Same pair, but the second kernel gets the first one's folder back, never cleared. Where kernels get
+    a filesystem of their own, the home is a fresh tmpfs each time, so the control runs them without one
+    (no namespaces, no control groups), with the home on the host's disk."""
+    from tools.course.classroom.cgroups import CgroupHost
+    from tools.course.classroom.sandbox import HostIsolation
+
+    monkeypatch.setattr(autograde_batch, "probe_host", lambda: HostIsolation(False, False, "forced for the control"))
+    monkeypatch.setattr(autograde_batch, "probe_cgroups", lambda: CgroupHost(None, "forced for the control"))
     root, course = clean_state_pair(tmp_path)
     first, new_kernel, remove_tree = {}, GradingSlot.new_kernel, autograde_batch.remove_tree
 

@@ -13,11 +13,20 @@ import time
 from pathlib import Path
 
 import pytest
-
 from chapter_factory import REPO_ROOT
+
 from tools.course.classroom import sandbox
 from tools.course.classroom.batch import remove_tree
-from tools.course.classroom.sandbox import LAUNCHER, HostIsolation, Limits, UidPool, WorkerSandbox, plan_masks, probe_host
+from tools.course.classroom.cgroups import BatchCgroups, probe_cgroups
+from tools.course.classroom.sandbox import (
+    LAUNCHER,
+    HostIsolation,
+    Limits,
+    UidPool,
+    WorkerSandbox,
+    plan_masks,
+    probe_host,
+)
 from tools.errors import ConfigError
 
 HOST = probe_host()
@@ -299,3 +308,177 @@ def test_fork_prepares_the_child_before_it_rearranges_its_file_descriptors(worke
     assert done.returncode == 0, done.stderr
     seen, returncode = done.stdout.strip().rsplit(" ", 1)
     assert json.loads(seen) == {"inherited_stdout": True} and returncode == "0", done.stdout
+
+
+# ---------------------------------------------------------------------------
+# A sandbox per submission: control groups, IPC namespace, the kernel's own filesystem
+# ---------------------------------------------------------------------------
+
+CGROUPS = probe_cgroups()
+needs_cgroups = pytest.mark.skipif(not (HOST.namespaces and CGROUPS.version),
+                                   reason=f"no namespaces or no cgroups here: {HOST.reason}; {CGROUPS.reason}")
+
+
+def run_script(worker, script: str, limits: Limits, *, cgroups=None, args=(), box_dir_name="submission"):
+    """Run `script` as one submission's kernel would run (launcher `kernel` role) in a fresh sandbox; return
+    the run, the last line the script printed (JSON), what was enforced and the kernel folder."""
+    with UidPool(1) as uids:
+        box = WorkerSandbox(worker, uids.uids[0], limits, HOST, plan_masks(REPO_ROOT, REPO_ROOT / "grading"),
+                            repo_root=REPO_ROOT, cgroups=cgroups)
+        box.prepare()
+        kernel = box.new_kernel(worker / box_dir_name)
+        (kernel.home / "script.py").write_text(script, encoding="utf-8")
+        os.chown(kernel.home / "script.py", box.uid, box.uid)
+        inner = [sys.executable, str(LAUNCHER), "kernel", "--plan", str(kernel.plan_path), "--",
+                 sys.executable, "script.py", *map(str, args)]
+        log = worker / f"{box_dir_name}.log"
+        run = box.run(inner, log, kernel=kernel)
+        lines = log.read_text(encoding="utf-8").strip().splitlines()
+        try:
+            reply = json.loads(lines[-1])
+        except (IndexError, json.JSONDecodeError):
+            reply = {"log": lines[-20:]}
+        return run, reply, box.enforced(kernel), kernel
+
+
+HUNGRY_CHILDREN = """
+import json, os, time
+children = []
+for _ in range(4):
+    pid = os.fork()
+    if pid == 0:
+        block = bytearray(300 * 2 ** 20)  # each under the per-process limit, together above the submission's
+        for index in range(0, len(block), 4096):
+            block[index] = 1
+        time.sleep(3)
+        os._exit(0)
+    children.append(pid)
+print(json.dumps({"exits": [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in children]}))
+"""
+
+
+@needs_cgroups
+@pytest.mark.slow
+def test_many_children_together_are_held_to_the_submissions_memory(worker):
+    batch = BatchCgroups(CGROUPS)
+    try:
+        limits = Limits(cell_timeout_s=5, notebook_timeout_s=60, memory_mb=512, max_processes=16)
+        run, reply, enforced, _ = run_script(worker, HUNGRY_CHILDREN, limits, cgroups=batch)
+    finally:
+        batch.close()
+    assert run.returncode == 0, reply
+    assert -9 in reply["exits"], reply  # the kernel's OOM killer ended at least one child: 4 x 300 MiB > 512 MiB
+    usage = enforced["cgroup"]["usage"]
+    assert usage["memory_peak_bytes"] <= 512 * 2 ** 20 and usage["oom_kills"] >= 1, usage
+    assert enforced["limits_by"] == f"cgroup {CGROUPS.version} and rlimits"
+    assert enforced["cgroup"]["memory_bytes"] == 512 * 2 ** 20 and enforced["cgroup"]["max_tasks"] == 16
+
+
+SPINNERS = """
+import json, os, sys, time
+for _ in range(int(sys.argv[1])):
+    if os.fork() == 0:
+        os.setsid()  # out of the kernel's session: only the control group still holds it
+        while True:
+            pass
+started = time.monotonic()
+time.sleep(3)
+print(json.dumps({"wall_s": time.monotonic() - started}))
+"""
+
+
+@needs_cgroups
+@pytest.mark.slow
+def test_setsid_spinners_get_the_submissions_cpu_quota_and_are_killed_with_it(worker):
+    batch = BatchCgroups(CGROUPS)
+    try:
+        limits = Limits(cell_timeout_s=5, notebook_timeout_s=60, max_processes=32, cpus=0.25)
+        run, reply, enforced, _ = run_script(worker, SPINNERS, limits, cgroups=batch, args=(12,))
+    finally:
+        batch.close()
+    assert run.returncode == 0, reply
+    usage = enforced["cgroup"]["usage"]
+    # twelve spinners on every CPU of the host would use many CPU seconds in 3 s; the quota is a quarter CPU
+    assert usage["cpu_seconds"] <= 0.25 * (reply["wall_s"] + 2) + 0.5, usage
+    assert usage["cpu_throttled_periods"] > 0, usage  # they asked for more than the quota and were held to it
+    assert usage["tasks_peak"] >= 13 and usage["processes_killed_after"] == 0  # they died with the namespace
+    assert enforced["cgroup"]["cpus"] == 0.25
+
+
+SYSV_WRITER = """
+import ctypes, json
+libc = ctypes.CDLL(None, use_errno=True)
+segment = libc.shmget(0x5EC2E7, 4096, 0o1666)  # IPC_CREAT | rw for everyone, never removed
+print(json.dumps({"segment": segment}))
+"""
+SYSV_READER = """
+import ctypes, json
+libc = ctypes.CDLL(None, use_errno=True)
+found = libc.shmget(0x5EC2E7, 0, 0o666)
+print(json.dumps({"found": found, "visible": open("/proc/sysvipc/shm").read().count("\\n") - 1}))
+"""
+
+
+def _host_segments(key: int) -> int:
+    lines = Path("/proc/sysvipc/shm").read_text(encoding="utf-8").splitlines()[1:]
+    return sum(1 for line in lines if int(line.split()[0]) == key)
+
+
+@needs_namespaces
+@pytest.mark.slow
+def test_a_sysv_segment_left_by_one_submission_is_gone_for_the_next_and_for_the_host(worker):
+    limits = Limits(cell_timeout_s=5, notebook_timeout_s=60)
+    _, written, enforced, _ = run_script(worker, SYSV_WRITER, limits, box_dir_name="writer")
+    assert written["segment"] >= 0 and enforced["ipc_namespace"] and enforced["sysv_objects_at_start"] == 0
+    _, read, _, _ = run_script(worker, SYSV_READER, limits, box_dir_name="reader")
+    assert read == {"found": -1, "visible": 0}
+    assert _host_segments(0x5EC2E7) == 0
+
+
+FILESYSTEM_VIEW = """
+import json, os, sys
+repo = sys.argv[1]
+def listing(path):
+    try:
+        return sorted(os.listdir(path))
+    except OSError as error:
+        return type(error).__name__
+def can_write(path):
+    try:
+        with open(os.path.join(path, "planted"), "w") as handle:
+            handle.write("x" * 1024)
+        return True
+    except OSError:
+        return False
+home = os.path.expanduser("~")
+writable = {path: can_write(path) for path in ("/", "/etc", "/usr", repo + "/tools", home, "/tmp")}
+filled = 0
+try:
+    with open(os.path.join(home, "big"), "wb") as handle:
+        for _ in range(64):
+            handle.write(b"x" * 2 ** 20)
+            filled += 1
+except OSError as error:
+    filled = f"{filled} MiB then {type(error).__name__}"
+print(json.dumps({"top": listing("/"), "repo_parent": listing(os.path.dirname(repo)), "repo": listing(repo),
+                  "run_lock": listing("/run/lock"), "root_home": listing("/root"), "grading": listing(repo + "/grading"),
+                  "write": writable,
+                  "home_filled": filled}))
+"""
+
+
+@needs_namespaces
+@pytest.mark.slow
+def test_the_kernel_sees_only_what_it_needs_and_writes_only_to_capped_scratch(worker, monkeypatch):
+    monkeypatch.setattr(sandbox, "PRIVATE_DIR_MB", 16)
+    run, view, enforced, kernel = run_script(worker, FILESYSTEM_VIEW, Limits(cell_timeout_s=5, notebook_timeout_s=60),
+                                             args=(REPO_ROOT,))
+    assert run.returncode == 0, view
+    assert "run" not in view["top"] and "home" not in view["top"] and "mnt" not in view["top"], view["top"]
+    assert view["run_lock"] == "FileNotFoundError" and view["grading"] == "FileNotFoundError"
+    assert view["repo_parent"] == [REPO_ROOT.name]  # no other checkout beside this one
+    assert set(view["repo"]) <= {"tools", ".venv"}
+    assert view["write"] == {"/": False, "/etc": False, "/usr": False, str(REPO_ROOT / "tools"): False,
+                             str(kernel.home): True, "/tmp": True}
+    assert view["home_filled"].startswith("16 MiB then OSError") or view["home_filled"].startswith("15 MiB then"), view
+    assert enforced["kernel_filesystem"]["home_mb"] == 16

@@ -70,6 +70,56 @@ def test_reference_agrees_counts_cases_and_reports_the_first_mismatch():
         reference.agrees("half", st.tuples(st.integers(-100, 100)), cases=30)
 
 
+class CountingChannel:
+    """The learner's side in this process (the boundary's encoding), counting round trips."""
+
+    def __init__(self, namespace: dict):
+        from tools.course.grader.boundary import InProcessChannel
+
+        self.inner, self.round_trips = InProcessChannel(namespace), 0
+
+    def exchange(self, payload: bytes) -> bytes:
+        self.round_trips += 1
+        return self.inner.exchange(payload)
+
+
+def _across_the_boundary(learner_source: str) -> tuple[Reference, CountingChannel]:
+    from tools.course.grader.boundary import LearnerFunction
+
+    learner = {"__name__": "__main__"}
+    exec(learner_source, learner)
+    channel = CountingChannel(learner)
+    trusted = {"math": math, "half": LearnerFunction("half", channel, {})}
+    return Reference("def half(x):\n    if x == 13:\n        raise KeyError(x)\n    return x / 2\n", trusted), channel
+
+
+def test_across_the_boundary_agrees_sends_its_calls_in_batches_and_finds_the_same_first_mismatch():
+    from tools.course.grader.differential import BATCH_CALLS
+
+    draws = st.tuples(st.integers(-100, 100))
+    reference, channel = _across_the_boundary("def half(x):\n    if x == 13:\n        raise KeyError(x)\n"
+                                              "    return x / 2\n")
+    assert reference.agrees("half", draws, cases=2 * BATCH_CALLS + 5) is None
+    assert reference.cases_checked == {"half": 2 * BATCH_CALLS + 5} and channel.round_trips == 3
+    namespace = {"math": math}  # the same slip, called in this process one call at a time
+    exec("def half(x):\n    return x // 2 if x % 7 == 3 else x / 2\n", namespace)
+    with pytest.raises(Mismatch) as local:
+        Reference("def half(x):\n    if x == 13:\n        raise KeyError(x)\n    return x / 2\n", namespace).agrees(
+            "half", draws, cases=150)
+    reference, channel = _across_the_boundary("def half(x):\n    return x // 2 if x % 7 == 3 else x / 2\n")
+    with pytest.raises(Mismatch) as batched:
+        reference.agrees("half", draws, cases=150)
+    assert str(batched.value) == str(local.value) and channel.round_trips <= 3
+
+
+def test_across_the_boundary_a_batch_that_cannot_cross_whole_is_called_one_by_one():
+    # every call's result is unencodable (a function): the batch is retried call by call, each a mismatch
+    reference, channel = _across_the_boundary("def half(x):\n    return half\n")
+    with pytest.raises(Mismatch, match="cannot cross the grading boundary"):
+        reference.agrees("half", st.tuples(st.integers(0, 10)), cases=10)
+    assert channel.round_trips == 2  # the batch, then the first call alone, which already disagrees
+
+
 def test_the_build_gives_differential_tests_the_reference_and_nothing_else(tmp_path):
     root = make_toy_project(tmp_path, hidden=TOY_HIDDEN + DIFFERENTIAL)
     source = build_source_notebook(root, load_catalog(root)[0])

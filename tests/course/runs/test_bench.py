@@ -23,3 +23,16 @@ def test_the_table_shows_ratios_and_the_sandbox_cost():
     assert "jobs2/plain" in header and "sandbox s/sub" in header
     assert first.split()[-2:] == ["0.55", "0.3"] and second.split()[-1] == "-"
     assert "300 s wall with 2 workers" in text and "tests/test_a.py" in text
+
+
+def test_the_class_grading_lines_show_the_commands_the_goals_and_the_load():
+    grading = {"copies": 6, "load_before": [0.5, 0.7, 0.9], "load_after": [1.1, 0.8, 0.9], "plain_autograde_s": 30.0,
+               "plain_feedback_s": 8.0, "plain_s": 38.0, "jobs1_s": 40.0, "jobs2_s": 21.0, "jobs1_over_plain": 1.05,
+               "jobs2_over_plain": 0.55, "boundary_cost_per_submission_s": 0.4,
+               "submission_median_with_boundary_s": 6.1, "submission_median_without_boundary_s": 5.7,
+               "cpu_hog": {"beside_over_alone": 1.2, "alone_s": [5.0, 5.2], "beside_hog_s": [6.0, 6.3],
+                           "load_before": [0.5, 0.5, 0.5], "load_after": [1.0, 1.0, 1.0]}}
+    text = format_bench([{"chapter": "PT-RL-SYSTEM", "grading": grading}], None)
+    assert "plain nbgrader: autograde 30.0 s + generate_feedback 8.0 s = 38.0 s" in text
+    assert "--jobs 2: 21.0 s (0.55x plain; goal <= 0.6x)" in text and "boundary per submission: 0.4 s" in text
+    assert "beside a CPU hog: 1.2x its time alone (goal <= 1.5x" in text and "load average [0.5, 0.7, 0.9]" in text

@@ -6,14 +6,15 @@ nbgrader already imported (or started as a new interpreter where this process ru
 threads) while the batch is prepared; each worker grades a queue of submissions with nbgrader's
 `Autograde` converter. The course gradebook (sqlite) is not safe for concurrent writers, so each
 submission is graded in its own throw-away nbgrader course (a copy of a gradebook template made
-once per batch, with this assignment and no student, the config and the source) and by its own
-kernel: a new process (forked from the worker's kernel zygote, `tools.course.classroom.zygote`) in
-namespaces of its own, with a fresh home, cwd and TMPDIR that is deleted before the slot's next
-submission. The main thread then merges
-each result into the course gradebook with nbgrader's Gradebook API, one student at a time,
-copies the autograded notebook, and writes the learner's feedback (`tools.course.classroom.feedback`). A
-submission that cannot be graded is recorded as failed and skipped; it never touches another
-student.
+once per batch, with this assignment and no student, the config and the source). Its code runs in a
+kernel of its own (forked from the worker's kernel zygote, `tools.course.classroom.zygote`, into the
+submission's own sandbox: namespaces, control group, filesystem; `tools.course.classroom.sandbox`);
+its test cells run in a trusted grader process outside that sandbox (`split_execute`, `trusted`), so
+the verdicts are computed where the learner's code cannot reach. The main thread then merges each result
+into the course gradebook with nbgrader's Gradebook API, one student at a time, copies the autograded
+notebook, and writes the learner's feedback (`tools.course.classroom.feedback`). A submission that cannot
+be graded is recorded as failed and skipped; it never touches another student. One that ran out of time
+beside others (`starved`) is graded again alone once, and reported as not graded if it fails again.
 """
 
 from __future__ import annotations
@@ -34,19 +35,21 @@ from pathlib import Path
 import nbformat
 
 from tools.core.catalog import Chapter
+from tools.core.records import save_json_record_once, utc_timestamp
 from tools.course.cells import read_notebook
-from tools.course.classroom.report import score_summary, write_class_report
+from tools.course.classroom.cgroups import BatchCgroups, probe_cgroups
 from tools.course.classroom.feedback import (
+    HtmlGuard,
     cell_results,
+    course_secret_lines,
     exercise_summary,
     exercises_of,
     grade_cells,
-    secret_lines,
     write_student_feedback,
 )
+from tools.course.classroom.report import score_summary, write_class_report
 from tools.course.grader.build import render_source_notebook
 from tools.course.layout import CourseLayout, NbgraderCourse
-from tools.course.classroom.slot import GradingSlot
 from tools.course.nbgrader_cli import course_id as read_course_id, run_nbgrader
 from tools.course.classroom.sandbox import (
     HostIsolation,
@@ -58,8 +61,9 @@ from tools.course.classroom.sandbox import (
     plan_masks,
     probe_host,
 )
+from tools.course.classroom.slot import GradingSlot
+from tools.course.classroom.trusted import trusted_spec
 from tools.errors import ConfigError, RecordExistsError
-from tools.core.records import save_json_record_once, utc_timestamp
 
 BATCH_SCHEMA = "class-autograde/v1"
 MAX_NOTEBOOK_BYTES = 64 * 2 ** 20
@@ -77,7 +81,7 @@ class Outcome:
     """What happened to one submission."""
 
     student: str
-    status: str  # "graded" | "failed"
+    status: str  # "graded" | "failed" ("regrade" only while it waits to be graded again alone)
     reason: str | None = None
     score: float | None = None
     max_score: float | None = None
@@ -87,6 +91,8 @@ class Outcome:
     feedback: dict | None = None
     worker: dict | None = None  # slot, n-th worker process of the slot, k-th submission of that worker
     timings: dict = field(default_factory=dict)  # seconds per stage of this submission (see `grade_in_worker`)
+    boundary: dict = field(default_factory=dict)  # cells that timed out, the output cap if reached
+    regraded: dict | None = None  # graded again alone after it was starved: the first attempt's reason
 
 
 @dataclass
@@ -97,6 +103,8 @@ class BatchReport:
     course_dir: str
     limits: dict
     host: dict
+    cgroups: dict = field(default_factory=dict)  # {"version": "v2" | "v1" | None, "reason"}
+    boundary: str = "test cells in a trusted grader process; the learner's kernel serves its functions"
     outcomes: list[Outcome] = field(default_factory=list)
     wall_seconds: float | None = None
     assignment: str | None = None
@@ -247,6 +255,7 @@ class WorkerResult:
     seconds: float
     worker: dict | None = None
     timings: dict = field(default_factory=dict)
+    boundary: dict = field(default_factory=dict)  # timeouts and output cap of the run (`SplitExecute.report`)
 
 
 @dataclass
@@ -257,6 +266,19 @@ class WorkerContext:
     limits: Limits
     log_dir: Path
     extensions: dict
+    source: nbformat.NotebookNode | None = None  # the trusted source notebook: what runs on the trusted side
+
+
+def slot_trusted_spec(slot: GradingSlot, context: WorkerContext) -> dict | None:
+    """The trusted side's spec for `slot` (`trusted.trusted_spec`), with a working folder of its own that
+    holds the assignment's files (no notebook), made once per slot."""
+    if context.source is None:
+        return None
+    folder = slot.dir / "trusted-cwd"
+    if not folder.is_dir():
+        folder.mkdir(mode=0o700)
+        copy_regular_files(NbgraderCourse(context.course).source_dir(context.slug), folder, skip_suffix=".ipynb")
+    return trusted_spec(context.source, folder)
 
 
 def prepare_private_course(submission: Submission, private: Path, context: WorkerContext) -> None:
@@ -313,15 +335,17 @@ def grade_in_worker(submission: Submission, index: int, slot: GradingSlot, conte
     log_path = folder / "autograde.log"
     request = {"id": index, "course": str(private), "slug": context.slug, "student": submission.student,
                "cell_timeout": context.limits.cell_timeout_s, "log": str(log_path),
-               "env": slot.sandbox.grader_env(kernel), "zygote_env": slot.sandbox.zygote_env()}
+               "env": slot.sandbox.grader_env(kernel), "zygote_env": slot.sandbox.zygote_env(),
+               "trusted": slot_trusted_spec(slot, context), "trusted_env": slot.sandbox.trusted_env(),
+               "output_bytes": context.limits.output_mb * 2 ** 20}
     prepared = time.monotonic()
     try:
-        result = slot.grade(request)
+        result = slot.grade(request, kernel)
         kernel_report = kernel.report()
     finally:
         remove_tree(kernel.home)
         if log_path.is_file():
-            shutil.copyfile(log_path, context.log_dir / f"autograde_{index:04d}.log")
+            copy_tail(log_path, context.log_dir / f"autograde_{index:04d}.log")
     enforced = slot.sandbox.enforced(kernel, result.run)
     seconds = round(time.monotonic() - started, 2)
     timings = submission_timings(started, prepared, result.marks, kernel_report, time.monotonic())
@@ -330,12 +354,29 @@ def grade_in_worker(submission: Submission, index: int, slot: GradingSlot, conte
     status, reason = result.status, result.reason
     if status == "graded" and not autograded.is_file():
         status, reason = "failed", "nbgrader wrote no autograded notebook"
-    return WorkerResult(submission.student, folder, private, status, reason, enforced, seconds, worker, timings)
+    return WorkerResult(submission.student, folder, private, status, reason, enforced, seconds, worker, timings,
+                        result.boundary)
 
 
 # ---------------------------------------------------------------------------
 # Merging into the course (main thread only)
 # ---------------------------------------------------------------------------
+
+LOG_TAIL_BYTES = 1 * 2 ** 20
+
+
+def copy_tail(source: Path, target: Path, size: int = LOG_TAIL_BYTES) -> None:
+    """Copy the last `size` bytes of a log (a submission's kernel may write a lot to it), marking a cut."""
+    with open(source, "rb") as handle:
+        handle.seek(0, os.SEEK_END)
+        length = handle.tell()
+        handle.seek(max(length - size, 0))
+        tail = handle.read()
+    with open(target, "wb") as handle:
+        if length > size:
+            handle.write(f"[{length - size} earlier bytes of this log not kept]\n".encode())
+        handle.write(tail)
+
 
 def copy_regular_files(source: Path, target: Path, *, skip_suffix: str | None = None,
                        owner: int | None = None) -> None:
@@ -474,8 +515,11 @@ def stop_idle_tqdm_monitor() -> None:
 def autograde_chapter(root: Path, chapter: Chapter, *, course: Path | None = None, jobs: int = 1,
                       limits: Limits | None = None, output_dir: Path | None = None,
                       show_progress: bool = True, require_isolation: bool = False,
-                      progress_stream=None) -> BatchReport:
-    """Grade every submission of `chapter`, merge, write feedback, the record and the class report."""
+                      progress_stream=None, split_tests: bool = True) -> BatchReport:
+    """Grade every submission of `chapter`, merge, write feedback, the record and the class report.
+
+    `split_tests=False` runs the test cells in the learner's kernel, as stock nbgrader does: only for
+    measuring what the grading boundary costs (`classroom.benchmark`), never for grading a class."""
     from tqdm import tqdm
 
     layout = CourseLayout(root)
@@ -495,13 +539,19 @@ def autograde_chapter(root: Path, chapter: Chapter, *, course: Path | None = Non
         raise RecordExistsError(f"{record} already exists; records are write-once, choose another --output-dir")
     log_dir = output_dir / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
-    report = BatchReport(chapter.id, chapter.slug, jobs, str(course), limits_record(limits), asdict(host))
+    cgroup_host = probe_cgroups()
+    report = BatchReport(chapter.id, chapter.slug, jobs, str(course), limits_record(limits), asdict(host),
+                         {"version": cgroup_host.version, "reason": cgroup_host.reason})
+    if not split_tests:
+        report.boundary = "none: test cells in the learner's kernel (a measurement run, not a grading)"
     started = time.monotonic()
     masks = plan_masks(root, course)
     batch_dir = _batch_root(masks, host)
     uid_pool = None
+    cgroups = None
     slots: list[GradingSlot] = []
     try:
+        cgroups = BatchCgroups(cgroup_host, jobs) if cgroup_host.version else None
         uid_pool = UidPool(jobs) if host.separate_uid else None
         kernel_name = read_notebook(course_paths(course, chapter.slug)["source"]).metadata.get(
             "kernelspec", {}).get("name", "python3")
@@ -510,17 +560,20 @@ def autograde_chapter(root: Path, chapter: Chapter, *, course: Path | None = Non
         stop_idle_tqdm_monitor()
         fork = threading.active_count() == 1
         for number, uid in enumerate(uid_pool.uids if uid_pool else [None] * jobs):
-            slots.append(GradingSlot(batch_dir / f"slot-{number}", uid, limits, host, masks, kernel_name, root))
+            slots.append(GradingSlot(batch_dir / f"slot-{number}", uid, limits, host, masks, kernel_name, root,
+                                     cgroups))
             slots[-1].start(fork=fork)
         report.timings["workers_started_s"] = round(time.monotonic() - started, 3)
         report.assignment = ensure_assignment(course, chapter.slug, log_dir)
         source = read_notebook(course_paths(course, chapter.slug)["source"])
         release = read_notebook(course_paths(course, chapter.slug)["release"])
         cells, exercises = grade_cells(source), exercises_of(source)
-        secrets = secret_lines(source, release, read_notebook(chapter.notebook_path(root)))
-        course_id = read_course_id(course)
+        secrets = course_secret_lines(root, chapter, source, release, read_notebook(chapter.notebook_path(root)))
+        feedback = FeedbackContext(cells, exercises, secrets, read_course_id(course), source, HtmlGuard(release),
+                                   feedback_size_limit(limits))
         template = make_template(course, chapter.slug, batch_dir)
-        context = WorkerContext(course, chapter.slug, template, limits, log_dir, existing_extensions(course, chapter.slug))
+        context = WorkerContext(course, chapter.slug, template, limits, log_dir, existing_extensions(course, chapter.slug),
+                                source if split_tests else None)
         report.timings["prepared_s"] = round(time.monotonic() - started, 3)
         free: queue.Queue = queue.Queue()
         for slot in slots:
@@ -545,9 +598,24 @@ def autograde_chapter(root: Path, chapter: Chapter, *, course: Path | None = Non
                     bar.update(1)
                     continue
                 futures[pool.submit(work, index, submission)] = submission
+            retry = []
             for future in as_completed(futures):
-                report.outcomes.append(_finish(future, futures[future], course, chapter, cells, exercises, secrets,
-                                               course_id))
+                outcome = _finish(future, futures[future], course, chapter, feedback, regrade_when_starved=jobs > 1)
+                if outcome.status == "regrade":
+                    retry.append((futures[future], outcome))
+                    continue
+                report.outcomes.append(outcome)
+                bar.update(1)
+                bar.set_postfix(failures=len(report.failures))
+            for submission, first in retry:  # graded again alone: every other slot is idle now
+                index = submissions.index(submission)
+                again = pool.submit(grade_in_worker, submission, index, slots[0], context)
+                outcome = _finish(again, submission, course, chapter, feedback, regrade_when_starved=False)
+                outcome.regraded = {"first_reason": first.reason, "first_boundary": first.boundary,
+                                    "first_seconds": first.seconds}
+                if outcome.status != "graded":
+                    outcome.reason = f"not graded, also when graded alone: {outcome.reason}"
+                report.outcomes.append(outcome)
                 bar.update(1)
                 bar.set_postfix(failures=len(report.failures))
         except BaseException:
@@ -566,6 +634,8 @@ def autograde_chapter(root: Path, chapter: Chapter, *, course: Path | None = Non
             slot.close()
         if uid_pool:
             uid_pool.release()
+        if cgroups is not None:
+            cgroups.close()
         remove_tree(batch_dir)
     report.outcomes.sort(key=lambda outcome: outcome.student)
     report.wall_seconds = round(time.monotonic() - started, 2)
@@ -577,16 +647,60 @@ def autograde_chapter(root: Path, chapter: Chapter, *, course: Path | None = Non
     return report
 
 
-def _finish(future, submission: Submission, course: Path, chapter: Chapter, cells, exercises, secrets,
-            course_id: str) -> Outcome:
-    """Merge one finished worker into the course and write its feedback; failures are recorded, not raised."""
+@dataclass
+class FeedbackContext:
+    """What every student's feedback is made from (see `tools.course.classroom.feedback`)."""
+
+    cells: list
+    exercises: list
+    secrets: list
+    course_id: str
+    source: nbformat.NotebookNode
+    guard: HtmlGuard
+    max_bytes: int
+
+
+def feedback_size_limit(limits: Limits) -> int:
+    """The largest autograded notebook rendered into feedback: the output cap twice over, plus room for the
+    notebook itself."""
+    return 2 * limits.output_mb * 2 ** 20 + 16 * 2 ** 20
+
+
+STARVED_ROLES = ("setup", "later locked", "test")
+"""Cells a submission's own code does not make slow by itself: a timeout there, while other submissions ran
+beside it, may be starvation."""
+
+
+def starved(result: WorkerResult) -> str | None:
+    """Why a submission graded beside others is graded again alone, or None: it passed the notebook limit, its
+    worker died, or a setup or test cell ran out of time."""
+    if result.status != "graded":
+        reason = result.reason or ""
+        if "per-notebook limit" in reason or "grading worker" in reason:
+            return reason.splitlines()[0]
+        return None
+    timeouts = [item for item in result.boundary.get("timeouts", []) if item.get("role") in STARVED_ROLES]
+    if timeouts:
+        return f"{len(timeouts)} setup or test cell(s) ran out of time, e.g. {timeouts[0]['cell']}"
+    return None
+
+
+def _finish(future, submission: Submission, course: Path, chapter: Chapter, feedback: FeedbackContext, *,
+            regrade_when_starved: bool) -> Outcome:
+    """Merge one finished worker into the course and write its feedback; failures are recorded, not raised.
+    A starved submission (`starved`) is, with `regrade_when_starved`, left unmerged with the status
+    "regrade", for the batch to grade it again alone."""
     try:
         result = future.result()
     except Exception as error:  # a bug or I/O error in one worker must not stop the batch; it is recorded
         return Outcome(submission.student, "failed", f"worker error: {error.__class__.__name__}: {error}")
     outcome = Outcome(result.student, result.status, result.reason, enforced=result.enforced, seconds=result.seconds,
-                      worker=result.worker, timings=dict(result.timings))
+                      worker=result.worker, timings=dict(result.timings), boundary=dict(result.boundary))
     try:
+        why = starved(result) if regrade_when_starved else None
+        if why is not None:
+            outcome.status, outcome.reason = "regrade", why
+            return outcome
         if result.status != "graded":
             return outcome
         started = time.monotonic()
@@ -597,22 +711,22 @@ def _finish(future, submission: Submission, course: Path, chapter: Chapter, cell
             outcome.status, outcome.reason = "failed", f"merge failed: {error.__class__.__name__}: {error}"
             return outcome
         merged = time.monotonic()
-        results = cell_results(cells, scores)
-        outcome.exercises = exercise_summary(exercises, results)
+        results = cell_results(feedback.cells, scores)
+        outcome.exercises = exercise_summary(feedback.exercises, results)
         outcome.score = sum(item["score"] for item in outcome.exercises)
         outcome.max_score = sum(item["max_score"] for item in outcome.exercises)
-        outcome.feedback = _write_feedback(course, chapter, result, cells, exercises, results, secrets, course_id)
+        outcome.feedback = _write_feedback(course, chapter, result, results, feedback)
         outcome.timings.update(merge_s=round(merged - started, 3), feedback_s=round(time.monotonic() - merged, 3))
         return outcome
     finally:
         remove_tree(result.worker_dir)
 
 
-def _write_feedback(course: Path, chapter: Chapter, result: WorkerResult, cells, exercises, results, secrets,
-                    course_id: str) -> dict:
+def _write_feedback(course: Path, chapter: Chapter, result: WorkerResult, results, feedback: FeedbackContext) -> dict:
     autograded = NbgraderCourse(result.course_dir).autograded(result.student, chapter.slug)
-    return write_student_feedback(course, chapter, result.student, autograded, result.course_dir, cells, exercises,
-                                  results, secrets, course_id, result.enforced)
+    return write_student_feedback(course, chapter, result.student, autograded, result.course_dir, feedback.cells,
+                                  feedback.exercises, results, feedback.secrets, feedback.course_id, result.enforced,
+                                  source=feedback.source, guard=feedback.guard, max_bytes=feedback.max_bytes)
 
 
 # ---------------------------------------------------------------------------
@@ -622,15 +736,17 @@ def _write_feedback(course: Path, chapter: Chapter, result: WorkerResult, cells,
 def format_summary(report: BatchReport) -> str:
     summary = score_summary(report.outcomes)
     lines = [f"{report.chapter}: {summary['submissions']} submissions, {summary['graded']} graded, "
-             f"{len(report.failures)} failure(s), in {report.wall_seconds:.1f} s with {report.jobs} job(s)"]
+             f"{len(report.failures)} failure(s), {summary['graded_again_alone']} graded again alone, "
+             f"in {report.wall_seconds:.1f} s with {report.jobs} job(s)"]
     if summary["graded"]:
         lines.append(f"score: mean {summary['mean']:g} / {summary['max_score']:g}, median {summary['median']:g}, "
                      f"min {summary['min']:g}, max {summary['max']:g}, full marks {summary['full_marks']}")
         lines.append("distribution: " + " | ".join(f"{band} {count}" for band, count in summary["distribution"].items()))
     limits = report.limits
     lines.append(f"limits: cell {limits['cell_timeout_s']} s, notebook {limits['notebook_timeout_s']:g} s, "
-                 f"memory {limits['memory_mb']} MiB, cpu {limits['cpu_seconds']} s, processes {limits['max_processes']}; "
-                 f"isolation: {report.host['reason']}")
+                 f"memory {limits['memory_mb']} MiB, cpu {limits['cpu_seconds']} s, processes {limits['max_processes']}, "
+                 f"cpus {limits['cpus']}, output {limits['output_mb']} MiB; isolation: {report.host['reason']}; "
+                 f"per-submission limits: {report.cgroups.get('reason')}")
     for outcome in report.failures:
         reason = outcome.reason or (outcome.feedback or {}).get("error", "feedback not written")
         lines.append(f"FAILED {outcome.student}: {reason.splitlines()[0] if reason else ''}")

@@ -1,22 +1,33 @@
-"""Per-submission feedback that teaches without leaking hidden tests.
+"""Per-submission feedback that teaches without leaking hidden tests or carrying a script.
 
 nbgrader's own feedback shows every grade cell with its source and traceback, hidden tests
-included. Here the autograded notebook is first rewritten: each hidden-test cell becomes its
-name, points, pass/fail and the hint written for it (from the trusted source notebook's
-`metadata.course`), with no source and no output; any other output that quotes hidden-test
-code is withheld. nbgrader's GenerateFeedback then renders the HTML, and a JSON lists the
-per-exercise and per-test results. Before anything is written, both files are scanned for
-hidden-test source lines; a file that still contains one is refused (`FeedbackLeakError`).
+included, and renders whatever HTML a learner's output holds. Here the autograded notebook is first
+rewritten: each hidden-test cell becomes its name, points, pass/fail and the hint written for it
+(from the trusted source notebook's `metadata.course`), with no source and no output; any other
+output that quotes hidden-test code is withheld; what the learner's code displayed is kept as plain
+text and PNG/JPEG images only (no HTML, SVG, JavaScript or Markdown output); cells the learner added
+are shown as code, never rendered as Markdown or raw HTML; metadata comes from the trusted source.
+nbgrader's GenerateFeedback then renders the HTML, and a JSON lists the per-exercise and per-test
+results. Before anything is written, both files are scanned for the hidden-test lines of every
+chapter (`course_secret_lines`), and the page for anything active (scripts, event handlers, frames,
+`javascript:` links) beyond what the feedback template itself puts in every page (`HtmlGuard`); a
+file that fails either check is refused (`FeedbackLeakError`, `FeedbackUnsafeError`). An autograded
+notebook larger than the limit is not rendered at all.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import copy
+import hashlib
 import html
 import json
 import re
 import shutil
+from collections import Counter
 from dataclasses import dataclass
+from html.parser import HTMLParser
 from pathlib import Path
 
 import nbformat
@@ -24,8 +35,8 @@ from nbformat import NotebookNode
 
 from tools.course.cells import read_notebook
 from tools.course.grader.build import BEGIN_HIDDEN, END_HIDDEN
-from tools.course.layout import NbgraderCourse
-from tools.errors import FeedbackLeakError
+from tools.course.layout import CourseLayout, NbgraderCourse
+from tools.errors import FeedbackLeakError, GradingError
 
 FEEDBACK_SCHEMA = "course-feedback/v1"
 MIN_SECRET_CHARS = 12
@@ -104,6 +115,28 @@ def secret_lines(source: NotebookNode, *public: NotebookNode) -> list[str]:
     return sorted(secrets)
 
 
+def course_secret_lines(root: Path, chapter, source: NotebookNode, *public: NotebookNode) -> list[str]:
+    """The secrets of every chapter, not only this one: the hidden-test lines of this chapter's source
+    notebook and of every file in the course's hidden tests folder (test headers and hints, which
+    feedback shows by design, aside), minus what any public notebook shows (`public`, e.g. this
+    chapter's release, and every chapter notebook of the course)."""
+    from tools.core.catalog import implemented_chapters
+
+    notebooks = list(public)
+    for other in implemented_chapters(root):
+        path = other.notebook_path(root)
+        if path.is_file():
+            notebooks.append(read_notebook(path))
+    seen = normalize("\n".join(cell.source for notebook in notebooks for cell in notebook.cells))
+    lines = [line for code in hidden_sources(source).values() for line in code.splitlines()]
+    folder = CourseLayout(root).hidden_tests(chapter.slug).parent
+    for path in sorted(folder.glob("*.py")) if folder.is_dir() else []:
+        lines += [line for line in path.read_text(encoding="utf-8").splitlines()
+                  if not line.startswith(("# %% hidden", "# hint:"))]
+    secrets = {normalize(line) for line in lines}
+    return sorted(secret for secret in secrets if len(secret) >= MIN_SECRET_CHARS and secret not in seen)
+
+
 def secrets_for(secrets: list[str], autograded: NotebookNode) -> list[str]:
     """The secrets minus lines the student wrote in their own answers (showing those back leaks nothing)."""
     own = normalize("\n".join(cell.source for cell in autograded.cells if _nbgrader(cell).get("solution")))
@@ -176,11 +209,62 @@ def hidden_cell_text(cell: GradedTest, result: dict) -> str:
     ])
 
 
+SAFE_OUTPUT_TYPES = ("text/plain", "image/png", "image/jpeg")
+"""What of a learner's displayed output reaches the feedback page: text and raster images, nothing that renders
+as markup or runs."""
+LEARNER_CELL_NOTE = "# (a cell you added, shown as text)\n"
+
+
+def _text(value) -> str:
+    return "".join(value) if isinstance(value, list) else str(value)
+
+
+def _image(value) -> str | None:
+    """Base64 image data as it is, or None when it is not base64."""
+    text = _text(value).replace("\n", "")
+    try:
+        base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    return text
+
+
+def safe_output(output: NotebookNode) -> NotebookNode | None:
+    """The output as plain data (see SAFE_OUTPUT_TYPES), or None when nothing of it is safe to show."""
+    kind = output.get("output_type")
+    if kind == "stream":
+        return nbformat.v4.new_output("stream", name="stderr" if output.get("name") == "stderr" else "stdout",
+                                      text=_text(output.get("text", "")))
+    if kind == "error":
+        return nbformat.v4.new_output("error", ename=_text(output.get("ename", "")), evalue=_text(output.get("evalue", "")),
+                                      traceback=[_text(line) for line in output.get("traceback", [])][:200])
+    if kind not in ("execute_result", "display_data"):
+        return None
+    data = {}
+    for key in SAFE_OUTPUT_TYPES:
+        if key in output.get("data", {}):
+            value = _text(output["data"][key]) if key == "text/plain" else _image(output["data"][key])
+            if value is not None:
+                data[key] = value
+    if not data:
+        return None
+    if kind == "execute_result":
+        return nbformat.v4.new_output("execute_result", data=data, execution_count=None)
+    return nbformat.v4.new_output("display_data", data=data)
+
+
 def sanitize_notebook(autograded: NotebookNode, cells: list[GradedTest], results: list[dict],
-                      secrets: list[str]) -> NotebookNode:
-    """A copy of the autograded notebook fit for learners (see the module docstring)."""
+                      secrets: list[str], source: NotebookNode | None = None) -> NotebookNode:
+    """A copy of the autograded notebook fit for learners (see the module docstring). With the trusted
+    `source`, cells it does not hold (added by the learner) are shown as code text, and every kept cell's
+    metadata is the source's nbgrader metadata only."""
     notebook = copy.deepcopy(autograded)
     by_id = {cell.grade_id: (cell, result) for cell, result in zip(cells, results)}
+    trusted = {_nbgrader(cell).get("grade_id"): cell for cell in source.cells} if source is not None else None
+    if source is not None:
+        notebook.metadata = {"kernelspec": dict(source.metadata.get("kernelspec", {})),
+                             "language_info": {"name": "python"}}
+    kept = []
     for cell in notebook.cells:
         grade_id = _nbgrader(cell).get("grade_id")
         if grade_id in by_id and by_id[grade_id][0].kind == "hidden":
@@ -189,12 +273,97 @@ def sanitize_notebook(autograded: NotebookNode, cells: list[GradedTest], results
             cell.outputs = []
             cell.execution_count = None
             cell.metadata = {"nbgrader": dict(_nbgrader(cell))}
+            kept.append(cell)
             continue
+        if trusted is not None:
+            original = trusted.get(grade_id) if grade_id is not None else None
+            if original is None or original.cell_type != cell.cell_type:
+                cell = nbformat.v4.new_code_cell(LEARNER_CELL_NOTE + _text(cell.get("source", "")))
+            else:
+                cell.metadata = {"nbgrader": dict(_nbgrader(original))}
+                if cell.cell_type != "code":
+                    cell.source = original.source  # a locked cell: the trusted text, whatever was submitted
+                cell.pop("attachments", None)
         if cell.cell_type == "code":
+            outputs = [safe_output(output) for output in cell.get("outputs", [])]
             cell.outputs = [output if not find_leaks(_output_text(output), secrets)
                             else nbformat.v4.new_output("stream", name="stderr", text=WITHHELD)
-                            for output in cell.outputs]
+                            for output in outputs if output is not None]
+            count = cell.get("execution_count")
+            cell.execution_count = count if isinstance(count, int) and not isinstance(count, bool) else None
+        kept.append(cell)
+    notebook.cells = kept
     return notebook
+
+
+# ---------------------------------------------------------------------------
+# Anything active on the page
+# ---------------------------------------------------------------------------
+
+ACTIVE_TAGS = {"script", "iframe", "frame", "object", "embed", "form", "base", "applet", "svg", "math", "link",
+               "meta", "style"}
+ACTIVE_URL = re.compile(r"^\s*(javascript|vbscript|data\s*:\s*text/html)", re.IGNORECASE)
+
+
+class _ActiveElements(HTMLParser):
+    """Signatures of what could run or load something in a page: active tags (with their attributes and,
+    for inline ones, a hash of their text), event handler attributes, script URLs."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.found: Counter = Counter()
+        self._open: list[list] = []
+
+    def handle_starttag(self, tag, attrs):
+        for name, value in attrs:
+            if name.lower().startswith("on"):
+                self.found[f"handler {tag} {name}={value}"] += 1
+            if value and name.lower() in ("href", "src", "action", "formaction", "data", "xlink:href") \
+                    and ACTIVE_URL.match(value):
+                self.found[f"url {tag} {name}={value[:80]}"] += 1
+        if tag in ACTIVE_TAGS:
+            self._open.append([tag, sorted((name, value or "") for name, value in attrs), []])
+            if tag in ("base", "meta", "link", "embed", "frame"):
+                self.handle_endtag(tag)
+
+    def handle_startendtag(self, tag, attrs):
+        self.handle_starttag(tag, attrs)
+        if tag in ACTIVE_TAGS and self._open and self._open[-1][0] == tag:
+            self.handle_endtag(tag)
+
+    def handle_data(self, data):
+        if self._open:
+            self._open[-1][2].append(data)
+
+    def handle_endtag(self, tag):
+        if self._open and self._open[-1][0] == tag:
+            name, attrs, text = self._open.pop()
+            digest = hashlib.sha256("".join(text).encode("utf-8")).hexdigest()[:16]
+            self.found[f"{name} {attrs} text:{digest}"] += 1
+
+
+def active_elements(document: str) -> Counter:
+    parser = _ActiveElements()
+    parser.feed(document)
+    parser.close()
+    return parser.found
+
+
+class HtmlGuard:
+    """What the feedback template itself makes active in every page, learned from a page of trusted
+    content (the released notebook, rendered the same way); a learner's page may hold nothing more."""
+
+    def __init__(self, release: NotebookNode):
+        self.release = release
+        self.allowed: Counter | None = None
+
+    def learn(self, document: str) -> None:
+        self.allowed = active_elements(document)
+
+    def problems(self, document: str) -> list[str]:
+        if self.allowed is None:
+            raise GradingError("the feedback guard has not seen a trusted page yet")
+        return [f"{signature[:120]} (x{count})" for signature, count in (active_elements(document) - self.allowed).items()]
 
 
 def feedback_record(*, chapter: str, slug: str, student: str, exercises: list[str], results: list[dict],
@@ -257,14 +426,23 @@ def generate_feedback_html(course_dir: Path, slug: str, student: str, notebook: 
     return (folders.feedback_dir(student, slug) / f"{slug}.html").read_text(encoding="utf-8")
 
 
+class FeedbackUnsafeError(FeedbackLeakError):
+    """The rendered page holds something active (a script, an event handler, ...) the template does not put there."""
+
+
 def write_feedback(target_dir: Path, slug: str, html_document: str, record: dict,
-                   secrets: list[str]) -> tuple[Path, Path]:
-    """Scan both files for hidden-test code, then write `<slug>.html` and `<slug>.json` to `target_dir`."""
+                   secrets: list[str], guard: HtmlGuard | None = None) -> tuple[Path, Path]:
+    """Scan both files for hidden-test code (and, with `guard`, the page for anything active the template
+    does not put there), then write `<slug>.html` and `<slug>.json` to `target_dir`."""
     payload = json.dumps(record, ensure_ascii=False, indent=2) + "\n"
     leaks = find_leaks(html_text(html_document), secrets) + find_leaks(payload, secrets)
     if leaks:
         raise FeedbackLeakError(f"feedback for {record['student']} would show {len(leaks)} hidden-test line(s), "
                                 f"e.g. {leaks[0][:60]!r}; not written")
+    unsafe = guard.problems(html_document) if guard is not None else []
+    if unsafe:
+        raise FeedbackUnsafeError(f"feedback for {record['student']} would hold {len(unsafe)} active element(s) "
+                                  f"the template does not make, e.g. {unsafe[0]}; not written")
     if target_dir.exists():
         shutil.rmtree(target_dir)
     target_dir.mkdir(parents=True)
@@ -274,26 +452,41 @@ def write_feedback(target_dir: Path, slug: str, html_document: str, record: dict
     return html_path, json_path
 
 
+MAX_AUTOGRADED_BYTES = 32 * 2 ** 20
+"""An autograded notebook larger than this is not rendered into feedback (its outputs were capped long before)."""
+
+
 def write_student_feedback(course: Path, chapter, student: str, autograded_path: Path, work_dir: Path,
                            cells: list[GradedTest], exercises: list[str], results: list[dict], secrets: list[str],
-                           course_id: str, enforced: dict | None) -> dict:
+                           course_id: str, enforced: dict | None, *, source: NotebookNode | None = None,
+                           guard: HtmlGuard | None = None, max_bytes: int = MAX_AUTOGRADED_BYTES) -> dict:
     """Sanitize one student's autograded notebook, render it in `work_dir` (a private nbgrader course
     folder whose `autograded/` copy is replaced) and write `course/feedback/<student>/<slug>.{html,json}`.
+    With `source` (the trusted source notebook) learner-added cells are shown as text and metadata is the
+    source's; with `guard` the page may hold nothing active beyond the template's (learned first, from the
+    release rendered the same way).
 
     Returns `{"written": True, "html", "json"}` or `{"written": False, "error"}`: a failure is
     recorded for this student, never raised, so one notebook cannot stop a class.
     """
     slug = chapter.slug
     try:
+        size = autograded_path.stat().st_size
+        if size > max_bytes:
+            return {"written": False, "error": f"the autograded notebook is {size / 2 ** 20:.1f} MiB, more than "
+                                               f"{max_bytes / 2 ** 20:.0f} MiB; feedback not rendered"}
         autograded = read_notebook(autograded_path)
         own_secrets = secrets_for(secrets, autograded)
-        learner = sanitize_notebook(autograded, cells, results, own_secrets)
-        document = generate_feedback_html(work_dir, slug, student, learner, NbgraderCourse(course).gradebook_url,
-                                          course_id)
+        db_url = NbgraderCourse(course).gradebook_url
+        if guard is not None and guard.allowed is None:
+            trusted_page = sanitize_notebook(guard.release, cells, results, own_secrets, source)
+            guard.learn(generate_feedback_html(work_dir, slug, student, trusted_page, db_url, course_id))
+        learner = sanitize_notebook(autograded, cells, results, own_secrets, source)
+        document = generate_feedback_html(work_dir, slug, student, learner, db_url, course_id)
         record = feedback_record(chapter=chapter.id, slug=slug, student=student, exercises=exercises,
                                  results=results, autograded=autograded, enforced=enforced)
         html_path, json_path = write_feedback(NbgraderCourse(course).feedback_dir(student, slug), slug, document, record,
-                                              own_secrets)
+                                              own_secrets, guard)
     except FeedbackLeakError as error:
         return {"written": False, "error": str(error)}
     except Exception as error:  # recorded per student: the grade stands, the feedback is reported missing

@@ -13,10 +13,17 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tools.course.classroom.batch import check_inputs, course_paths
 from tools.core.catalog import Chapter
 from tools.course.cells import read_notebook
-from tools.course.classroom.feedback import cell_results, exercises_of, grade_cells, secret_lines, write_student_feedback
+from tools.course.classroom.batch import check_inputs, course_paths
+from tools.course.classroom.feedback import (
+    HtmlGuard,
+    cell_results,
+    course_secret_lines,
+    exercises_of,
+    grade_cells,
+    write_student_feedback,
+)
 from tools.course.layout import NbgraderCourse
 from tools.course.nbgrader_cli import course_id, gradebook_scores, run_nbgrader
 from tools.errors import ConfigError
@@ -58,7 +65,8 @@ def regenerate_feedback(root: Path, chapter: Chapter, course: Path) -> FeedbackR
                           f"run `python -m tools.course grading autograde --chapter {chapter.id}` first")
     source, release = read_notebook(paths["source"]), read_notebook(paths["release"])
     cells, exercises = grade_cells(source), exercises_of(source)
-    secrets = secret_lines(source, release, read_notebook(chapter.notebook_path(root)))
+    secrets = course_secret_lines(root, chapter, source, release, read_notebook(chapter.notebook_path(root)))
+    guard = HtmlGuard(release)
     run = FeedbackRun()
     for student in students:
         previous = folders.feedback_dir(student, slug) / f"{slug}.json"
@@ -70,7 +78,7 @@ def regenerate_feedback(root: Path, chapter: Chapter, course: Path) -> FeedbackR
             shutil.copyfile(folders.autograded(student, slug), copy)
             results = cell_results(cells, gradebook_scores(course, slug, student))
             outcome = write_student_feedback(course, chapter, student, copy, work, cells, exercises, results, secrets,
-                                             course_id(course), None)
+                                             course_id(course), None, source=source, guard=guard)
         if outcome["written"]:
             if limits is not None:
                 _keep_limits(Path(outcome["json"]), limits)

@@ -26,6 +26,7 @@ def score_summary(outcomes: list) -> dict:
         "submissions": len(outcomes),
         "graded": len(graded),
         "not_graded": len(outcomes) - len(graded),
+        "graded_again_alone": sum(1 for outcome in outcomes if getattr(outcome, "regraded", None)),
         "max_score": max_score,
         "mean": round(sum(scores) / len(scores), 3) if scores else None,
         "median": (scores[middle] if len(scores) % 2 else (scores[middle - 1] + scores[middle]) / 2) if scores else None,
@@ -113,7 +114,8 @@ def write_class_report(report, exercises: list[str], output_dir: Path) -> tuple[
     _plot(rows, failing, hardest, f"{report.chapter}: {summary['graded']} graded submissions", png)
     lines = [f"# Class report: {report.chapter} ({report.slug})", ""]
     lines.append(f"{summary['submissions']} submissions, {summary['graded']} graded, "
-                 f"{summary['not_graded']} not graded; {report.jobs} parallel worker(s), "
+                 f"{summary['not_graded']} not graded, {summary['graded_again_alone']} graded again alone; "
+                 f"{report.jobs} parallel worker(s), "
                  f"{report.wall_seconds if report.wall_seconds is not None else '?'} s.")
     lines.append("")
     if hardest is not None:
@@ -142,6 +144,13 @@ def write_class_report(report, exercises: list[str], output_dir: Path) -> tuple[
               "| test | exercise | kind | failed by | share |", "|---|---|---|---|---|"]
     lines += [f"| `{item['name']}` | `{item['exercise']}` | {item['kind']} | {item['failed']} | "
               f"{100 * item['fail_rate']:.0f}% |" for item in failing]
+    again = [outcome for outcome in outcomes if getattr(outcome, "regraded", None)]
+    if again:
+        lines += ["", "## Graded again alone", "",
+                  "Each ran out of time beside other submissions and was graded a second time with no other beside it.",
+                  "", "| student | first attempt | second attempt |", "|---|---|---|"]
+        lines += [f"| {outcome.student} | {(outcome.regraded.get('first_reason') or '').replace('|', '/')} | "
+                  f"{'graded' if outcome.status == 'graded' else 'not graded'} |" for outcome in again]
     not_graded = [outcome for outcome in outcomes if outcome.status != "graded"]
     if not_graded:
         lines += ["", "## Not graded", "", "| student | reason |", "|---|---|"]

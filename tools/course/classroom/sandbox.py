@@ -4,16 +4,28 @@ and each kernel's.
 A worker slot is one folder (`worker_dir`) and one uid. On Linux as root with a working
 `unshare`, the grader (nbgrader, or the long-lived grading worker) runs as PID 1's child in new
 network, PID and mount namespaces (only loopback; the repository, the course folder and private
-folders masked). Each kernel gets a folder of its own (`KernelFolder`: home, cwd and TMPDIR,
-plan, kernelspec) and, in those namespaces, a PID and mount namespace of its own with private
-/proc, /tmp, /var/tmp and /dev/shm; it runs under the slot's uid with setrlimit limits on
-address space, CPU time, file size and process count. Elsewhere only the kernel's rlimits and
-the wall-clock limits apply. Either way the sandbox reports what was actually enforced
-(`WorkerSandbox.enforced`), never just what was asked for.
+folders masked). Each kernel (one submission) gets a folder of its own (`KernelFolder`: home, cwd
+and TMPDIR, plan, kernelspec) and, in those namespaces:
+
+* a control group of its own (`tools.course.classroom.cgroups`: cgroup v2 where delegated, else v1;
+  memory, tasks and a CPU quota over all its processes), which the kernel joins before it starts
+  anything, emptied and removed after the submission (`finish_kernel`);
+* its own PID, mount and IPC namespaces: every process, SysV object and POSIX queue of the
+  submission ends with it;
+* a filesystem built from what it needs (`plan_kernel_root`, `sandbox_launch.build_root`): system
+  paths, the interpreter, the venv and the course's `tools`, read-only; its home, /tmp, /var/tmp and
+  /dev/shm on size-capped tmpfs; nothing else of the host (no other checkout, no /run/lock);
+* the slot's unprivileged uid, no_new_privs, and setrlimit limits on address space, CPU time, file
+  size and process count.
+
+Elsewhere only the kernel's rlimits (and, as root, the control group) and the wall-clock limits apply.
+Either way the sandbox reports what was actually enforced (`WorkerSandbox.enforced`: which mechanism
+held each limit, what the submission used), never just what was asked for.
 """
 
 from __future__ import annotations
 
+import ctypes
 import fcntl
 import functools
 import gc
@@ -27,9 +39,10 @@ import tempfile
 import threading
 import time
 import traceback
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from tools.course.classroom.cgroups import BatchCgroups, CgroupLimits, SubmissionCgroup
 from tools.errors import ConfigError
 
 LAUNCHER = Path(__file__).with_name("sandbox_launch.py")
@@ -69,6 +82,8 @@ class Limits:
     cpu_seconds: int | None = 600
     max_processes: int | None = 64
     file_size_mb: int | None = 256
+    cpus: float | None = 1.0
+    output_mb: int = 8
 
     def __post_init__(self) -> None:
         if not (isinstance(self.cell_timeout_s, int) and self.cell_timeout_s > 0):
@@ -80,6 +95,15 @@ class Limits:
             value = getattr(self, name)
             if value is not None and not (isinstance(value, int) and value > 0):
                 raise ConfigError(f"{name} must be a positive whole number or None, got {value!r}")
+        if self.cpus is not None and not (isinstance(self.cpus, (int, float)) and 0.01 <= self.cpus <= 1024):
+            raise ConfigError(f"cpus must be a number of CPUs between 0.01 and 1024 or None, got {self.cpus!r}")
+        if not (isinstance(self.output_mb, int) and self.output_mb > 0):
+            raise ConfigError(f"output_mb must be a positive whole number, got {self.output_mb!r}")
+
+    def cgroup_limits(self) -> CgroupLimits:
+        """What a submission's control group allows: all its processes together."""
+        return CgroupLimits(None if self.memory_mb is None else self.memory_mb * 1024 * 1024, self.max_processes,
+                            self.cpus)
 
     def kernel_rlimits(self) -> dict:
         mib = 1024 * 1024
@@ -132,6 +156,15 @@ def blocked_ancestor(path: Path) -> Path | None:
 
 def _inside(path: Path, folder: Path) -> bool:
     return path == folder or folder in path.parents
+
+
+def tools_root() -> str:
+    """The folder that holds the course's `tools` package, as this process imported it: on a kernel's
+    PYTHONPATH so that its serving cell finds `tools` whatever the venv's `.pth` files say (in the kernel's
+    filesystem that folder holds `tools` and nothing else of the checkout)."""
+    import tools
+
+    return str(Path(os.path.abspath(tools.__file__)).parent.parent)
 
 
 def kernel_paths(repo_root: Path | None = None) -> list[Path]:
@@ -295,6 +328,35 @@ def plan_private_dirs(needs: list[Path], workdir: Path, size_mb: int = PRIVATE_D
     return plan
 
 
+SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/sys/devices/system/cpu")
+"""Host paths every kernel's filesystem holds read-only: programs, libraries, system configuration and
+the CPU topology that torch reads. What else it holds comes from `kernel_paths`."""
+ROOT_SCRATCH = ("/tmp", "/var/tmp", "/dev/shm")
+
+
+def plan_kernel_root(needs: list[Path], home: Path, root_dir: Path, size_mb: int | None = None) -> dict:
+    """The kernel's own filesystem (`sandbox_launch.build_root`): what it needs read-only (system paths
+    and `needs`, resolved, each once), the symbolic links on the way to them, scratch tmpfs folders and
+    its home on a tmpfs, each of `size_mb` (default `PRIVATE_DIR_MB`) at most. Built in `root_dir` (an empty
+    folder only root can enter)."""
+    size_mb = PRIVATE_DIR_MB if size_mb is None else size_mb
+    read_only, links = [], set()
+    for path in [Path(p) for p in SYSTEM_PATHS] + list(needs):
+        if not os.path.lexists(path):
+            continue
+        links |= set(symlinks_on(path))
+        resolved = str(path.resolve())
+        if not any(_inside(Path(resolved), Path(kept)) for kept in read_only):
+            read_only = [kept for kept in read_only if not _inside(Path(kept), Path(resolved))] + [resolved]
+    return {
+        "dir": str(root_dir),
+        "read_only": sorted(read_only, key=lambda path: (len(Path(path).parts), path)),
+        "links": [{"path": location, "target": target} for location, target in sorted(links)],
+        "scratch": [{"path": path, "size_mb": size_mb} for path in ROOT_SCRATCH],
+        "home": {"path": str(home), "size_mb": size_mb},
+    }
+
+
 @dataclass(frozen=True)
 class KernelFolder:
     """One kernel's own folder: its home, cwd and TMPDIR (`home`, owned by the slot's uid), the
@@ -306,6 +368,7 @@ class KernelFolder:
     report_path: Path
     jupyter: Path
     runtime: Path
+    cgroup: SubmissionCgroup | None = None
 
     def report(self) -> dict | None:
         return _read_json(self.report_path)
@@ -340,6 +403,7 @@ class WorkerRun:
     seconds: float
     killed_at_notebook_timeout: bool
     leftover_processes_killed: int
+    cleaned: dict = field(default_factory=dict)  # `WorkerSandbox.finish_kernel`'s account
 
 
 class WorkerSandbox:
@@ -347,9 +411,11 @@ class WorkerSandbox:
     processes run in it (one-shot `run`, or a long-lived `start`)."""
 
     def __init__(self, worker_dir: Path, uid: int | None, limits: Limits, host: HostIsolation,
-                 masks: list[dict], kernel_name: str = "python3", repo_root: Path | None = None):
+                 masks: list[dict], kernel_name: str = "python3", repo_root: Path | None = None,
+                 cgroups: BatchCgroups | None = None):
         """`uid`: the kernel's own uid from a `UidPool` (None when the host cannot separate uids).
-        `repo_root`: the checkout, never counted among what a kernel needs (`kernel_paths`)."""
+        `repo_root`: the checkout, never counted among what a kernel needs (`kernel_paths`).
+        `cgroups`: the batch's control groups, where each kernel gets one of its own (None: rlimits only)."""
         if uid is not None and not host.separate_uid:
             raise ConfigError(f"this host cannot run kernels under their own uid: {host.reason}")
         self.dir = worker_dir
@@ -362,6 +428,7 @@ class WorkerSandbox:
         self.masks = masks
         self.kernel_name = kernel_name
         self.needs = kernel_paths(repo_root)
+        self.cgroups = cgroups
         self.run_result: WorkerRun | None = None
 
     # -- set-up -------------------------------------------------------------
@@ -380,9 +447,12 @@ class WorkerSandbox:
     def new_kernel(self, folder: Path) -> KernelFolder:
         """A fresh folder, plan and kernelspec for one kernel (one submission) under `folder`."""
         folder.mkdir(mode=0o711 if self.uid is not None else 0o700, exist_ok=True)
+        group = self.cgroups.submission(f"{self.dir.name}-{folder.name}", self.limits.cgroup_limits()) \
+            if self.cgroups is not None else None
         kernel = KernelFolder(folder, folder / "kernel", folder / "sandbox" / "kernel-plan.json",
-                              folder / "sandbox" / "kernel.json", folder / "jupyter", folder / "runtime")
+                              folder / "sandbox" / "kernel.json", folder / "jupyter", folder / "runtime", group)
         kernel.plan_path.parent.mkdir(mode=0o700)
+        (kernel.plan_path.parent / "root").mkdir(mode=0o700)
         (kernel.home / "tmp").mkdir(mode=0o700, parents=True)
         kernel.home.chmod(0o700)
         if self.uid is not None:
@@ -391,13 +461,15 @@ class WorkerSandbox:
         home = str(kernel.home)
         plan = {
             "own_namespaces": self.host.namespaces,
-            "private_dirs": plan_private_dirs(self.needs, kernel.home) if self.host.namespaces else [],
+            "root": plan_kernel_root(self.needs, kernel.home, kernel.plan_path.parent / "root")
+            if self.host.namespaces else None,
             "kernel_report": str(kernel.report_path),
+            "cgroup_procs": group.procs_files if group is not None else [],
             "limits": self.limits.kernel_rlimits(),
             "uid": self.uid,
             "gid": self.uid,
             "workdir": home,
-            "env": {**KERNEL_ENV, "HOME": home, "TMPDIR": str(kernel.home / "tmp"),
+            "env": {**KERNEL_ENV, "HOME": home, "TMPDIR": str(kernel.home / "tmp"), "PYTHONPATH": tools_root(),
                     "IPYTHONDIR": str(kernel.home / ".ipython"),
                     "MPLCONFIGDIR": str(kernel.home / ".matplotlib"),
                     "PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/bin", "/bin"])},
@@ -418,6 +490,17 @@ class WorkerSandbox:
         kernel.runtime.mkdir(mode=0o700)
         return kernel
 
+    def finish_kernel(self, kernel: KernelFolder) -> dict:
+        """After a submission: kill whatever is left in its control group and remove it (what it used is
+        kept on `kernel.cgroup.usage`), and, where kernels share the host's IPC namespace, remove the SysV
+        objects the slot's uid left. Returns what was cleaned up."""
+        cleaned = {"cgroup_processes_killed": None, "sysv_objects_removed": None}
+        if kernel.cgroup is not None and kernel.cgroup.usage is None:
+            cleaned["cgroup_processes_killed"] = kernel.cgroup.remove()["processes_killed_after"]
+        if self.uid is not None and not self.host.namespaces:
+            cleaned["sysv_objects_removed"] = remove_sysv_objects(self.uid)
+        return cleaned
+
     def grader_env(self, kernel: KernelFolder | None = None) -> dict:
         """Environment of the grader: only what it needs, Jupyter paths inside the worker (and `kernel`)."""
         home = self.dir / "home"
@@ -437,11 +520,20 @@ class WorkerSandbox:
             env.update(JUPYTER_PATH=str(kernel.jupyter), JUPYTER_RUNTIME_DIR=str(kernel.runtime))
         return env
 
+    def trusted_env(self) -> dict:
+        """Environment of the slot's trusted grader process (`tools.course.classroom.trusted`): its own home,
+        and the course's `tools` importable as the masks keep it."""
+        home = self.dir / "trusted"
+        home.mkdir(mode=0o700, exist_ok=True)
+        return {"HOME": str(home), "TMPDIR": str(home), "MPLCONFIGDIR": str(home / ".matplotlib"),
+                "PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/bin", "/bin"]),
+                "PYTHONPATH": tools_root()}
+
     def zygote_env(self) -> dict:
         """Environment of the slot's kernel zygote (`sandbox_launch.py zygote`): the kernels' own (each
         kernel gets its plan's at fork), so that the interpreter starts as theirs would; its own home."""
         home = self.dir / "zygote"
-        return {**KERNEL_ENV, "HOME": str(home), "TMPDIR": str(home),
+        return {**KERNEL_ENV, "HOME": str(home), "TMPDIR": str(home), "PYTHONPATH": tools_root(),
                 "PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/bin", "/bin"])}
 
     def command(self, inner: list[str]) -> list[str]:
@@ -473,8 +565,9 @@ class WorkerSandbox:
             finally:
                 with _RUNNING_LOCK:
                     _RUNNING.discard(process)
+        cleaned = self.finish_kernel(kernel) if kernel is not None else {}
         leftovers = self.kill_leftovers()
-        self.run_result = WorkerRun(returncode, round(time.monotonic() - started, 2), killed, leftovers)
+        self.run_result = WorkerRun(returncode, round(time.monotonic() - started, 2), killed, leftovers, cleaned)
         return self.run_result
 
     def start(self, inner: list[str], log_path: Path, env: dict, cwd: Path | None = None) -> subprocess.Popen:
@@ -573,9 +666,18 @@ class WorkerSandbox:
         report = kernel.report() if kernel is not None else None
         rlimits = (report or {}).get("limits", {})
         run = run or self.run_result
+        group = kernel.cgroup if kernel is not None else None
+        root = (report or {}).get("root") or {}
         return {
             "isolation": "namespaces" if self.host.namespaces else "none",
             "host": self.host.reason,
+            "limits_by": f"cgroup {group.version} and rlimits" if group is not None and (report or {}).get(
+                "cgroup_joined") else "rlimits only",
+            "cgroup": None if group is None else {**group.describe(), "usage": group.usage},
+            "ipc_namespace": (report or {}).get("ipc_namespace", False),
+            "sysv_objects_at_start": (report or {}).get("sysv_objects_visible"),
+            "kernel_filesystem": {"top_level": root.get("top_level"), "read_only": root.get("read_only"),
+                                  "home_mb": root.get("home_mb")} if root else None,
             "network": ("own network namespace, interfaces " + ",".join(init["interfaces"])
                         if init and init.get("loopback_up") else "not isolated"),
             "pid_namespace": bool(init and init.get("pid_in_namespace") == 1),
@@ -596,8 +698,30 @@ class WorkerSandbox:
             "max_processes_not_enforced": rlimits.get("max_processes_not_enforced"),
             "killed_at_notebook_timeout": None if run is None else run.killed_at_notebook_timeout,
             "leftover_processes_killed": None if run is None else run.leftover_processes_killed,
+            "cleaned_after": None if run is None else run.cleaned,
             "seconds": None if run is None else run.seconds,
         }
+
+
+def remove_sysv_objects(uid: int) -> int:
+    """Remove the SysV shared memory segments, semaphore sets and message queues owned by `uid` in this
+    IPC namespace (where kernels have no IPC namespace of their own); return how many."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    removers = {"shm": libc.shmctl, "sem": libc.semctl, "msg": libc.msgctl}
+    ipc_rmid, removed = 0, 0
+    for kind, remove in removers.items():
+        try:
+            lines = Path(f"/proc/sysvipc/{kind}").read_text(encoding="utf-8").splitlines()
+        except OSError:
+            continue
+        header = lines[0].split() if lines else []
+        for line in lines[1:]:
+            fields = dict(zip(header, line.split()))
+            if int(fields.get("uid", -1)) == uid or int(fields.get("cuid", -1)) == uid:
+                ident = int(fields["shmid"] if kind == "shm" else fields["semid"] if kind == "sem" else fields["msqid"])
+                args = (ident, 0, ipc_rmid) if kind == "sem" else (ident, ipc_rmid, None)
+                removed += remove(*args) == 0
+    return removed
 
 
 _RUNNING: set = set()

@@ -31,6 +31,7 @@ import ctypes
 import fcntl
 import json
 import os
+import platform
 import resource
 import shutil
 import signal
@@ -45,7 +46,11 @@ EXIT_SETUP_FAILED = 70
 
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REMOUNT, _MS_BIND, _MS_REC = 1, 2, 4, 8, 32, 4096, 16384
 _MS_PRIVATE = 1 << 18
-_CLONE_NEWNS, _CLONE_NEWPID, _CLONE_NEWNET = 0x00020000, 0x20000000, 0x40000000
+_CLONE_NEWNS, _CLONE_NEWPID, _CLONE_NEWNET, _CLONE_NEWIPC = 0x00020000, 0x20000000, 0x40000000, 0x08000000
+_MNT_DETACH = 2
+_SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "ppc64le": 203, "s390x": 217, "riscv64": 41}
+DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
+"""The device nodes a kernel's filesystem holds (bound from the host); nothing else of /dev."""
 _SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
 _PR_SET_PDEATHSIG, _PR_SET_NO_NEW_PRIVS = 1, 38
 
@@ -273,6 +278,125 @@ def _private_mounts(plan: dict) -> list[str]:
     return covered
 
 
+def join_cgroups(procs_files: list[str]) -> list[str]:
+    """Move this process (and so all it will start) into the submission's control groups; fail closed."""
+    for path in procs_files:
+        try:
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.write("0")
+        except OSError as error:
+            raise SetupError(f"cannot join the control group {os.path.dirname(path)}: {error.strerror}") from None
+    return list(procs_files)
+
+
+def sysv_objects() -> int | None:
+    """SysV shared memory segments, semaphore sets and message queues this IPC namespace shows."""
+    count = 0
+    for kind in ("shm", "sem", "msg"):
+        try:
+            with open(f"/proc/sysvipc/{kind}", encoding="utf-8") as handle:
+                count += max(len(handle.read().splitlines()) - 1, 0)
+        except OSError:
+            return None
+    return count
+
+
+def _bind(source: str, target: str, *, read_only: bool, device: bool = False) -> None:
+    if os.path.isdir(source):
+        os.makedirs(target, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        with open(target, "a", encoding="utf-8"):
+            pass
+    _mount(source, target, None, _MS_BIND | _MS_REC)
+    flags = _MS_BIND | _MS_REMOUNT | _MS_NOSUID | (0 if device else _MS_NODEV) | (_MS_RDONLY if read_only else 0)
+    _mount(None, target, None, flags)
+
+
+def _tmpfs(target: str, size_mb: int, mode: str, extra: str = "", *, flags: int = _MS_NOSUID | _MS_NODEV) -> None:
+    os.makedirs(target, exist_ok=True)
+    _mount("tmpfs", target, "tmpfs", flags, f"mode={mode},size={size_mb}m{extra}")
+
+
+def _copy_home(source: str, target: str, uid: int | None, gid: int | None) -> int:
+    """Copy the kernel's prepared folder (regular files and folders, no links) into its tmpfs home."""
+    copied = 0
+    for current, folders, files in os.walk(source):
+        relative = os.path.relpath(current, source)
+        destination = os.path.normpath(os.path.join(target, relative))
+        for name in folders:
+            if not os.path.islink(os.path.join(current, name)):
+                os.makedirs(os.path.join(destination, name), exist_ok=True)
+        for name in files:
+            path = os.path.join(current, name)
+            if os.path.islink(path) or not os.path.isfile(path):
+                continue
+            shutil.copyfile(path, os.path.join(destination, name))
+            shutil.copymode(path, os.path.join(destination, name))
+            copied += 1
+    if uid is not None:
+        for current, folders, files in os.walk(target):
+            for name in [*folders, *files]:
+                os.lchown(os.path.join(current, name), uid, gid)
+    return copied
+
+
+def pivot_into(root: str) -> None:
+    """Make `root` this mount namespace's `/` and detach the old root entirely."""
+    number = _SYS_PIVOT_ROOT.get(platform.machine())
+    if number is None:
+        raise SetupError(f"pivot_root: unknown system call number on {platform.machine()}")
+    os.chdir(root)
+    if _libc().syscall(ctypes.c_long(number), b".", b".") != 0:
+        raise SetupError(f"pivot_root: {os.strerror(ctypes.get_errno())}")
+    if _libc().umount2(b".", ctypes.c_int(_MNT_DETACH)) != 0:
+        raise SetupError(f"detaching the old root: {os.strerror(ctypes.get_errno())}")
+    os.chdir("/")
+
+
+def build_root(spec: dict, uid: int | None, gid: int | None) -> dict:
+    """Build the kernel's whole filesystem from what it needs and pivot into it (see
+    `sandbox.plan_kernel_root`): a read-only tmpfs `/` holding the host paths of `read_only` bound
+    read-only (the interpreter, the venv, the course's `tools`), the links on the way to them, the
+    device nodes of `DEVICES`, a fresh /proc, size-capped scratch tmpfs (/tmp, /var/tmp, /dev/shm) and
+    the kernel's home on a size-capped tmpfs of its own, filled from its prepared folder. Nothing else
+    of the host (other checkouts, /run/lock, /root, the grader's folders) exists there."""
+    _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
+    root = spec["dir"]
+    _tmpfs(root, 4, "0755")
+    inside = lambda path: os.path.join(root, path.lstrip("/"))  # noqa: E731
+    _tmpfs(inside("/dev"), 1, "0755", flags=_MS_NOSUID | _MS_NOEXEC)
+    for device in DEVICES:
+        if os.path.exists(device):
+            _bind(device, inside(device), read_only=False, device=True)
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                         ("stderr", "/proc/self/fd/2")):
+        os.symlink(target, inside(f"/dev/{name}"))
+    for entry in spec.get("scratch", []):
+        _tmpfs(inside(entry["path"]), int(entry["size_mb"]), "1777")
+    bound = []
+    for path in spec.get("read_only", []):
+        if os.path.exists(path):
+            _bind(path, inside(path), read_only=True)
+            bound.append(path)
+    for link in spec.get("links", []):
+        location = inside(link["path"])
+        if not os.path.lexists(location):
+            os.makedirs(os.path.dirname(location), exist_ok=True)
+            os.symlink(link["target"], location)
+    os.makedirs(inside("/proc"), exist_ok=True)
+    _mount("proc", inside("/proc"), "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+    home = spec["home"]
+    owner = "" if uid is None else f",uid={uid},gid={gid}"
+    _tmpfs(inside(home["path"]), int(home["size_mb"]), "0700", owner)
+    copied = _copy_home(home["path"], inside(home["path"]), uid, gid)
+    pivot_into(root)
+    _mount(None, "/", None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
+    return {"read_only": bound, "scratch": {entry["path"]: entry["size_mb"] for entry in spec.get("scratch", [])},
+            "home": home["path"], "home_mb": home["size_mb"], "files_copied_home": copied,
+            "top_level": sorted(os.listdir("/"))}
+
+
 def kernel_setup(plan: dict, connection_file: str | None, command: list[str], environ: dict,
                  report_to: int | None = None) -> tuple[list[str], dict]:
     """Everything the kernel role does before ipykernel runs: namespaces (see `enter_namespaces` for
@@ -286,15 +410,23 @@ def kernel_setup(plan: dict, connection_file: str | None, command: list[str], en
         os.chown(private, uid, gid)
         os.chmod(private, 0o600)
         command = [private if part == connection_file else part for part in command]
-    report = {"started_by": "launcher" if report_to is None else "zygote", "pid_namespace": False, "private_dirs": []}
-    report_file = open(plan["kernel_report"], "w", encoding="utf-8")  # noqa: SIM115 - the private mounts may hide its folder
+    report = {"started_by": "launcher" if report_to is None else "zygote", "pid_namespace": False,
+              "ipc_namespace": False, "private_dirs": [], "root": None}
+    report_file = open(plan["kernel_report"], "w", encoding="utf-8")  # noqa: SIM115 - the new root hides its folder
+    report["cgroup_joined"] = join_cgroups(plan.get("cgroup_procs", []))
     if plan.get("own_namespaces") or report_to is not None:
-        enter_namespaces(_CLONE_NEWNS | _CLONE_NEWPID if plan.get("own_namespaces") else 0, report_to)
+        enter_namespaces(_CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWIPC if plan.get("own_namespaces") else 0, report_to)
     if plan.get("own_namespaces"):
-        umask = os.umask(0o022)  # folders made under the tmpfs must stay passable for the kernel's uid
-        report["private_dirs"] = _private_mounts(plan)
+        umask = os.umask(0o022)  # folders made in the new root must stay passable for the kernel's uid
+        if plan.get("root"):
+            report["root"] = build_root(plan["root"], uid, gid)
+            report["private_dirs"] = [entry["path"] for entry in plan["root"].get("scratch", [])]
+        else:
+            report["private_dirs"] = _private_mounts(plan)
         os.umask(umask)
         report["pid_namespace"] = os.getpid() == 1
+        report["ipc_namespace"] = True
+        report["sysv_objects_visible"] = sysv_objects()
     report.update({"limits": apply_limits(plan), "uid": None, "no_new_privs": False})
     if _libc().prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0:
         report["no_new_privs"] = True

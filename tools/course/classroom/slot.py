@@ -45,6 +45,7 @@ class SlotResult:
     run: WorkerRun
     worker: dict = field(default_factory=dict)  # {"process": n-th worker of the slot, "started_as", "submission": k-th}
     marks: dict = field(default_factory=dict)  # the worker's CLOCK_MONOTONIC marks: started, kernel_ready, ...
+    boundary: dict = field(default_factory=dict)  # `SplitExecute.report`: timeouts, output cap
 
 
 def _tail(path: Path) -> str:
@@ -60,9 +61,9 @@ class GradingSlot:
     """A worker slot: the sandbox of one uid and the grading worker running in it."""
 
     def __init__(self, folder: Path, uid: int | None, limits: Limits, host: HostIsolation, masks: list[dict],
-                 kernel_name: str = "python3", repo_root: Path | None = None):
+                 kernel_name: str = "python3", repo_root: Path | None = None, cgroups=None):
         folder.mkdir(mode=0o700)
-        self.sandbox = WorkerSandbox(folder, uid, limits, host, masks, kernel_name, repo_root)
+        self.sandbox = WorkerSandbox(folder, uid, limits, host, masks, kernel_name, repo_root, cgroups)
         self.sandbox.prepare()
         self.log_path = folder / "worker.log"
         self.process: subprocess.Popen | None = None
@@ -147,13 +148,15 @@ class GradingSlot:
         return f"grading worker {why} at start: {_tail(self.log_path)}"
 
     # -- one submission --------------------------------------------------------
-    def grade(self, request: dict) -> SlotResult:
-        """Have the worker autograde one submission (`request`: see `grading_worker.autograde`)."""
+    def grade(self, request: dict, kernel: KernelFolder | None = None) -> SlotResult:
+        """Have the worker autograde one submission (`request`: see `grading_worker.autograde`) whose kernel
+        folder is `kernel`; afterwards its control group is emptied and removed (`finish_kernel`)."""
         started = time.monotonic()
         problem = self._ensure_ready()
         worker = {"process": self.started, "started_as": self.how, "submission": self.graded + 1}
         if problem is not None:
-            run = WorkerRun(None, round(time.monotonic() - started, 2), False, self.sandbox.kill_leftovers())
+            cleaned = self.sandbox.finish_kernel(kernel) if kernel is not None else {}
+            run = WorkerRun(None, round(time.monotonic() - started, 2), False, self.sandbox.kill_leftovers(), cleaned)
             return SlotResult("failed", problem, run, worker)
         self.graded += 1
         begun = time.monotonic()
@@ -173,15 +176,17 @@ class GradingSlot:
             self._kill()
         else:
             reply = json.loads(line)
+        cleaned = self.sandbox.finish_kernel(kernel) if kernel is not None else {}
         leftovers = self.sandbox.kill_leftovers(LEFTOVER_GRACE_S)
-        run = WorkerRun(returncode, round(time.monotonic() - begun, 2), killed, leftovers)
+        run = WorkerRun(returncode, round(time.monotonic() - begun, 2), killed, leftovers, cleaned)
         if killed:
             return SlotResult("failed", f"killed at the per-notebook limit of "
                                         f"{self.sandbox.limits.notebook_timeout_s:g} s", run, worker)
         if reply is None:
             return SlotResult("failed", f"grading worker exited {returncode}: {_tail(Path(request['log']))}",
                               run, worker)
-        marks = reply.get("monotonic", {})
+        marks, boundary = reply.get("monotonic", {}), reply.get("boundary") or {}
         if reply["status"] != "graded":
-            return SlotResult("failed", f"{reply['reason']}: {_tail(Path(request['log']))}", run, worker, marks)
-        return SlotResult("graded", None, run, worker, marks)
+            return SlotResult("failed", f"{reply['reason']}: {_tail(Path(request['log']))}", run, worker, marks,
+                              boundary)
+        return SlotResult("graded", None, run, worker, marks, boundary)

@@ -33,12 +33,19 @@ from nbgrader.converters.base import NbGraderException  # noqa: E402
 from nbgrader.coursedir import CourseDirectory  # noqa: E402
 from traitlets.config.loader import PyFileConfigLoader  # noqa: E402
 
-from tools.course.classroom.zygote import KernelZygote, reap_orphans, use_zygote  # noqa: E402
+from tools.course.classroom.split_execute import use_split_execute  # noqa: E402
+from tools.course.classroom.trusted import LazyTrusted, TrustedZygote  # noqa: E402
+from tools.course.classroom.zygote import (  # noqa: E402
+    KernelZygote,
+    ZygoteKernelManager,
+    reap_orphans,
+    use_zygote,
+)
 
 PROTOCOL = "grading-worker/v1"
 LOGGER = "grading_worker"
 IMPORT_SECONDS = round(time.monotonic() - IMPORT_STARTED, 2)
-_zygote: dict = {}  # the worker's kernel zygote, started with the first request that asks for one
+_zygote: dict = {}  # the worker's kernel zygote and trusted chapter zygote, started with the first request
 
 
 def protocol_streams() -> tuple:
@@ -76,10 +83,21 @@ def autograde(request: dict) -> dict:
     marks: dict[str, float] = {}
     config.Execute.on_notebook_start = lambda **_: marks.setdefault("kernel_ready", time.monotonic())
     config.Execute.on_cell_complete = lambda **_: marks.__setitem__("cells_done", time.monotonic())
+    manager = None
     if request.get("zygote_env"):
         if "zygote" not in _zygote:
             _zygote["zygote"] = KernelZygote(request["zygote_env"], _zygote.get("stderr"))
         use_zygote(config, _zygote["zygote"], request["log"])
+        manager = ZygoteKernelManager
+    report: dict = {}
+    trusted = None
+    if request.get("trusted"):
+        if "trusted" not in _zygote:
+            _zygote["trusted"] = TrustedZygote(request["trusted_env"], _zygote.get("stderr"))
+        _zygote["trusted"].ensure(request["trusted"], float(request["cell_timeout"]))
+        trusted = LazyTrusted(_zygote["trusted"])
+        use_split_execute(config, trusted, request["trusted"]["test_cells"], report,
+                          int(request.get("output_bytes", 8 * 2 ** 20)), manager)
     coursedir = CourseDirectory(root=course, assignment_id=slug, student_id=student, config=config)
     converter = Autograde(coursedir=coursedir, config=config, log=logging.getLogger(LOGGER))
     converter.force = True
@@ -91,6 +109,10 @@ def autograde(request: dict) -> dict:
     except Exception as error:  # recorded for this submission; the worker goes on with the next
         traceback.print_exc()
         reply = {"status": "failed", "reason": f"grading worker error: {error.__class__.__name__}: {error}"}
+    finally:
+        if trusted is not None:
+            trusted.close()
+    reply["boundary"] = report
     reap_orphans()  # a kernel that ended unwaited for (adopted by this subreaper) leaves no zombie
     ended = time.monotonic()
     reply["seconds"] = round(ended - started, 2)

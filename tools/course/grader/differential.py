@@ -14,7 +14,10 @@ For each generated argument tuple both functions run on their own deep copies of
 return the same value (same types: an int is not a float, a 0-dim tensor is not a float; floats
 within 1e-9 relative, tensors of the same dtype and shape within 1e-6) or raise the same class of
 exception, and the learner must not change its arguments. The search is seeded (`DRAW_SEED`), so
-a submission gets the same verdict every time it is graded.
+a submission gets the same verdict every time it is graded. When the learner's function lives across
+the grading boundary (class grading and the oracle: a `boundary.LearnerFunction`), every draw is made
+first and the learner's calls cross in batches of `BATCH_CALLS` per round trip; the outcomes are
+compared in draw order, so the verdict and the first mismatch are those of a call-by-call comparison.
 
 Each differential test names the contract clauses its generator must reach, as predicates on the
 drawn arguments:
@@ -116,9 +119,17 @@ def compare_call(learner: Callable, reference: Callable, args: tuple, kwargs: di
                  check_inputs: bool = True) -> str | None:
     """Run both on deep copies of the arguments; return why they disagree, or None."""
     kwargs = kwargs or {}
-    expected_kind, expected = _outcome(reference, *copy.deepcopy((args, kwargs)))
+    expected = _outcome(reference, *copy.deepcopy((args, kwargs)))
     learner_args = copy.deepcopy((args, kwargs))
-    actual_kind, actual = _outcome(learner, *learner_args)
+    actual = _outcome(learner, *learner_args)
+    return compare_outcomes(expected, actual, (args, kwargs), learner_args, check_inputs=check_inputs)
+
+
+def compare_outcomes(expected_outcome: tuple[str, Any], actual_outcome: tuple[str, Any], arguments: tuple,
+                     learner_arguments: tuple, *, check_inputs: bool = True) -> str | None:
+    """Why the reference's and the learner's outcomes (`_outcome`) of one call disagree, or None;
+    `learner_arguments` is the learner's copy of `arguments` after its call."""
+    (expected_kind, expected), (actual_kind, actual) = expected_outcome, actual_outcome
     if expected_kind == "raised":
         if actual_kind != "raised":
             return f"expected {type(expected).__name__} ({expected}), got the value {actual!r}"
@@ -131,7 +142,7 @@ def compare_call(learner: Callable, reference: Callable, args: tuple, kwargs: di
     if found:
         return found
     if check_inputs:
-        changed = difference((args, kwargs), learner_args, "arguments after the call")
+        changed = difference(arguments, learner_arguments, "arguments after the call")
         if changed:
             return f"the function changed its inputs ({changed})"
     return None
@@ -244,7 +255,8 @@ class Reference:
         if not callable(learner):
             raise Mismatch(f"{name} is not defined")
         reference = self(name)
-        seen = []
+        seen, batch = [], []
+        batched = counting is None and callable(getattr(learner, "call_many", None))
 
         @seed(DRAW_SEED)
         @settings(max_examples=cases, database=None, deadline=None, report_multiple_bugs=False,
@@ -257,14 +269,48 @@ class Reference:
             if counting is not None:
                 _count(counting, reference, args, kwargs, clauses)
                 return
-            problem = compare_call(learner, reference, args, kwargs, check_inputs=check_inputs)
-            if problem:
-                shown = ", ".join([*(repr(a) for a in args), *(f"{k}={v!r}" for k, v in kwargs.items())])
-                raise Mismatch(f"{name}({shown[:600]}): {problem}")
+            if batched:  # compared below, after one round trip for every drawn call
+                batch.append((args, kwargs))
+                return
+            _raise_on(name, args, kwargs, compare_call(learner, reference, args, kwargs, check_inputs=check_inputs))
 
         with _environment_free_generation():
             check()
+        if batched:
+            _compare_batch(name, learner, reference, batch, check_inputs)
         self.cases_checked[name] = len(seen)
+
+
+BATCH_CALLS = 64
+"""Calls of a learner's function sent across the grading boundary in one round trip."""
+
+
+def _raise_on(name: str, args: tuple, kwargs: dict, problem: str | None) -> None:
+    if problem:
+        shown = ", ".join([*(repr(a) for a in args), *(f"{k}={v!r}" for k, v in kwargs.items())])
+        raise Mismatch(f"{name}({shown[:600]}): {problem}")
+
+
+def _compare_batch(name: str, learner, reference: Callable, cases: list[tuple[tuple, dict]],
+                   check_inputs: bool) -> None:
+    """The learner's function lives across the grading boundary (`boundary.LearnerFunction`): its calls
+    go in batches of `BATCH_CALLS` per round trip, and the outcomes are compared in draw order, so the
+    first disagreement is the one a call-by-call comparison finds. A batch whose reply cannot cross
+    whole (every outcome unencodable, e.g. past the reply's size cap) is called again one call at a time."""
+    from tools.course.grader.codec import LearnerError
+
+    for start in range(0, len(cases), BATCH_CALLS):
+        chunk = cases[start:start + BATCH_CALLS]
+        learner_copies = [copy.deepcopy(case) for case in chunk]
+        actual = learner.call_many(learner_copies)
+        if len(chunk) > 1 and all(kind == "raised" and isinstance(value, LearnerError) for kind, value in actual):
+            for args, kwargs in chunk:
+                _raise_on(name, args, kwargs, compare_call(learner, reference, args, kwargs, check_inputs=check_inputs))
+            continue
+        for (args, kwargs), learner_arguments, outcome in zip(chunk, learner_copies, actual):
+            expected = _outcome(reference, *copy.deepcopy((args, kwargs)))
+            _raise_on(name, args, kwargs, compare_outcomes(expected, outcome, (args, kwargs), learner_arguments,
+                                                           check_inputs=check_inputs))
 
 
 def _count(call: CallCoverage, reference: Callable, args: tuple, kwargs: dict, clauses: dict | None) -> None:

@@ -1,14 +1,17 @@
-"""A fast stand-in for `nbgrader autograde` when proving the graders' strength.
+"""A fast stand-in for class grading when proving the graders' strength.
 
 Proving that every planted wrong solution loses points needs the score of each grade cell, not
-a Jupyter kernel per submission. The oracle runs in one subprocess per chapter: an in-process
-IPython shell (the same display hook and error handling as a kernel) executes the cells that
-every submission shares, up to the first solution cell, once; then each submission runs in its
-own forked copy of that process, under a per-cell and a per-submission time limit, with the
-rest of the notebook: its solution cells, the locked cells restored from the source, the
-visible and hidden tests. Each grade cell is scored by nbgrader's own `determine_grade` from the
-outputs the cell produced (an error or anything on stderr scores 0, a numeric result is partial
-credit), so the rules are nbgrader's, not ours.
+a Jupyter kernel per submission. The oracle runs in one subprocess per chapter and follows the
+grading boundary of class grading (`tools.course.grader.boundary`): the learner's side is an
+in-process IPython shell (the same display hook and error handling as a kernel) that runs the
+shared setup cells and, per submission, the solution cells and the locked cells after them; the
+trusted side is a namespace of its own that runs the setup cells too and every grade cell (with
+`boundary.run_cell`, as the trusted grader process does), where each exercise name is a proxy whose
+calls cross the same encoding in process (`InProcessChannel`, with the learner's random generators
+and grad mode apart). The setup runs once; each submission runs in its own forked copy of that
+process, under a per-cell and a per-submission time limit. Each grade cell is scored by nbgrader's own
+`determine_grade` from the outputs the cell produced (an error or anything on stderr scores 0, a
+numeric result is partial credit), so the rules are nbgrader's, not ours.
 
 `tests/course/grader/test_grading_chapters.py` shows that the oracle and nbgrader agree test for test on the
 full planted matrix of real chapters; `grading verify --full` grades everything through nbgrader.
@@ -174,17 +177,36 @@ def _first_error(outputs: list[dict]) -> str | None:
     return None
 
 
-def grade_rest(shell, cells: list[dict], solutions: dict[str, str], timeout_s: int,
+@dataclass
+class Sides:
+    """The two sides of the boundary in the oracle: the learner's shell and the trusted namespace."""
+
+    shell: object
+    trusted: dict
+    shared: dict
+    learner_state: dict
+    exercises: list
+
+
+def grade_rest(sides: Sides, cells: list[dict], solutions: dict[str, str], timeout_s: int,
                only_exercise: str | None = None, keep_going: bool = False) -> dict:
-    """Execute `cells` with the submission's solution sources; score every grade cell (or, with
-    `only_exercise`, only that exercise's test cells, up to the first that loses a point unless
-    `keep_going`; other test cells are skipped)."""
+    """Execute `cells` with the submission's solution sources (the learner's side) and score every grade
+    cell, run on the trusted side (or, with `only_exercise`, only that exercise's test cells, up to the
+    first that loses a point unless `keep_going`; other test cells are skipped)."""
+    from tools.course.grader.boundary import InProcessChannel, learner_proxies, run_cell
+
+    channel = InProcessChannel(sides.shell.user_ns, learner_state=sides.learner_state)
+    trusted = {**sides.trusted, **learner_proxies(sides.exercises, channel, sides.shared)}
     scores, errors = {}, {}
     for cell in cells:
         if only_exercise and cell["grade"] and not cell["solution"] and cell["exercise"] != only_exercise:
             continue
-        source = solutions.get(cell["grade_id"], cell["source"]) if cell["solution"] else cell["source"]
-        outputs = execute_cell(shell, source, timeout_s)
+        if cell["grade"] and not cell["solution"]:
+            outputs = run_cell(cell["source"], trusted, timeout_s)
+        else:
+            source = solutions.get(cell["grade_id"], cell["source"]) if cell["solution"] else cell["source"]
+            with channel.learner_side():
+                outputs = execute_cell(sides.shell, source, timeout_s)
         if cell["grade"] and not cell["solution"]:
             scores[cell["grade_id"]] = score_cell(cell, outputs)
             error = _first_error(outputs)
@@ -195,7 +217,7 @@ def grade_rest(shell, cells: list[dict], solutions: dict[str, str], timeout_s: i
     return {"scores": scores, "errors": errors, "stopped_at_first_loss": False}
 
 
-def _grade_in_fork(shell, rest: list[dict], solutions: dict[str, str], job: dict,
+def _grade_in_fork(sides: Sides, rest: list[dict], solutions: dict[str, str], job: dict,
                    only_exercise: str | None = None, keep_going: bool = False) -> dict:
     """Fork, grade in the child, return its result (or a timed-out result with every cell at 0)."""
     started = time.monotonic()
@@ -204,7 +226,7 @@ def _grade_in_fork(shell, rest: list[dict], solutions: dict[str, str], job: dict
     if pid == 0:  # the child: grade, send JSON, leave without running the parent's clean-up
         os.close(read_end)
         try:
-            result = grade_rest(shell, rest, solutions, int(job["cell_timeout_s"]), only_exercise, keep_going)
+            result = grade_rest(sides, rest, solutions, int(job["cell_timeout_s"]), only_exercise, keep_going)
         except BaseException as error:  # recorded in the result; the parent decides
             result = {"scores": {}, "errors": {"_oracle": f"{type(error).__name__}: {error}"}}
         with os.fdopen(write_end, "w", encoding="utf-8") as pipe:
@@ -250,12 +272,23 @@ def main() -> int:
 
     import tools.course.grader.differential  # noqa: F401
 
-    for cell in shared:
+    from tools.course.grader.boundary import process_state, restore_process_state, run_cell
+    from tools.course.grader.codec import shared_names
+
+    fresh = process_state()
+    for cell in shared:  # the learner's side
         outputs = execute_cell(shell, cell["source"], int(job["cell_timeout_s"]))
         error = _first_error(outputs)
         if error and cell["grade"]:
             raise GradingError(f"the shared cell {cell['grade_id']} before the first exercise failed: {error}")
-    results = {student: _grade_in_fork(shell, rest, solutions, job, job["only_exercise"].get(student),
+    learner_state = process_state()
+    restore_process_state(fresh)
+    trusted = {"__name__": "__main__"}
+    for cell in shared:  # the trusted side, as the trusted grader process runs them
+        run_cell(cell["source"], trusted, int(job["cell_timeout_s"]))
+    sides = Sides(shell, trusted, shared_names(trusted), learner_state,
+                  [cell["grade_id"] for cell in cells if cell["solution"]])
+    results = {student: _grade_in_fork(sides, rest, solutions, job, job["only_exercise"].get(student),
                                        student in job["keep_going"])
                for student, solutions in job["submissions"].items()}
     sys.stdout.write("\n" + json.dumps(results) + "\n")

@@ -84,6 +84,16 @@ def grading_profile(report) -> dict:
 
 
 def bench_grading(root: Path, chapter: Chapter, copies: int) -> dict:
+    """Class grading as an instructor runs it (`classroom.benchmark`: plain `nbgrader autograde` +
+    `generate_feedback` vs `grading autograde --jobs 1/2`, the boundary's cost per submission, a correct
+    submission beside a CPU hog), plus the in-process timings below (`in_process`)."""
+    from tools.course.classroom.benchmark import bench_class_grading, bench_cpu_hog
+
+    return {**bench_class_grading(root, chapter, copies), "cpu_hog": bench_cpu_hog(root, chapter),
+            "in_process": bench_grading_in_process(root, chapter, copies)}
+
+
+def bench_grading_in_process(root: Path, chapter: Chapter, copies: int) -> dict:
     """Plain serial nbgrader vs the sandboxed class grader with 1 and 2 jobs, on `copies` submissions.
 
     Wall and CPU seconds of each (CPU: this process and its children, so the machine's other load
@@ -120,12 +130,15 @@ def bench_grading(root: Path, chapter: Chapter, copies: int) -> dict:
     }
 
 
-def bench_chapter(root: Path, chapter: Chapter, *, copies: int = 6, grading: bool = True) -> dict:
-    """Run and grade one chapter in throw-away folders; return the timings."""
+def bench_chapter(root: Path, chapter: Chapter, *, copies: int = 6, grading: bool = True,
+                  grading_only: bool = False) -> dict:
+    """Run and grade one chapter in throw-away folders; return the timings (`grading_only`: class grading)."""
     from tools.course.grader.verify import verify_chapter
     from tools.course.runs.runner import run_chapter
 
     result: dict = {"chapter": chapter.id}
+    if grading_only:
+        return {**result, "grading": bench_grading(root, chapter, copies)}
     with tempfile.TemporaryDirectory(prefix=f"bench-run-{chapter.slug}-") as temp:
         base = Path(temp)
         for mode in ("dry_run", "cpu_smoke"):
@@ -162,6 +175,29 @@ def bench_suite(root: Path, workers: int = 2) -> dict:
             "seconds_per_file": {name: round(value, 1) for name, value in per_file.most_common()}}
 
 
+def class_grading_lines(item: dict) -> list[str]:
+    """The end-to-end class-grading figures of one chapter (`classroom.benchmark`), when measured."""
+    grading = item.get("grading") or {}
+    if "plain_autograde_s" not in grading:
+        return []
+    hog = grading.get("cpu_hog") or {}
+    lines = ["",
+             (f"class grading {item['chapter']}, {grading['copies']} correct submissions, wall clock per command "
+              f"(load average {grading['load_before']} before, {grading['load_after']} after):"),
+             (f"  plain nbgrader: autograde {grading['plain_autograde_s']} s + generate_feedback "
+              f"{grading['plain_feedback_s']} s = {grading['plain_s']} s"),
+             f"  grading autograde --jobs 1: {grading['jobs1_s']} s ({grading['jobs1_over_plain']}x plain)",
+             f"  grading autograde --jobs 2: {grading['jobs2_s']} s ({grading['jobs2_over_plain']}x plain; goal <= 0.6x)",
+             (f"  the process boundary per submission: {grading['boundary_cost_per_submission_s']} s (median "
+              f"{grading['submission_median_with_boundary_s']} s with, "
+              f"{grading['submission_median_without_boundary_s']} s without)")]
+    if hog:
+        lines.append(f"  a correct submission beside a CPU hog: {hog['beside_over_alone']}x its time alone (goal <= 1.5x; "
+                     f"alone {hog['alone_s']} s, beside {hog['beside_hog_s']} s; load average {hog['load_before']} "
+                     f"before, {hog['load_after']} after)")
+    return lines
+
+
 def format_bench(chapters: list[dict], suite: dict | None) -> str:
     """The benchmark as fixed-width tables."""
     headers = ["chapter", "dry_run s", "cpu_smoke s", "verify s", "nbgrader s/sub", "oracle s/planted",
@@ -169,14 +205,16 @@ def format_bench(chapters: list[dict], suite: dict | None) -> str:
     rows = []
     for item in chapters:
         grading = item.get("grading") or {}
-        rows.append([item["chapter"], item["dry_run_s"], item["cpu_smoke_s"], item["verify_s"],
-                     item["verify_nbgrader_per_submission_s"], item["oracle_per_planted_s"],
+        rows.append([item["chapter"], *(item.get(key, "-") for key in (
+                         "dry_run_s", "cpu_smoke_s", "verify_s", "verify_nbgrader_per_submission_s",
+                         "oracle_per_planted_s")),
                      grading.get("plain_per_submission_s", "-"), grading.get("jobs1_per_submission_s", "-"),
                      grading.get("jobs2_per_submission_s", "-"), grading.get("jobs2_over_plain", "-"),
                      grading.get("sandbox_overhead_per_submission_s", "-")])
     widths = [max(len(str(row[i])) for row in [headers, *rows]) for i in range(len(headers))]
     lines = ["  ".join(str(v).ljust(w) for v, w in zip(headers, widths)), "  ".join("-" * w for w in widths)]
     lines += ["  ".join(str(v).ljust(w) for v, w in zip(row, widths)) for row in rows]
+    lines += [line for item in chapters for line in class_grading_lines(item)]
     if suite:
         lines += ["", f"test suite: {suite['wall_s']:.0f} s wall with {suite['workers']} workers ({suite['summary']})"]
         lines += [f"  {seconds:8.1f} s  {name}" for name, seconds in suite["seconds_per_file"].items()]
