@@ -39,6 +39,8 @@ other_ids = ids.clone()
 other_ids[0, 3:] = 2
 other_ids[1, 0] = 0
 assert torch.allclose(sequence_logprobs(noisy, other_ids, mask), base, atol=1e-6)
+table = torch.log_softmax(logits, dim=-1)
+assert torch.allclose(base, torch.stack([table[0, 0, 2] + table[0, 1, 3], table[1, 2, 2] + table[1, 3, 1]]), atol=1e-5)
 
 # %% hidden exercise=sequence_logprobs points=1 name=a_sum_not_a_mean
 # hint: a response of three tokens adds three log-probabilities; do not divide by the response length.
