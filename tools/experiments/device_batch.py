@@ -267,9 +267,9 @@ def _import_check(module: str) -> str | None:
 
 
 def environment_report(run_mode: str) -> dict:
-    """The machine's check before any step: versions and origins, imports of every package and every
-    registered runner, version conflicts, the offline setting, and (real_gpu) the CUDA device through
-    NVML without creating a CUDA context."""
+    """The machine's check before any step: versions and origins, imports of every package and of the
+    runner of every experiment with a device step, version conflicts, the offline setting, and (real_gpu)
+    the CUDA device through NVML without creating a CUDA context."""
     import platform
 
     from tools.core.preflight import cuda_device_facts, summarize_preflight
@@ -289,6 +289,8 @@ def environment_report(run_mode: str) -> dict:
         checks.append(check(f"import:{module}", error is None, "warning", error or f"{module} imports",
                             f"carry {module} in .whl/: {consequence}"))
     for experiment in all_experiments().values():
+        if not experiment.device_steps:
+            continue  # a CPU-only experiment (e.g. PT-AGENTIC-RL's gymnasium tool stage) never runs in the batch
         module = experiment.runner.partition(":")[0]
         error = _import_check(module)
         checks.append(check(f"runner:{experiment.name}", error is None, "blocked", error or module,

@@ -19,14 +19,14 @@ from pathlib import Path
 
 from tools.core.records import load_record
 from tools.data import sft_raw
+from tools.experiments.cli import add_common_arguments
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m tools.experiments.sft_chain.worker")
     parser.add_argument("action", choices=("resume", "reload", "verify"))
-    parser.add_argument("--model", required=True)
-    parser.add_argument("--model-source", default="local")
-    parser.add_argument("--device", default="cpu")
+    add_common_arguments(parser, ("model", "model_source", "device"), model={"required": True},
+                         device={"default": "cpu"})
     parser.add_argument("--base", default="float32")
     parser.add_argument("--admitted", required=True, help="project 64's admitted data record")
     parser.add_argument("--admitted-sha256", required=True)
