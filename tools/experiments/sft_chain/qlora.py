@@ -20,12 +20,12 @@ from typing import Mapping
 from tools.data import sft_raw
 from tools.experiments.sft_chain import admission, manifests, qlora_gates
 from tools.experiments.sft_chain.selection import CPU_MODEL
+from tools.models.lab import training_batch
 from tools.experiments.sft_chain.training import (
     QUALITY_METRICS,
     TrainConfig,
     attach_adapter,
     base_tensor_bytes,
-    batch_of,
     load_base,
     one_thread_on_cpu,
     render,
@@ -144,7 +144,7 @@ def ladder(model_id: str, model_source: str, device: str, admitted: Mapping, bas
         torch.cuda.reset_peak_memory_stats()
         try:
             for _ in range(LADDER_STEPS):
-                batch = batch_of([rendered[index % len(rendered)] for index in range(size)], pad_id)
+                batch = training_batch([rendered[index % len(rendered)] for index in range(size)], pad_id)
                 optimizer.zero_grad(set_to_none=True)
                 reply_loss(model, batch, device).backward()
                 optimizer.step()

@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from tools.errors import ConfigError
+from tools.models.lab import training_batch
 
 IGNORE_INDEX = -100
 BASES = ("float32", "bfloat16", "nf4")
@@ -150,19 +151,6 @@ def render(tokenizer, prompt: str, reply: str) -> tuple[list[int], int]:
     return full[:full.index(end, len(head)) + 1], len(head)
 
 
-def batch_of(rendered: Sequence[tuple[list[int], int]], pad_id: int) -> dict:
-    """Right-padded `input_ids`, `attention_mask`, `labels` (the reply and its end of turn only)."""
-    width = max(len(ids) for ids, _ in rendered)
-    input_ids = torch.full((len(rendered), width), pad_id, dtype=torch.long)
-    labels = torch.full((len(rendered), width), IGNORE_INDEX, dtype=torch.long)
-    mask = torch.zeros((len(rendered), width), dtype=torch.long)
-    for row, (ids, start) in enumerate(rendered):
-        input_ids[row, :len(ids)] = torch.tensor(ids)
-        labels[row, start:len(ids)] = torch.tensor(ids[start:])
-        mask[row, :len(ids)] = 1
-    return {"input_ids": input_ids, "attention_mask": mask, "labels": labels}
-
-
 def batch_order(count: int, batch_size: int, steps: int, seed: int) -> list[list[int]]:
     """The example indices of every step: seed-fixed permutations, one after another."""
     rng, order, plan = random.Random(seed), [], []
@@ -193,7 +181,7 @@ def evaluate(model, rendered: Sequence[tuple[list[int], int]], pad_id: int, devi
     loss_sum, tokens, exact, right_tokens = 0.0, 0, 0, 0
     with torch.no_grad():
         for start in range(0, len(rendered), batch_size):
-            batch = batch_of(rendered[start:start + batch_size], pad_id)
+            batch = training_batch(rendered[start:start + batch_size], pad_id)
             logits = model(input_ids=batch["input_ids"].to(device),
                            attention_mask=batch["attention_mask"].to(device)).logits[:, :-1].float()
             labels = batch["labels"].to(device)[:, 1:]
@@ -298,7 +286,7 @@ def train_run(model, tokenizer, train_rendered: Sequence, eval_rendered: Sequenc
     with ResourceSampler(interval_s=sample_interval_s, device="cuda" if cuda else "cpu") as sampler:
         for step in range(first_step, config.steps + 1):
             started = time.perf_counter()
-            batch = batch_of([train_rendered[index] for index in plan[step - 1]], pad_id)
+            batch = training_batch([train_rendered[index] for index in plan[step - 1]], pad_id)
             optimizer.zero_grad(set_to_none=True)
             loss = reply_loss(model, batch, device)
             loss.backward()
