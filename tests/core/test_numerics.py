@@ -1,5 +1,5 @@
 """The course pins one CPU arithmetic (tools.core.numerics): importing tools selects torch's AVX2 kernels
-unless the environment chose otherwise, and the lab models are cached per numerics profile."""
+unless the environment chose otherwise, and lab models built here are cached per numerics profile."""
 
 from __future__ import annotations
 
@@ -42,8 +42,17 @@ def test_importing_tools_selects_the_avx2_kernels_and_an_explicit_choice_wins():
 
 
 def test_a_lab_model_built_under_another_numerics_profile_gets_its_own_folder(monkeypatch):
+    monkeypatch.setenv(lab.LAB_SOURCE_ENV, "build")
     recipe = lab.recipe_for("lab")
     here = lab.lab_model_folder(recipe)
     monkeypatch.setattr(lab, "numerics_profile", lambda: {"machine": "arm64", "torch_cpu_capability": "DEFAULT",
                                                           "mkl_cbwr": None})
     assert lab.lab_model_folder(recipe) != here
+
+
+def test_the_committed_lab_weights_do_not_depend_on_the_numerics_profile(monkeypatch):
+    recipe = lab.recipe_for("lab")
+    committed = lab.lab_model_folder(recipe)
+    monkeypatch.setattr(lab, "numerics_profile", lambda: {"machine": "arm64", "torch_cpu_capability": "DEFAULT",
+                                                          "mkl_cbwr": None})
+    assert lab.lab_model_folder(recipe) == committed == lab.committed_lab_folder("lab")

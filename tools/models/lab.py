@@ -15,9 +15,20 @@ Pretraining (`pretrain`): AdamW, warm-up, a constant learning rate until the val
 then the decay; loss on the reply and its end-of-turn token only, one CPU thread, a fixed seed, the
 problems of the `train` split only (held-out and validation problems differ by content hash).
 
-Built once into `build/lab_models/<name>-<hash of recipe and CPU numerics profile>/` (temporary folder, atomic rename) with the
-`course_model.json` identity file of the tiny model (recipe, seed, file hashes, fingerprint) plus
-the pretraining history and the held-out exact-match measured at build time.
+Where the weights come from (`COURSE_LAB_MODELS`):
+
+- `committed` (the default): the weights committed in `tools/models/lab_weights/<name>/`, built once
+  by `python -m tools.models lab-commit` under the pinned CPU numerics profile. Every learner, on
+  every processor, starts from these same weights, so a chapter's run starts from the model the
+  page's figures came from. Loading checks the folder against the current recipe and its file hashes.
+- `build`: pretrain here, under whatever numerics profile is in force, into
+  `build/lab_models/<name>-<hash of recipe and numerics profile>/` (temporary folder, atomic rename).
+  The builder stays the source of truth: the suite rebuilds the models and checks that they land in
+  the same quality band (not the same bits), and runs the effect tests on models built under a second
+  numerics profile, so an effect that holds only on the committed bits is caught.
+
+A folder carries the `course_model.json` identity file of the tiny model (recipe, seed, file hashes,
+fingerprint) plus the pretraining history and the held-out exact-match measured at build time.
 """
 
 from __future__ import annotations
@@ -50,6 +61,12 @@ LAB_BUILDER_VERSION = 1
 """Bump when the pretraining code changes in a way the recipe does not show; old folders are refused."""
 
 LAB_FOLDER = "lab_models"
+
+COMMITTED_LAB_DIR = Path(__file__).resolve().parent / "lab_weights"
+"""The committed lab weights, one folder per named recipe."""
+
+LAB_SOURCE_ENV = "COURSE_LAB_MODELS"
+LAB_SOURCES = ("committed", "build")
 
 IGNORE_INDEX = -100
 
@@ -87,11 +104,18 @@ class LabRecipe:
 
 
 LAB_RECIPES: dict[str, LabRecipe] = {
-    "lab": LabRecipe("lab", hidden_size=64, intermediate_size=192, target_validation=0.55, decay_steps=0),
+    # The student's validation is checked every step: learning the carry is steep, and a coarser check let
+    # the stopping point (and the held-out quality) swing with the last bits of the arithmetic.
+    "lab": LabRecipe("lab", hidden_size=64, intermediate_size=192, target_validation=0.55, decay_steps=0,
+                     check_every=1),
     "lab-teacher": LabRecipe("lab-teacher", hidden_size=96, intermediate_size=256, num_attention_heads=8,
                              num_key_value_heads=4, target_validation=0.9, decay_steps=150),
 }
 assert tuple(LAB_RECIPES) == LAB_MODEL_IDS, "architectures.LAB_MODEL_IDS names the recipes"
+
+STUDENT_QUALITY_BAND = (0.45, 0.8)
+"""Held-out exact-match of the student, built under any numerics profile (measured: 0.57 pinned AVX2,
+0.67 generic); the committed weights and any rebuild must land inside it."""
 
 
 def recipe_for(name: str) -> LabRecipe:
@@ -109,9 +133,18 @@ def numerics_profile() -> dict:
 
 
 def recipe_sha256(recipe: LabRecipe) -> str:
+    """The hash of everything in the code that decides a lab model (not the arithmetic it runs on)."""
     return _canonical_sha256({"lab_builder_version": LAB_BUILDER_VERSION, "recipe": asdict(recipe),
                               "task": lab_tasks.manifest(recipe.task),
-                              "tokenizer": _tiny_recipe()["tokenizer"], "cpu_numerics": numerics_profile()})
+                              "tokenizer": _tiny_recipe()["tokenizer"]})
+
+
+def lab_source() -> str:
+    """Where the named lab models come from: `committed` (default) or `build` (COURSE_LAB_MODELS)."""
+    source = os.environ.get(LAB_SOURCE_ENV, "committed") or "committed"
+    if source not in LAB_SOURCES:
+        raise ConfigError(f"{LAB_SOURCE_ENV}={source!r} is not a lab-model source; use one of {', '.join(LAB_SOURCES)}")
+    return source
 
 
 def default_lab_dir() -> Path:
@@ -119,9 +152,24 @@ def default_lab_dir() -> Path:
     return resolve_project_root() / "build" / LAB_FOLDER
 
 
+def committed_lab_folder(name: str) -> Path:
+    """The committed folder of the named lab model (not checked; `verified_committed_folder` checks it)."""
+    return COMMITTED_LAB_DIR / recipe_for(name).name
+
+
+def _uses_committed(recipe: LabRecipe, cache_dir) -> bool:
+    return cache_dir is None and recipe == LAB_RECIPES.get(recipe.name) and lab_source() == "committed"
+
+
 def lab_model_folder(recipe: LabRecipe, cache_dir: str | os.PathLike | None = None) -> Path:
+    """The folder a lab model is loaded from: the committed one for a named recipe (unless
+    COURSE_LAB_MODELS=build or a cache folder is given), else its build folder, keyed by the recipe and the
+    numerics profile in force."""
+    if _uses_committed(recipe, cache_dir):
+        return committed_lab_folder(recipe.name)
     root = default_lab_dir() if cache_dir is None else Path(cache_dir).expanduser().resolve()
-    return root / f"{recipe.name}-{recipe_sha256(recipe)[:12]}"
+    key = _canonical_sha256({"recipe_sha256": recipe_sha256(recipe), "cpu_numerics": numerics_profile()})
+    return root / f"{recipe.name}-{key[:12]}"
 
 
 # --- batches and loss ---------------------------------------------------------------------------------------------
@@ -315,17 +363,73 @@ def _build_lock(folder: Path):
 
 def build_lab_model(name: str = "lab", cache_dir: str | os.PathLike | None = None, *,
                     recipe: LabRecipe | None = None) -> Path:
-    """Build (once) and return the folder of the lab model `name` ("lab" or "lab-teacher").
+    """The folder of the lab model `name` ("lab" or "lab-teacher"): the committed weights (checked against
+    the recipe), or, with COURSE_LAB_MODELS=build or a `cache_dir`, built once under the numerics in force.
 
-    `recipe` replaces the named recipe (tests use shortened ones); its hash names the folder, so a
-    changed recipe builds a new folder and never reuses an old one."""
+    `recipe` replaces the named recipe (tests use shortened ones, always built); its hash names the
+    folder, so a changed recipe builds a new folder and never reuses an old one."""
     recipe = recipe or recipe_for(name)
     if not isinstance(recipe, LabRecipe):
         raise ConfigError(f"recipe must be a LabRecipe, got {type(recipe).__name__}")
     lab_tasks.task(recipe.task)
+    if _uses_committed(recipe, cache_dir):
+        return verified_committed_folder(recipe.name)
     folder = lab_model_folder(recipe, cache_dir)
     with _build_lock(folder):
         return _build_once(folder, recipe_sha256(recipe), lambda temp: _write_lab(temp, recipe))
+
+
+def verified_committed_folder(name: str) -> Path:
+    """The committed folder of `name`, after checking it was built from the current recipe and that every
+    file still has the hash its identity file recorded."""
+    import json
+
+    from tools.core.records import sha256_file
+    from tools.models.architectures import IDENTITY_FILE
+
+    folder = committed_lab_folder(name)
+    fix = (f"rebuild and commit them with `python -m tools.models lab-commit`, or build them here with "
+           f"{LAB_SOURCE_ENV}=build")
+    identity_path = folder / IDENTITY_FILE
+    if not identity_path.is_file():
+        raise ConfigError(f"the committed lab model {name!r} is missing ({folder}); {fix}")
+    identity = json.loads(identity_path.read_text(encoding="utf-8"))
+    if identity.get("recipe_sha256") != recipe_sha256(recipe_for(name)):
+        raise ConfigError(f"the committed lab model {name!r} was built from another recipe than "
+                          f"tools/models/lab.py's; {fix}")
+    for file_name, expected in identity.get("files", {}).items():
+        path = folder / file_name
+        if not path.is_file() or sha256_file(path) != expected:
+            raise ConfigError(f"{path} is missing or differs from the hash in {IDENTITY_FILE}; {fix}")
+    return folder
+
+
+def commit_lab_models(destination: str | os.PathLike | None = None) -> dict[str, Path]:
+    """Pretrain every named lab model under the pinned numerics profile and write it into the committed
+    folder (`lab-commit`); refuses under any other profile, so the committed weights have one provenance."""
+    import shutil
+    import tempfile
+
+    from tools.core.numerics import PINNED_CPU_NUMERICS
+
+    in_force = {name: os.environ.get(name) for name in PINNED_CPU_NUMERICS}
+    if in_force != PINNED_CPU_NUMERICS:
+        raise ConfigError(f"the committed lab weights are built under the pinned numerics {PINNED_CPU_NUMERICS}; "
+                          f"in force: {in_force}")
+    target = COMMITTED_LAB_DIR if destination is None else Path(destination)
+    target.mkdir(parents=True, exist_ok=True)
+    written = {}
+    with tempfile.TemporaryDirectory(prefix="lab-commit-") as scratch:
+        for name, recipe in LAB_RECIPES.items():
+            built = build_lab_model(name, scratch, recipe=recipe)
+            folder = target / name
+            if folder.exists():
+                shutil.rmtree(folder)
+            shutil.copytree(built, folder)
+            for path in folder.iterdir():
+                path.chmod(0o644)
+            written[name] = folder
+    return written
 
 
 def build_lab_models(cache_dir: str | os.PathLike | None = None) -> dict[str, Path]:
