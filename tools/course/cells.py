@@ -13,6 +13,7 @@ ROLE_TAGS = (
     "exercise",
     "visible-tests",
     "stop-here",
+    "keep-own",
     "reference-solution",
     "reference-check",
     "gpu-stage",

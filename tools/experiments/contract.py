@@ -3,8 +3,10 @@
 Every experiment of `tools/experiments/` has the same shape:
 
     Plan          what one run is (experiment, chapter, stage, variants, seeds, run mode, label,
-                  results dir, model, model source, device, limits, the experiment's own options);
-                  checked before any work, frozen
+                  results dir, model, model source, device, limits, the experiment's own options,
+                  and the chapter's mechanism functions); checked before any work, frozen
+    Mechanism     the chapter functions a stage runs (the notebook passes the learner's exercise
+                  functions), and where each came from; the records say which ran
     RecordSink    where the run's records go: names them, writes each once (header, runtime
                   snapshot, body) through `tools.core.records`, ties them by lineage, and keeps the
                   list of what it wrote or read back
@@ -21,6 +23,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
+import inspect
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -90,6 +94,67 @@ def _tuple_of(name: str, values, kind: type) -> tuple:
     return items
 
 
+MECHANISM_SOURCES = ("learner", "reference", "package")
+"""Where a mechanism function came from: the learner's exercise cell, the notebook's reference solution,
+or the package's own copy (the default of a run without a notebook: the command line, the GPU batch)."""
+
+
+def _code_sha256(function: Callable) -> str | None:
+    """sha256 of a function's source text (None when Python cannot show it)."""
+    try:
+        source = inspect.getsource(function)
+    except (OSError, TypeError):
+        return None
+    return hashlib.sha256(source.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class Mechanism:
+    """The chapter functions a stage runs in place of its package's own copies, and where each came from.
+
+    A chapter's Step 5 passes its exercise functions (`tools.chapters.mechanism.step5_mechanism`), so a
+    learner's bug shows in Step 5; a runner takes each with `function(name, default)`, and its records
+    carry `describe(defaults)`: for every function the stage used, its source and the sha256 of its code.
+    """
+
+    functions: Mapping[str, Callable] = field(default_factory=dict)
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.functions, Mapping) or not isinstance(self.sources, Mapping):
+            raise ConfigError("a mechanism is a mapping name -> function and a mapping name -> source")
+        for name, function in self.functions.items():
+            if not isinstance(name, str) or not callable(function):
+                raise ConfigError(f"mechanism function {name!r} must be a callable under a str name, got {function!r}")
+            if self.sources.get(name) not in MECHANISM_SOURCES:
+                raise ConfigError(f"mechanism function {name!r} needs a source, one of {MECHANISM_SOURCES}; "
+                                  f"got {self.sources.get(name)!r}")
+        extra = sorted(set(self.sources) - set(self.functions))
+        if extra:
+            raise ConfigError(f"mechanism sources name functions it does not have: {extra}")
+        object.__setattr__(self, "functions", dict(self.functions))
+        object.__setattr__(self, "sources", dict(self.sources))
+
+    def function(self, name: str, default: Callable) -> Callable:
+        """The function passed under `name`, else the package's `default`."""
+        return self.functions.get(name, default)
+
+    def describe(self, defaults: Mapping[str, Callable]) -> dict:
+        """`{name: {"source", "code_sha256"}}` for every function the stage runs (for a record)."""
+        described = {}
+        for name in sorted(set(defaults) | set(self.functions)):
+            function = self.functions.get(name, defaults.get(name))
+            described[name] = {"source": self.sources.get(name, "package"), "code_sha256": _code_sha256(function)}
+        return described
+
+    def sources_line(self, defaults: Mapping[str, Callable]) -> dict[str, list[str]]:
+        """`{source: [names]}`: which functions came from where (what a page prints)."""
+        grouped: dict[str, list[str]] = {}
+        for name in sorted(set(defaults) | set(self.functions)):
+            grouped.setdefault(self.sources.get(name, "package"), []).append(name)
+        return grouped
+
+
 @dataclass(frozen=True)
 class Plan:
     """One run of one experiment, checked before any work.
@@ -114,6 +179,7 @@ class Plan:
     model_cache: Path | None = None
     limits: Limits = field(default_factory=Limits)
     options: Mapping[str, Any] = field(default_factory=dict)
+    mechanism: Mechanism = field(default_factory=Mechanism)
 
     def __post_init__(self) -> None:
         for name in ("experiment", "chapter"):
@@ -142,6 +208,8 @@ class Plan:
             raise ConfigError(f"limits must be a Limits, got {self.limits!r}")
         if not isinstance(self.options, Mapping):
             raise ConfigError(f"options must be a mapping, got {self.options!r}")
+        if not isinstance(self.mechanism, Mechanism):
+            raise ConfigError(f"mechanism must be a Mechanism, got {self.mechanism!r}")
         for name in ("results_dir", "model_cache"):
             value = getattr(self, name)
             set_(name, None if value in (None, "") else Path(value))
@@ -175,6 +243,7 @@ class Plan:
             "model_source": self.model_source, "device": self.device,
             "model_cache": None if self.model_cache is None else self.model_cache.name,
             "limits": self.limits.public(), "options": json.loads(json.dumps(dict(self.options), default=str)),
+            "mechanism": {name: self.mechanism.sources[name] for name in sorted(self.mechanism.functions)},
         }
 
 

@@ -91,6 +91,8 @@ class Experiment:
     - `record_folder`: the folder under the results root that holds its records (None: the
       chapter's catalog slug). `shared_by`: a sentence for the asset registry when several chapters
       read one record.
+    - `mechanism`: the names of the chapter functions its runner takes from `plan.mechanism` (the
+      learner's exercise functions, passed by the notebook); a plan naming any other is refused.
     """
 
     name: str
@@ -105,6 +107,7 @@ class Experiment:
     record_folder: str | None = None
     shared_by: str | None = None
     device_steps: tuple[DeviceStep, ...] = ()
+    mechanism: tuple[str, ...] = ()
     extra: dict = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -143,6 +146,10 @@ class Experiment:
         if stage is not None and stage not in self.stages:
             raise ConfigError(f"unknown stage {stage!r} of experiment {self.name}; choose one of "
                               f"{', '.join(self.stages)}.")
+        unknown_functions = sorted(set(plan.mechanism.functions) - set(self.mechanism))
+        if unknown_functions:
+            raise ConfigError(f"experiment {self.name} takes the mechanism functions {list(self.mechanism)}, "
+                              f"not {unknown_functions}")
         if plan.variants:
             known = self.declared_variants(plan.chapter, "cpu_smoke" if plan.run_mode == "dry_run" else plan.run_mode)
             unknown = [name for name in plan.variants if name not in known]

@@ -233,6 +233,25 @@ def rule_order(notebook, chapter):
             yield describe(cell, index), f"does not rerun test(s) of {missing}"
 
 
+def rule_keep_own(notebook, chapter):
+    """A Step 5 that runs the learner's functions keeps them first: one `keep-own` cell after STOP HERE and
+    before the reference solution, which calls `keep_own(...)`; a gpu-stage cell that asks for
+    `step5_mechanism(...)` needs it."""
+    keeps = list(cells_with_role(notebook, "keep-own"))
+    wants = [index for index, cell in cells_with_role(notebook, "gpu-stage") if "step5_mechanism(" in cell.source]
+    if wants and not keeps:
+        yield "notebook", "Step 5 calls step5_mechanism() but no 'keep-own' cell keeps the learner's functions"
+    if len(keeps) > 1:
+        yield "notebook", f"needs at most one 'keep-own' cell, found {len(keeps)}"
+    stops = [index for index, _ in cells_with_role(notebook, "stop-here")]
+    references = [index for index, _ in cells_with_role(notebook, "reference-solution")]
+    for index, cell in keeps:
+        if cell.cell_type != "code" or "keep_own(" not in cell.source:
+            yield describe(cell, index), "a keep-own cell is code that calls keep_own(CHAPTER_ID, globals())"
+        if not stops or index < stops[0] or (references and index > references[0]):
+            yield describe(cell, index), "the keep-own cell must come after STOP HERE and before the reference solution"
+
+
 def rule_no_template_left(notebook, chapter):
     from tools.course.authoring.scaffold import TEMPLATE_MARKER
 
@@ -262,6 +281,7 @@ RULES: tuple[Rule, ...] = (
     rule_parameters,
     rule_exercises,
     rule_order,
+    rule_keep_own,
     rule_no_template_left,
 )
 
