@@ -1,6 +1,6 @@
 # The course's entry points. Each target sets up .venv itself (idempotently) from the repo's own files.
 #   make run    execute every chapter headless (papermill, cpu_smoke) and print a per-chapter summary
-#   make test   run the whole test suite
+#   make test   run the whole test suite, then the effect tests again under a second CPU numerics profile
 #   make test-fast  the inner loop: every test not marked slow or integration (one process, under 3 minutes)
 #   make lint   ruff (rules in pyproject.toml); CI runs it before `make test`
 #   make lab    open JupyterLab on the course
@@ -17,13 +17,17 @@ TEST_WORKERS ?= 2
 # Debian packages of the browser test: the browser, and fonts so screenshots show Chinese and emoji.
 BROWSER_APT := chromium fonts-noto-cjk fonts-noto-color-emoji
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-# One CPU arithmetic on every x86-64 machine (tools/core/numerics.py): exported to every target, so the
-# notebook kernels papermill and JupyterLab start compute like the tests that calibrated the effects.
+# One CPU arithmetic for every process of a target (tools/core/numerics.py): exported to every target, so
+# the notebook kernels papermill and JupyterLab start compute like the tests. It makes one machine repeat
+# itself; it does not make two processor families agree, so the effects are also tested under a second one.
 export ATEN_CPU_CAPABILITY ?= avx2
 export MKL_CBWR ?= AVX2
 export ONEDNN_MAX_CPU_ISA ?= AVX2
+# The second profile: torch's generic kernels, MKL's compatible path, oneDNN without AVX, and lab models
+# pretrained under it (not the committed weights), standing in for another processor family.
+GENERIC_NUMERICS := ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE ONEDNN_MAX_CPU_ISA=SSE41 COURSE_LAB_MODELS=build
 
-.PHONY: setup run test test-fast lint lab check clean browser-deps verify-full bench
+.PHONY: setup run test test-effects-generic test-fast lint lab check clean browser-deps verify-full bench
 
 $(STAMP): requirements-cpu.txt pyproject.toml environment/verl-config-check.txt
 	$(PYTHON) -m venv $(VENV)
@@ -49,7 +53,7 @@ $(BROWSER_STAMP): environment/browser-test.txt $(STAMP)
 
 browser-deps: $(BROWSER_STAMP)
 
-# The lab models are built (once, cached under build/lab_models) before any chapter needs them.
+# The committed lab models are checked (COURSE_LAB_MODELS=build: built once under build/lab_models) before any chapter needs them.
 run: setup
 	$(PY) -m tools.models lab-build
 	$(PY) -m tools.course run --run-mode cpu_smoke $(RUN_ARGS)
@@ -57,6 +61,12 @@ run: setup
 # Two workers on a 2-core machine; tests sharing a module fixture stay on one worker (tests/conftest.py).
 test: setup browser-deps
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=15
+	$(MAKE) --no-print-directory test-effects-generic
+
+# Every effect test again under the second numerics profile, from lab models built under it (cached in build/).
+test-effects-generic: setup
+	$(GENERIC_NUMERICS) $(PY) -m tools.models lab-build
+	$(GENERIC_NUMERICS) $(PY) -m pytest -m effect -n $(TEST_WORKERS) --dist loadgroup -p no:cacheprovider --durations=10
 
 # The inner loop: no notebook runs, nbgrader, class grading, browser or fresh venv (marks in pyproject.toml).
 test-fast: setup

@@ -121,6 +121,7 @@ def test_package_trajectory_functions_agree_with_the_notebook(reference, segment
                 outcome(reference["attribute_reward"], turn_ids, reward, gamma))
 
 
+@pytest.mark.effect
 @pytest.mark.slow
 def test_the_lab_model_learns_to_call_the_calculator_on_every_seed(lab_models, one_cpu_thread):
     """Step 5.2's effect: cpu_smoke's settings, seeds 0-2 from the same lab weights; on the held-out tasks

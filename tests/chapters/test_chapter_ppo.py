@@ -108,6 +108,7 @@ EXACT_MATCH_GAIN = 0.05
 VALUE_LOSS_DROP = 0.01
 
 
+@pytest.mark.effect
 @pytest.mark.slow  # three PPO runs on the lab model (about 15-20 s each on one core)
 def test_ppo_raises_held_out_exact_match_and_lowers_the_value_loss_for_every_seed(lab_models, one_cpu_thread):
     """The stage's own PPO loop (cpu_smoke settings) on the lab student: for each of three seeds, greedy

@@ -123,6 +123,7 @@ def test_pad_rows_left_and_right():
     assert ids.tolist() == [[5, 6, 7], [8, 0, 0]] and mask.tolist() == [[1, 1, 1], [1, 0, 0]]
 
 
+@pytest.mark.effect
 @pytest.mark.slow  # three runs of the stage on the lab model: two reward models each (about 10 s per seed on one core)
 def test_on_the_lab_model_the_candidate_beats_the_mislabelled_control_for_every_seed(lab_models, tmp_path,
                                                                                      one_cpu_thread):

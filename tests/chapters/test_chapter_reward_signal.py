@@ -132,6 +132,7 @@ def test_tensor_checks_return_what_they_checked():
     assert tensor_checks.check_batch_time("x", value) is value and tensor_checks.check_like("y", value, value) is value
 
 
+@pytest.mark.effect
 @pytest.mark.slow  # three runs of the stage on the lab model's rollouts (about 10 s each on one core)
 def test_on_lab_rollouts_the_gate_accepts_the_baseline_and_rejects_both_controls_for_every_seed(lab_models, tmp_path,
                                                                                                one_cpu_thread):

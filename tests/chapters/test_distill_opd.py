@@ -114,6 +114,7 @@ def test_package_divergences_agree_with_the_notebook(reference, seed, batch, tim
                 outcome(reference["mixed_distillation_loss"], student, teacher, mask, kinds, lam))
 
 
+@pytest.mark.effect
 @pytest.mark.slow
 def test_distillation_closes_part_of_the_students_gap_to_the_teacher_on_every_seed(lab_models, one_cpu_thread):
     """Step 5.2's effect: cpu_smoke's plan, seeds 0-2, each kind from the same student weights; on every

@@ -143,6 +143,7 @@ def test_package_loss_agrees_with_the_notebook(reference, batch, time, seed, cli
     assert same(ours, outcome(reference["clipped_grpo_loss"], logprobs, old, gains, mask, clip, aggregation))
 
 
+@pytest.mark.effect
 @pytest.mark.slow
 def test_grpo_raises_the_lab_models_held_out_exact_match_on_every_seed(lab_models, one_cpu_thread):
     """Step 5.2's effect: the extended group (G = 6) of cpu_smoke's plan, three seeds from the same lab

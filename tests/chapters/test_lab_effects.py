@@ -16,6 +16,7 @@ pytestmark = pytest.mark.slow
 SEEDS = (0, 1, 2)
 
 
+@pytest.mark.effect
 def test_14_all_linear_learns_the_new_task_faster_than_attention_qv(lab_models):
     """Equal rank, steps and data: every target set learns the task (held-out exact-match up by >= 0.3
     from step 0), and all_linear ends with a held-out loss at least 0.01 below attention_qv in every
@@ -37,6 +38,7 @@ def test_14_all_linear_learns_the_new_task_faster_than_attention_qv(lab_models):
                                          "equals_qwen2_linear": True, "lm_head_targeted": False}
 
 
+@pytest.mark.effect
 def test_15_only_the_real_update_moves_the_held_out_curves(lab_models):
     """Three seeds: the real update raises held-out exact-match by >= 0.2 and lowers the held-out loss by
     >= 0.3; both look-alikes change their adapter tensors yet move neither by more than 0.01; the
@@ -58,6 +60,7 @@ def test_15_only_the_real_update_moves_the_held_out_curves(lab_models):
         assert max(gaps) <= 1e-3, gaps
 
 
+@pytest.mark.effect
 def test_26_an_nf4_base_learns_like_the_bf16_base_in_half_the_bytes(lab_models):
     """Three seeds, the same adapter on both bases: both learn the new task (held-out exact-match up by
     >= 0.3), the final held-out losses stay within 0.1 of each other in every seed, the NF4 base's

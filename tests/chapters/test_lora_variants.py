@@ -66,6 +66,7 @@ At the stage's default 2e-3 the direction flips on some seeds (rsLoRA's 8 times 
 overshoots; see plans/ch_31.py), which is why the plan sets its own learning rate."""
 
 
+@pytest.mark.effect
 @pytest.mark.slow
 def test_rank_sweep_first_update_and_learning_speed_across_seeds(tmp_path, lab_models):
     """The chapter's effect on the lab model, three seeds (adapter init and training data) in one process,

@@ -134,6 +134,7 @@ def test_variance_lines_and_figure_read_a_record():
     assert chapter.variance_lines({"status": "failed", "error": "boom"}) == ["status failed: boom"]
 
 
+@pytest.mark.effect
 @pytest.mark.slow
 def test_baseline_variance_on_the_lab_model_across_seeds(lab_models, one_cpu_thread):
     """Step 5.2's effect with cpu_smoke's settings, seeds 0-2 on the same lab weights. What holds on every

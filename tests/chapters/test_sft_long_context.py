@@ -54,6 +54,7 @@ SLOT_MARGIN = 0.5
 """A packed variant computes at most half the positions of its padded twin at every planned length."""
 
 
+@pytest.mark.effect
 @pytest.mark.slow
 def test_packing_keeps_the_losses_and_computes_fewer_positions_across_seeds(tmp_path, lab_models):
     """The chapter's effect on the lab model, three seeds (adapter init and training data) in one process,

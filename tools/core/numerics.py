@@ -1,15 +1,21 @@
-"""One CPU arithmetic for every course process, so that a CPU result is the same on every x86-64 machine.
+"""One CPU arithmetic for every process of a course run, so that one machine repeats its own results.
 
-PyTorch's CPU kernels (ATen), MKL and oneDNN each choose code for the processor they run on, and the
-AVX-512 and AVX2 paths add in different orders. Pretraining the lab models on two machines therefore gave
-two sets of weights, and the effects the chapters measure on them moved with the machine. The course pins
-all three libraries to their AVX2 path, which every x86-64 machine of the last decade has.
+PyTorch's CPU kernels (ATen), MKL and oneDNN each choose code for the processor they run on, and their
+paths (AVX-512, AVX2, generic) add in different orders. The course pins all three to their AVX2 path: then
+a notebook kernel, a test worker and a rerun on the same machine compute the same bits.
+
+What pinning does not do is make two processor families agree: MKL's conditional reproducibility and
+oneDNN's ISA cap do not give an Intel and an AMD processor the same arithmetic (a lab student pretrained
+under the pinned profile came out with other weights on an AMD EPYC than on the machine where the effects
+were first calibrated), and on arm64 the variables do nothing. So the course does not rely on it: the lab
+models' weights are committed (tools/models/lab_weights/, the same start everywhere), and `make test` runs
+every effect test a second time under a generic profile with lab models pretrained under it, so an effect
+that holds only on one machine's last bits fails the suite.
 
 The variables take effect only if they are set before the process runs its first tensor operation:
 importing `tools` sets them (a value already in the environment wins), and the Makefile exports them to
-every target and to the notebook kernels papermill starts. On other processors (an arm64 laptop) they do
-nothing and the numbers differ; `cpu_numerics()` says what was in force, and the lab models are cached
-per numerics profile.
+every target and to the notebook kernels papermill starts. `cpu_numerics()` says what was in force; every
+record carries it.
 """
 
 from __future__ import annotations

@@ -62,6 +62,7 @@ def sweeps(lab_models, tmp_path_factory):
         torch.set_num_threads(threads)
 
 
+@pytest.mark.effect
 def test_dpo_raises_held_out_exact_match_and_pair_accuracy_on_every_seed(sweeps):
     for seed, records in sweeps["chapter"].items():
         assert records["pairs"]["pair_counts"]["constructed_pairs"] == 0, "every pair comes from the lab model"
@@ -76,6 +77,7 @@ def test_dpo_raises_held_out_exact_match_and_pair_accuracy_on_every_seed(sweeps)
             assert sweep["held_out_pairs"]["margin"] > 0, (seed, name, sweep["held_out_pairs"])
 
 
+@pytest.mark.effect
 def test_in_the_longer_sweep_the_smaller_beta_drifts_further_and_keeps_less_exact_match(sweeps):
     for seed, records in sweeps["longer"].items():
         drift = {name: k3_drift(records[f"sweep_{name}"]) for name in BETAS}

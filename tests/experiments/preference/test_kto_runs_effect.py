@@ -33,6 +33,7 @@ def runs(lab_models, tmp_path_factory):
         torch.set_num_threads(threads)
 
 
+@pytest.mark.effect
 def test_desirable_examples_end_above_undesirable_ones_on_every_seed(runs):
     for seed, records in runs.items():
         assert records["data"]["sources"]["constructed_desirable"] == 0, "labels come from the model's own samples"
@@ -43,6 +44,7 @@ def test_desirable_examples_end_above_undesirable_ones_on_every_seed(runs):
             assert rewards["gap"] > 0.02, (seed, variant, rewards)  # both classes start at 0; measured 0.035-0.083 (seeds 0-3, pinned CPU numerics)
 
 
+@pytest.mark.effect
 def test_class_weights_move_the_few_desirable_examples_more_than_equal_weights(runs):
     for seed, records in runs.items():
         weighted, unweighted = records["kto_imbalanced_weighted"], records["kto_imbalanced_unweighted"]

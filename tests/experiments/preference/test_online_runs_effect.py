@@ -38,6 +38,7 @@ def rounds(lab_models, tmp_path_factory):
         torch.set_num_threads(threads)
 
 
+@pytest.mark.effect
 def test_round_one_is_adopted_kept_and_really_better_on_every_seed(rounds):
     for seed, records in rounds.items():
         first = records["round_1"]
@@ -51,6 +52,7 @@ def test_round_one_is_adopted_kept_and_really_better_on_every_seed(rounds):
         assert guard["rolled_back"] is False and first["serving_after"] == first["candidate_version"], seed
 
 
+@pytest.mark.effect
 def test_round_two_passes_the_gate_regresses_on_the_guard_and_rolls_back_on_every_seed(rounds):
     for seed, records in rounds.items():
         first, second = records["round_1"], records["round_2"]
@@ -66,6 +68,7 @@ def test_round_two_passes_the_gate_regresses_on_the_guard_and_rolls_back_on_ever
                                              "guard": guard["candidate"], "state": "regressed"}, seed
 
 
+@pytest.mark.effect
 def test_the_version_log_stays_a_chain_served_by_a_good_version(rounds):
     for seed, records in rounds.items():
         last = records["round_2"]

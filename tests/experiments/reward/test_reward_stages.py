@@ -51,6 +51,7 @@ def test_cpu_smoke_writes_one_record_and_refuses_the_label_again(name, tmp_path,
         run(plan)
 
 
+@pytest.mark.effect
 def test_ppo_decision_needs_both_effects_for_every_seed():
     good = {"exact_match_before": 0.25, "exact_match_after": 0.5, "value_loss_first": 0.2, "value_loss_last": 0.1}
     assert ppo_stage.decide([good, good])["decision"] == "accept_mechanism"

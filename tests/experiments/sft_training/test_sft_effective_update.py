@@ -79,6 +79,7 @@ def test_the_lookalikes_look_like_training(records):
     assert records["effective"]["chapter_measurements"]["split_audit"]["leaked_count"] == 0
 
 
+@pytest.mark.effect
 def test_the_decision_tells_the_real_update_from_the_lookalikes(records):
     check = _reference(["effective_update_check"])["effective_update_check"]
     decisions = [loop.decide_variant(records[name], check) for name in ("effective", "vanishing_scale", "eval_leak")]
