@@ -206,6 +206,19 @@ VARIANCE_RATIOS = {"loo_over_none": "LOO / none", "loo_over_batch_mean": "LOO / 
                    "matched_scale_ratio": "((n-1)/n)^2 LOO / group mean", "wrong_over_right": "wrong only / none"}
 
 
+VARIANCE_FUNCTIONS = ("leave_one_out_advantages",)
+"""The chapter functions Step 5.2 runs: it measures gradients and updates nothing, so the filter and the loss run
+in the framework check (5.1) only."""
+
+
+def variance_mechanism(mechanism):
+    """The part of the notebook's mechanism the variance experiment takes (`VARIANCE_FUNCTIONS`)."""
+    from tools.experiments.contract import Mechanism
+
+    return Mechanism({name: mechanism.functions[name] for name in VARIANCE_FUNCTIONS},
+                     {name: mechanism.sources[name] for name in VARIANCE_FUNCTIONS})
+
+
 def _ratio(value) -> str:
     return "n/a" if value is None else f"{value:.3f}"
 
