@@ -29,7 +29,7 @@ from tools.experiments.reward.stage import cpu_threads, load_policy, memory_watc
 
 STAGE = "ppo"
 SCHEMA = "reward-ppo/v2"
-DEFAULT_SEEDS = (0, 1, 2)
+DEFAULT_SEEDS = (0, 1, 2, 3, 4)
 TASK = lab_tasks.PRETRAINING_TASK
 TRAIN_PROBLEMS, HELD_OUT_PROBLEMS, PROBE_PROBLEMS, TASK_SEED = 512, 400, 64, 1601
 TIME_SHARE = 0.7
