@@ -12,9 +12,9 @@ def add_ppo_arguments(parser) -> None:
 
 
 def add_reward_model_arguments(parser) -> None:
-    parser.add_argument("--train-pairs", dest="train_pairs", type=int, help="training pairs (default 6)")
-    parser.add_argument("--calibration-pairs", dest="calibration_pairs", type=int, help="calibration pairs (default 4)")
-    parser.add_argument("--hidden-pairs", dest="hidden_pairs", type=int, help="hidden pairs (default 4)")
+    parser.add_argument("--train-pairs", dest="train_pairs", type=int, help="training pairs (default 16)")
+    parser.add_argument("--calibration-pairs", dest="calibration_pairs", type=int, help="calibration pairs (default 16)")
+    parser.add_argument("--hidden-pairs", dest="hidden_pairs", type=int, help="hidden pairs (default 64)")
 
 
 EXPERIMENTS = (

@@ -33,8 +33,10 @@ from tools.models.loading import resolve_model
 STAGE = "train_and_gate"
 SCHEMA = "reward-model-gate/v2"
 TASK, TASK_SEED = lab_tasks.PRETRAINING_TASK, 1401
-SPLIT = {"train": 6, "calibration": 4, "hidden": 4}
-"""The original course's sizes (seed 001): 6 training, 4 calibration and 4 hidden preference pairs."""
+SPLIT = {"train": 16, "calibration": 16, "hidden": 64}
+"""Pairs per seed in every run mode. The original course (seed 001) used 6 training, 4 calibration and 4 hidden
+pairs; with 4 hidden pairs one pair moves an accuracy by 0.25, the gate's whole gap, so a decision would rest on
+one pair. With 64 one pair is 1/64."""
 SPLIT_OF = {"train": "train", "calibration": "validation", "hidden": "heldout"}
 """The lab task's split each kind of pair draws its problems from (disjoint by content hash)."""
 DEFAULT_SEEDS = (0, 1, 2)
