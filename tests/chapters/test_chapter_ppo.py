@@ -179,8 +179,9 @@ def test_the_verifier_reward_beats_a_shuffled_reward_on_held_out_exact_match(lab
     critic learns more than the mean return.
 
     Measured with these settings (cpu_smoke, seeds 0-4; verifier / shuffled after, start 0.5675 pinned, 0.6725
-    generic): pinned AVX2 0.5775/0.4525, 0.6075/0.2475, 0.570/0.4275, 0.615/0.430, 0.5925/0.2575; generic
-    0.690/0.360, 0.6975/0.4775, 0.6625/0.380, see the page for seeds 3-4."""
+    generic): pinned AVX2 0.5775/0.4525, 0.6075/0.2475, 0.570/0.4275, 0.615/0.430, 0.5925/0.2575, effect +0.230
+    [+0.093, +0.366]; generic 0.690/0.360, 0.6975/0.4775, 0.6625/0.380, 0.740/0.3475, 0.7075/0.5925, effect +0.268
+    [+0.136, +0.400]. Over the start: +0.025 [+0.001, +0.049] pinned, +0.027 [-0.008, +0.062] generic."""
     from tools.core import effects
     from tools.experiments.contract import Plan, run
     from tools.experiments.reward import ppo_stage
