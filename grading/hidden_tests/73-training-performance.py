@@ -12,6 +12,8 @@ assert all(math.isclose(d, w, rel_tol=1e-9) for d, w in zip(none_skipped, [2.0, 
 device = SimulatedAsyncDevice([0.3, 0.2, 0.25], launch_s=0.001)
 durations = time_steps(device, 1, 4)
 assert all(math.isclose(d, w, rel_tol=1e-9) for d, w in zip(durations, [0.2, 0.25, 0.25, 0.25])), durations
+host_bound = time_steps(SimulatedAsyncDevice([0.001], launch_s=0.01), 0, 2)
+assert all(math.isclose(d, 0.01, rel_tol=1e-9) for d in host_bound), "when the launch outlasts the work, a step takes the launch"
 assert (int(device.syncs), int(device.clock_reads)) == (8, 8), (int(device.syncs), int(device.clock_reads))
 
 # %% hidden exercise=time_steps points=1 name=the_first_timed_step_waits_for_the_warmup
@@ -240,6 +242,8 @@ rows = phase_peaks(events, initial_bytes=500)
 assert [(r["phase"], r["start_bytes"], r["peak_bytes"], r["end_bytes"]) for r in rows] == [
     ("forward", 500, 1400, 700), ("backward", 700, 800, 550), ("optimizer", 550, 590, 550)], rows
 assert [r["peak_above_start_bytes"] for r in rows] == [900, 100, 40], rows
+shifted = phase_peaks(events[3:], initial_bytes=700)
+assert [(r["phase"], r["start_bytes"], r["peak_bytes"]) for r in shifted] == [("backward", 700, 800), ("optimizer", 550, 590)], shifted
 
 # %% hidden exercise=phase_peaks points=1 name=a_phase_that_only_frees_peaks_at_its_start
 # hint: the phase's start is part of the phase: when a phase only releases memory, its peak is its start total.
