@@ -99,7 +99,7 @@ def _profiler_check(phase_peaks: Callable) -> dict:
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(32, 128), torch.nn.GELU(), torch.nn.Linear(128, 32))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    batch = torch.randn(64, 32)
+    batch = torch.randn(512, 32)  # activations well above the parameters: the forward phase holds the step's peak
     marks = PhaseMarks()
 
     def step() -> float:

@@ -4,7 +4,8 @@ prepare -> g0 -> g1 -> close, and chapter 75's budget sensitivity of 76's decisi
 
 In the GPU batch, G1 (the length ladder, the longest stage) and close run after every other step,
 so a G1 cut short by the batch's time leaves every other record in place; G1 also sizes its ladder
-to the time it is given (see stages.run_g1)."""
+to the time it is given (see stages.run_g1). 75 reads 76's decision right after close; 73's own
+measurement feeds nothing downstream and runs last."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ EXPERIMENTS = (
         stages=("all", "audit", "measurement"),
         default_stage="all",
         mechanism=("time_steps", "step_time_report", "phase_peaks"),
-        device_steps=(DeviceStep("performance_73", "training_performance", order=19),),
+        device_steps=(DeviceStep("performance_73", "training_performance", order=93, max_s=120.0),),
     ),
     Experiment(
         name="training_baseline",

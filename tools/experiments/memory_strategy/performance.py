@@ -348,7 +348,24 @@ def check_plan(plan) -> tuple[tuple[str, ...], tuple[int, ...]]:
         default = "tiny" if plan.run_mode == "cpu_smoke" else tb.QWEN
         if plan.model not in (expected, default):
             raise ConfigError(f"chapter 73 measures {expected} in {plan.run_mode}, not {plan.model}.")
+    if plan.run_mode == "real_gpu" and "measurement" in stages:
+        require_gpu_and_model(plan.model_source)
     return stages, tuple(seeds)
+
+
+def require_gpu_and_model(model_source: str) -> None:
+    """real_gpu's preflight, before any record: a CUDA device, and Qwen2.5-0.5B in the cache (or random_init)."""
+    import torch
+
+    from tools.errors import ModelCacheMissingError
+    from tools.models.cache import model_cache_check
+
+    if not torch.cuda.is_available():
+        raise ConfigError(f"real_gpu needs a CUDA device; torch {torch.__version__} sees none. "
+                          "Use RUN_MODE = 'cpu_smoke' on this machine.")
+    check = model_cache_check(tb.QWEN, source=model_source)
+    if not check["ok"]:
+        raise ModelCacheMissingError(f"{check['detail']}; fix: {check['fix']}")
 
 
 def run(plan, sink, *, log=None) -> dict:
