@@ -31,6 +31,8 @@ from tools.course.classroom.learner_server import DONE, recv_frame, send_frame
 from tools.course.grader.boundary import (
     BoundaryError,
     CellTimeout,
+    Contract,
+    exercise_contract,
     learner_proxies,
     run_cell,
 )
@@ -176,11 +178,13 @@ class KernelLink:
         return self.status
 
 
-def serve_submission(control: socket.socket, namespace: dict, shared: dict, exercises: list[str]) -> None:
+def serve_submission(control: socket.socket, namespace: dict, shared: dict, exercises: list[str],
+                     contracts: dict[str, dict] | None = None) -> None:
     """In a forked child: run the test cells the worker sends, with the exercises as proxies."""
     listener = socket.create_server(("127.0.0.1", 0))
     link = KernelLink(listener, control)
-    trusted = {**namespace, **learner_proxies(exercises, link, shared)}
+    own = {name: Contract.from_json(item) for name, item in (contracts or {}).items()}
+    trusted = {**namespace, **learner_proxies(exercises, link, shared, own)}
     _json_frame(control, {"port": listener.getsockname()[1], "pid": os.getpid()})
     while True:
         try:
@@ -242,7 +246,7 @@ def run_zygote(control: socket.socket) -> int:
             try:
                 control.close()
                 ours.close()
-                serve_submission(theirs, namespace, shared, setup["exercises"])
+                serve_submission(theirs, namespace, shared, setup["exercises"], setup.get("contracts"))
             except BaseException:  # noqa: BLE001 - reported in the worker's log; the worker sees the closed socket
                 import traceback
 
@@ -282,6 +286,8 @@ def trusted_spec(source, cwd: Path) -> dict:
     spec = {
         "setup_cells": [cell.source for cell in cells[:first]],
         "exercises": [item["grade_id"] for item in meta if item.get("solution")],
+        "contracts": {item["grade_id"]: exercise_contract(item["grade_id"], cell.source, cell.metadata).to_json()
+                      for cell, item in zip(cells, meta) if item.get("solution")},
         "test_cells": {item["grade_id"]: cell.source for cell, item in zip(cells, meta)
                        if item.get("grade") and not item.get("solution")},
         "cwd": str(cwd),
@@ -381,7 +387,7 @@ class TrustedZygote:
         theirs.close()
         self.control, self.key, self.ready = ours, spec["key"], False
         _json_frame(ours, {"cells": spec["setup_cells"], "exercises": spec["exercises"], "cwd": spec["cwd"],
-                           "timeout": timeout_s})
+                           "contracts": spec["contracts"], "timeout": timeout_s})
 
     def _wait_ready(self) -> None:
         if self.ready:

@@ -290,14 +290,16 @@ class _CallPickler(pickle.Pickler):
 
 
 class _CallUnpickler(pickle.Unpickler):
-    def __init__(self, file, namespace: dict):
+    def __init__(self, file, namespace: dict, loaded: dict | None = None):
         super().__init__(file)
         self.namespace = namespace
+        self.loaded = loaded if loaded is not None else {}
 
     def persistent_load(self, pid):
         kind, name = pid
         if kind != "setup" or name not in self.namespace:
             raise pickle.UnpicklingError(f"the setup cells defined no {name!r} in the learner's process")
+        self.loaded[name] = self.namespace[name]
         return self.namespace[name]
 
 
@@ -317,6 +319,7 @@ def dump_call(payload: Any, shared: dict[int, str]) -> bytes:
     return buffer.getvalue()
 
 
-def load_call(data: bytes, namespace: dict) -> Any:
-    """In the learner's process: the payload, setup objects taken from `namespace` by name."""
-    return _CallUnpickler(io.BytesIO(data), namespace).load()
+def load_call(data: bytes, namespace: dict, loaded: dict | None = None) -> Any:
+    """In the learner's process: the payload, setup objects taken from `namespace` by name (each recorded in
+    `loaded`, name -> object, when given)."""
+    return _CallUnpickler(io.BytesIO(data), namespace, loaded).load()

@@ -1,4 +1,5 @@
-"""Two planted solutions every exercise gets for free: one that refuses every input, one constant.
+"""Planted solutions every exercise gets for free: one that refuses every input, one constant, and each
+mutant again with an in-place overwrite of each argument.
 
 A grader gives free points when a body that only raises (or only returns one value) passes some of
 its exercise's tests: an invalid-input test that draws only invalid inputs, a visible test that
@@ -12,6 +13,11 @@ exercise's points.
   result on the first call the reference accepts (the visible test's first valid input, since that
   test runs first). The reference runs on a copy of that call's arguments, so the constant has no
   effect on its inputs; calls before it return None.
+* `overwriting_solution`: a planted wrong solution (a mutant) that, after computing its result, overwrites
+  one argument in place (tensors and a module's parameters and buffers zeroed, numbers in lists and
+  dicts set to 0, strings emptied, sets cleared), as `logits.zero_()` did to tests that read their
+  expected value from the argument after the call. It must still lose points: the boundary brings back
+  only the changes a contract declares, and fails a call that changed anything else.
 """
 
 from __future__ import annotations
@@ -81,3 +87,59 @@ def constant_solution(reference: str, name: str) -> str:
 def degenerate_solutions(reference: str, name: str) -> dict[str, str]:
     """`kind -> source` of both planted bodies of exercise `name`."""
     return {RAISES: raising_solution(reference, name), CONSTANT: constant_solution(reference, name)}
+
+
+OVERWRITE = "overwrite"
+_OVERWRITE_WRAPPER = '''
+
+
+_planted_wrong_{name} = {name}
+
+
+def {name}(*args, **kwargs):
+    """Planted: the wrong solution above, then an in-place overwrite of its argument {parameter!r}."""
+    import torch as _torch
+
+    def _overwrite(value, depth=0):
+        if depth > 6:
+            return value
+        if isinstance(value, _torch.nn.Module):
+            with _torch.no_grad():
+                for _tensor in [*value.parameters(), *value.buffers()]:
+                    _tensor.zero_()
+            return value
+        if isinstance(value, _torch.Tensor):
+            with _torch.no_grad():
+                value.zero_()
+            return value
+        if type(value) is bool:
+            return False
+        if type(value) in (int, float):
+            return type(value)(0)
+        if type(value) is str:
+            return ""
+        if isinstance(value, list):
+            value[:] = [_overwrite(item, depth + 1) for item in value]
+        elif isinstance(value, dict):
+            for _key in list(value):
+                value[_key] = _overwrite(value[_key], depth + 1)
+        elif isinstance(value, set):
+            value.clear()
+        elif isinstance(value, tuple):
+            for _item in value:
+                _overwrite(_item, depth + 1)
+        return value
+
+    _result = _planted_wrong_{name}(*args, **kwargs)
+    if len(args) > {position}:
+        _overwrite(args[{position}])
+    elif {parameter!r} in kwargs:
+        _overwrite(kwargs[{parameter!r}])
+    return _result
+'''
+
+
+def overwriting_solution(mutant: str, name: str, parameter: str, position: int) -> str:
+    """Source of `name`: the `mutant`'s function, whose argument `parameter` (at `position`, or by keyword) is
+    overwritten in place after each call (see the module docstring)."""
+    return mutant + _OVERWRITE_WRAPPER.format(name=name, parameter=parameter, position=position)

@@ -8,7 +8,9 @@ the release; submissions are made from it and from the reference:
   (0), so the release, the locked cells and the restored tests work;
 * through the grading oracle (`tools.course.grader.oracle`, one forked process per submission):
   every planted wrong solution, which must lose points on its own exercise (only that exercise's
-  test cells run for it: the matrix shows `·` for the others); for every exercise, a body that
+  test cells run for it: the matrix shows `·` for the others), and again combined with an in-place
+  overwrite of each of its function's arguments (`degenerate.overwriting_solution`: a test that read
+  its expected value from a mirrored argument would give it points); for every exercise, a body that
   raises on every input and one that returns a constant (`tools.course.grader.degenerate`), which
   must keep (near) nothing of their exercise's points (at most `NEAR_ZERO_SHARE`); plus the stub
   and the reference, whose per-cell scores must equal nbgrader's (a drift check on every chapter).
@@ -34,10 +36,13 @@ from nbformat import NotebookNode
 from tools.core.catalog import Chapter
 from tools.course.cells import read_notebook, write_notebook
 from tools.course.grader.build import build_source_notebook, load_mutants, reference_source
+from tools.course.grader.boundary import parameter_names
 from tools.course.grader.degenerate import (
     DESCRIPTIONS,
     NEAR_ZERO_SHARE,
+    OVERWRITE,
     degenerate_solutions,
+    overwriting_solution,
 )
 from tools.course.grader.oracle import run_oracle
 from tools.course.layout import CourseLayout, NbgraderCourse
@@ -173,6 +178,13 @@ def planted_submissions(release: NotebookNode, chapter_notebook: NotebookNode, m
         planted.append(Submission(f"mutant_{mutant.name}", f"mutant: {mutant.mistake}", notebook, "loses_points",
                                   mutant.exercise, graders=both if full else (ORACLE,)))
     submissions += planted
+    for mutant in mutants:
+        for position, parameter in enumerate(parameter_names(reference[mutant.exercise], mutant.exercise)):
+            source = overwriting_solution(mutant.source, mutant.exercise, parameter, position)
+            notebook = _with_solutions(release, {**reference, mutant.exercise: source})
+            submissions.append(Submission(f"mutant_{mutant.name}+{OVERWRITE}_{parameter}",
+                                          f"mutant {mutant.name}, then {parameter!r} overwritten in place", notebook,
+                                          "loses_points", mutant.exercise, graders=both if full else (ORACLE,)))
     for exercise in exercises:
         for kind, source in degenerate_solutions(reference[exercise], exercise).items():
             notebook = _with_solutions(release, {**reference, exercise: source})
