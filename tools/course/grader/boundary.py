@@ -613,16 +613,22 @@ class InProcessChannel:
 class LearnerFunction:
     """The learner's function `name` as seen from the trusted side (see the module docstring)."""
 
-    def __init__(self, name: str, channel: Channel, shared: dict[int, str], contract: Contract | None = None):
+    def __init__(self, name: str, channel: Channel, shared: dict[int, str], contract: Contract | None = None,
+                 observer: Callable[[tuple, dict], None] | None = None):
         self.__name__ = self.__qualname__ = name
         self._channel, self._shared = channel, shared
         self.contract = contract or Contract()
+        self.observer = observer  # sees every call's arguments before they are sent (the leak scan's record)
 
     def __repr__(self) -> str:
         return f"<learner's function {self.__name__}>"
 
     def _request(self, request: dict) -> Any:
         request = {"name": self.__name__, **request}
+        if self.observer is not None:
+            for args, kwargs in request["cases"] if request["op"] == "call_many" else [(request["args"],
+                                                                                      request["kwargs"])]:
+                self.observer(args, kwargs)
         torch = sys.modules.get("torch")
         if torch is not None:  # a call under torch.no_grad() runs under it in the learner's process too
             request["grad_enabled"] = torch.is_grad_enabled()
@@ -735,8 +741,9 @@ class LearnerFunction:
 
 
 def learner_proxies(names: list[str], channel: Channel, shared: dict[int, str],
-                    contracts: dict[str, Contract] | None = None) -> dict[str, LearnerFunction]:
-    return {name: LearnerFunction(name, channel, shared, (contracts or {}).get(name)) for name in names}
+                    contracts: dict[str, Contract] | None = None,
+                    observer: Callable[[tuple, dict], None] | None = None) -> dict[str, LearnerFunction]:
+    return {name: LearnerFunction(name, channel, shared, (contracts or {}).get(name), observer) for name in names}
 
 
 def backward_through(function: Callable, *args, select=(), reduce: str | Callable | None = "sum", weights=None,

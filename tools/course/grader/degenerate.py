@@ -14,10 +14,11 @@ exercise's points.
   test runs first). The reference runs on a copy of that call's arguments, so the constant has no
   effect on its inputs; calls before it return None.
 * `overwriting_solution`: a planted wrong solution (a mutant) that, after computing its result, overwrites
-  one argument in place (tensors and a module's parameters and buffers zeroed, numbers in lists and
-  dicts set to 0, strings emptied, sets cleared), as `logits.zero_()` did to tests that read their
-  expected value from the argument after the call. It must still lose points: the boundary brings back
-  only the changes a contract declares, and fails a call that changed anything else.
+  arguments in place (tensors and a module's parameters and buffers zeroed, numbers in lists and dicts
+  set to 0, strings emptied, sets cleared), as `logits.zero_()` did to tests that read their expected
+  value from the argument after the call (`overwrite_plans`: each argument the contract lets the function
+  change alone, the others together). It must still lose points: the boundary brings back only the
+  changes a contract declares, and fails a call that changed anything else.
 """
 
 from __future__ import annotations
@@ -97,7 +98,7 @@ _planted_wrong_{name} = {name}
 
 
 def {name}(*args, **kwargs):
-    """Planted: the wrong solution above, then an in-place overwrite of its argument {parameter!r}."""
+    """Planted: the wrong solution above, then an in-place overwrite of its arguments {parameters!r}."""
     import torch as _torch
 
     def _overwrite(value, depth=0):
@@ -131,15 +132,28 @@ def {name}(*args, **kwargs):
         return value
 
     _result = _planted_wrong_{name}(*args, **kwargs)
-    if len(args) > {position}:
-        _overwrite(args[{position}])
-    elif {parameter!r} in kwargs:
-        _overwrite(kwargs[{parameter!r}])
+    for _position, _parameter in {positions!r}:
+        if len(args) > _position:
+            _overwrite(args[_position])
+        elif _parameter in kwargs:
+            _overwrite(kwargs[_parameter])
     return _result
 '''
 
 
-def overwriting_solution(mutant: str, name: str, parameter: str, position: int) -> str:
-    """Source of `name`: the `mutant`'s function, whose argument `parameter` (at `position`, or by keyword) is
-    overwritten in place after each call (see the module docstring)."""
-    return mutant + _OVERWRITE_WRAPPER.format(name=name, parameter=parameter, position=position)
+def overwriting_solution(mutant: str, name: str, parameters: list[tuple[int, str]]) -> str:
+    """Source of `name`: the `mutant`'s function, whose arguments `parameters` (`(position, name)`, passed by
+    position or keyword) are overwritten in place after each call (see the module docstring)."""
+    return mutant + _OVERWRITE_WRAPPER.format(name=name, parameters=[parameter for _, parameter in parameters],
+                                              positions=list(parameters))
+
+
+def overwrite_plans(parameters: tuple[str, ...], changes: frozenset[str]) -> dict[str, list[tuple[int, str]]]:
+    """Which arguments each planted overwrite changes: every argument the contract lets the function change on
+    its own (the boundary brings those changes back, so each is a plant of its own), and all the others at once
+    (the boundary fails any call that changes one of them)."""
+    plans = {parameter: [(position, parameter)] for position, parameter in enumerate(parameters) if parameter in changes}
+    others = [(position, parameter) for position, parameter in enumerate(parameters) if parameter not in changes]
+    if others:
+        plans["undeclared"] = others
+    return plans
