@@ -272,13 +272,21 @@ def safe_output(output: NotebookNode) -> NotebookNode | None:
     return nbformat.v4.new_output("display_data", data=data)
 
 
+def _shown_by_learner(output: NotebookNode) -> str:
+    """The text of an output that learner code may have written: all of it, but an error's traceback (the
+    grader's frames, quoting test code)."""
+    if output.get("output_type") == "error":
+        return "\n".join([_text(output.get("ename", "")), _text(output.get("evalue", ""))])
+    return _output_text(output)
+
+
 def withhold_inputs(notebook: NotebookNode, hidden_inputs: set[str] | frozenset[str]) -> int:
     """Replace, in place, every output of `notebook` that shows a hidden test's input; return how many."""
     withheld = 0
     for cell in notebook.cells:
         outputs = cell.get("outputs") or []
         for index, output in enumerate(outputs):
-            if find_inputs(_output_text(output), hidden_inputs):
+            if find_inputs(_shown_by_learner(output), hidden_inputs):
                 outputs[index] = nbformat.v4.new_output("stream", name="stderr", text=WITHHELD_INPUTS)
                 withheld += 1
     return withheld
@@ -322,7 +330,7 @@ def sanitize_notebook(autograded: NotebookNode, cells: list[GradedTest], results
             cell.outputs = [nbformat.v4.new_output("stream", name="stderr", text=WITHHELD)
                             if find_leaks(_output_text(output), secrets)
                             else nbformat.v4.new_output("stream", name="stderr", text=WITHHELD_INPUTS)
-                            if find_inputs(_output_text(output), hidden_inputs) else output
+                            if find_inputs(_shown_by_learner(output), hidden_inputs) else output
                             for output in outputs if output is not None]
             count = cell.get("execution_count")
             cell.execution_count = count if isinstance(count, int) and not isinstance(count, bool) else None

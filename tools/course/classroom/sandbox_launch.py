@@ -62,8 +62,9 @@ DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
 """The device nodes a kernel's filesystem holds (bound from the host); nothing else of /dev."""
 _SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
 _PR_SET_PDEATHSIG, _PR_SET_NO_NEW_PRIVS, _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 1, 38, 22, 2
-ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime")
-"""What of the host's /etc a kernel sees (the dynamic linker's cache and configuration, the time zone)."""
+ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime", "/etc/fonts")
+"""What of the host's /etc a kernel sees (the dynamic linker's cache and configuration, the time zone, the
+font configuration plotting libraries read)."""
 
 # -- the seccomp filter (x86_64) ----------------------------------------------
 _AUDIT_ARCH_X86_64 = 0xC000003E

@@ -96,6 +96,7 @@ class SplitExecute(Execute):
         self._solution_seen = False
         self._serving: tuple | None = None  # (task, cell, token) of a serving cell kept for the next test cell
         self._trusted_gone: str | None = None  # why the trusted grader process stopped, once it has
+        self._stopping = None  # our stop of the kernel (past the output cap), while it is under way
         self._started = None  # the first sample (`probe`), for the notebook's totals
 
     # -- which side ------------------------------------------------------------
@@ -164,7 +165,7 @@ class SplitExecute(Execute):
         if self._received > STOP_FACTOR * self.output_bytes and self._dead is None:
             self._dead = f"the kernel was stopped: more than {STOP_FACTOR * self.output_bytes // 2 ** 20} MiB of output"
             self.report["kernel_stopped_for_output"] = True
-            asyncio.ensure_future(self._stop_kernel())
+            self._stopping = asyncio.ensure_future(self._stop_kernel())
         return False
 
     async def _interrupt(self) -> None:
@@ -178,6 +179,18 @@ class SplitExecute(Execute):
             await self.km.shutdown_kernel(now=True)
         except Exception as error:  # noqa: BLE001 - recorded; the notebook time limit still applies
             self.report.setdefault("errors", []).append(f"stopping the kernel failed: {error}")
+
+    async def _async_cleanup_kernel(self) -> None:
+        """nbclient's clean-up, once a stop of ours (the output cap) has finished: two shutdowns of one kernel
+        manager at once leave it in an invalid state."""
+        if self._stopping is not None:
+            await asyncio.gather(self._stopping, return_exceptions=True)
+        try:
+            await super()._async_cleanup_kernel()
+        except asyncio.InvalidStateError as error:  # the kernel was stopped already
+            self.report.setdefault("errors", []).append(f"clean-up after the kernel was stopped: {error!r}")
+
+    _cleanup_kernel = run_sync(_async_cleanup_kernel)
 
     # -- cells ---------------------------------------------------------------------
     async def async_execute_cell(self, cell: NotebookNode, cell_index: int, execution_count: int | None = None,
