@@ -54,6 +54,9 @@ def test_failures_that_earn_a_second_attempt_and_those_that_do_not():
                                                            "cpus": 1.0})) is None
     assert "waited" in regrade_reason(result("failed", killed, totals={"wall_s": 600, "group_cpu_s": 100,
                                                                        "kernel_wait_s": 400, "cpus": 1.0}))
+    # a notebook that slept past its limit while its setup waited a little is its own
+    assert regrade_reason(result("failed", killed, totals={"wall_s": 600, "group_cpu_s": 20, "kernel_wait_s": 200,
+                                                           "cpus": 1.0})) is None
 
 
 def test_the_class_time_is_set_against_its_budget():

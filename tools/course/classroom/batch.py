@@ -46,7 +46,7 @@ from tools.core.catalog import Chapter
 from tools.core.records import save_json_record_once, utc_timestamp
 from tools.course.cells import read_notebook
 from tools.course.classroom.cgroups import BatchCgroups, probe_cgroups
-from tools.course.classroom.contention import contention_evidence
+from tools.course.classroom.contention import NOTEBOOK_WAIT_SHARE, contention_evidence
 from tools.course.classroom.feedback import cell_results, exercise_summary, exercises_of, grade_cells
 from tools.course.classroom.feedback_render import FeedbackRenderer
 from tools.course.classroom.report import score_summary, write_class_report
@@ -711,7 +711,7 @@ def regrade_reason(result: WorkerResult) -> str | None:
         if "setup cells failed" in (result.reason or "") and "CellTimeout" in (result.reason or ""):
             return "the trusted grader's setup cells ran out of their time"
         if "per-notebook limit" in reason:
-            evidence = contention_evidence(result.boundary.get("totals") or {})
+            evidence = contention_evidence(result.boundary.get("totals") or {}, NOTEBOOK_WAIT_SHARE)
             return f"{reason}: {evidence}" if evidence else None
         return None
     for item in result.boundary.get("timeouts", []):

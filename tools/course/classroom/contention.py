@@ -22,6 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 WAIT_SHARE = 0.25
+NOTEBOOK_WAIT_SHARE = 0.5
+"""For a whole notebook stopped at its limit the wait must be most of it: a notebook that slept its way past
+its limit while the setup waited a little is the learner's own."""
 SPENT_SHARE = 0.5
 
 
@@ -84,17 +87,17 @@ class ContentionProbe:
                 "trusted_wait_s": _delta(after.trusted_wait, before.trusted_wait), "cpus": self.cpus}
 
 
-def contention_evidence(measure: dict) -> str | None:
-    """Why `measure` (`ContentionProbe.between`, for a cell or a whole notebook) shows that the host starved
-    the submission, or None (see the module docstring)."""
+def contention_evidence(measure: dict, wait_share: float = WAIT_SHARE) -> str | None:
+    """Why `measure` (`ContentionProbe.between`, for a cell or, with `NOTEBOOK_WAIT_SHARE`, a whole notebook)
+    shows that the host starved the submission, or None (see the module docstring)."""
     wall = measure.get("wall_s") or 0.0
     if wall <= 0:
         return None
     trusted = measure.get("trusted_wait_s")
-    if trusted is not None and trusted >= WAIT_SHARE * wall:
+    if trusted is not None and trusted >= wait_share * wall:
         return f"the trusted grader waited {trusted:.1f} s of {wall:.1f} s for a CPU"
     kernel, used, cpus = measure.get("kernel_wait_s"), measure.get("group_cpu_s"), measure.get("cpus")
-    if kernel is None or kernel < WAIT_SHARE * wall:
+    if kernel is None or kernel < wait_share * wall:
         return None
     allowed = (cpus or 1.0) * wall
     if used is not None and used >= SPENT_SHARE * allowed:

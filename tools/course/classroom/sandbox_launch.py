@@ -41,7 +41,6 @@ import fcntl
 import json
 import os
 import platform
-import resource
 import shutil
 import signal
 import socket
@@ -62,7 +61,8 @@ DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
 """The device nodes a kernel's filesystem holds (bound from the host); nothing else of /dev."""
 _SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
 _PR_SET_PDEATHSIG, _PR_SET_NO_NEW_PRIVS, _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 1, 38, 22, 2
-ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime", "/etc/fonts")
+ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime", "/etc/timezone",
+             "/etc/fonts")
 """What of the host's /etc a kernel sees (the dynamic linker's cache and configuration, the time zone, the
 font configuration plotting libraries read)."""
 
@@ -92,12 +92,8 @@ _BPF_AND_K = 0x54
 _SCHED_RESET_ON_FORK = 0x40000000
 _SCHED_OTHER, _SCHED_BATCH = 0, 3
 
-_LIMITS = {
-    "memory_bytes": resource.RLIMIT_AS,
-    "cpu_seconds": resource.RLIMIT_CPU,
-    "file_size_bytes": resource.RLIMIT_FSIZE,
-    "max_processes": resource.RLIMIT_NPROC,
-}
+_LIMITS = {"memory_bytes": "RLIMIT_AS", "cpu_seconds": "RLIMIT_CPU", "file_size_bytes": "RLIMIT_FSIZE",
+           "max_processes": "RLIMIT_NPROC"}
 
 
 class SetupError(RuntimeError):
@@ -222,6 +218,8 @@ def _tasks_of_uid(uid: int) -> int:
 
 def apply_limits(plan: dict) -> dict:
     """setrlimit for every limit in the plan; return what was set (None = not limited)."""
+    import resource  # here, not at the top: a kernel forked from the zygote drops it again (`_kernel_from_zygote`)
+
     applied = {}
     limits = plan.get("limits", {})
     for key, which in _LIMITS.items():
@@ -241,7 +239,7 @@ def apply_limits(plan: dict) -> dict:
             value += _tasks_of_uid(os.getuid())
             applied["max_processes_counts_existing_tasks"] = True
         hard = value + 5 if key == "cpu_seconds" else value  # SIGXCPU first, SIGKILL 5 s later
-        resource.setrlimit(which, (value, hard))
+        resource.setrlimit(getattr(resource, which), (value, hard))
         applied[key] = value
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     applied["core_dumps"] = False
@@ -623,8 +621,11 @@ def _kernel_from_zygote(request: dict, report_write: int) -> None:
     command = request["command"]
     if command[:3] != [sys.executable, "-m", "ipykernel_launcher"]:
         raise SetupError(f"the zygote starts `{sys.executable} -m ipykernel_launcher ...` only, not {command[:3]}")
+    imported = set(sys.modules)
     command, env = kernel_setup(plan, request["connection_file"], command, request.get("env", {}),
                                 report_to=report_write)
+    for name in set(sys.modules) - imported:  # the set-up's own imports (`resource`): a new interpreter has none
+        del sys.modules[name]
     start_ipykernel(command[3:], env)
 
 

@@ -443,7 +443,7 @@ class TrustedZygote:
         theirs.close()
         self.control, self.key, self.ready = ours, spec["key"], False
         _json_frame(ours, {"cells": spec["setup_cells"], "exercises": spec["exercises"], "cwd": spec["cwd"],
-                           "contracts": spec["contracts"], "timeout": timeout_s})
+                           "contracts": spec.get("contracts", {}), "timeout": timeout_s})
 
     def _wait_ready(self) -> None:
         if self.ready:
