@@ -4,9 +4,9 @@ torch.manual_seed(0)
 _student = torch.randn(2, 4, 7, dtype=torch.float64) * 2
 _teacher = torch.randn(2, 4, 7, dtype=torch.float64) * 2
 _mask = torch.tensor([[True, True, False, True], [False, True, True, True]])
-_result = token_reverse_kl(_student, _teacher, torch.zeros(2, 4, dtype=torch.long), _mask)
 _log_q, _log_p = torch.log_softmax(_student, -1), torch.log_softmax(_teacher, -1)
 _expected = torch.nn.functional.kl_div(_log_p, _log_q, reduction="none", log_target=True).sum(-1)
+_result = token_reverse_kl(_student, _teacher, torch.zeros(2, 4, dtype=torch.long), _mask.clone())
 assert torch.allclose(_result["token_kl"][_mask], _expected[_mask], atol=1e-12)
 assert torch.all(_result["token_kl"][~_mask] == 0) and _result["tokens"] == 6 and type(_result["tokens"]) is int
 assert math.isclose(_result["mean_kl"].item(), float(_expected[_mask].mean()), rel_tol=1e-12)
@@ -216,7 +216,7 @@ _log_q, _log_p = torch.log_softmax(_student, -1), torch.log_softmax(_teacher, -1
 _forward = (_log_p.exp() * (_log_p - _log_q)).sum(-1)
 _reverse = (_log_q.exp() * (_log_q - _log_p)).sum(-1)
 for _beta, _expected in ((0, _forward), (0.0, _forward), (1, _reverse), (1.0, _reverse)):
-    _result = generalized_jsd(_student, _teacher, _mask, _beta)
+    _result = generalized_jsd(_student, _teacher, _mask.clone(), _beta)
     assert torch.allclose(_result["token_divergence"][_mask], _expected[_mask], atol=1e-12)
     assert math.isclose(_result["loss"].item(), float(_expected[_mask].mean()), rel_tol=1e-12)
     assert torch.all(_result["token_divergence"][~_mask] == 0)

@@ -35,8 +35,9 @@ _state = {"a": 1, "op": "+", "b": 1, "turn": 0, "max_turns": 1, "done": False}
 assert env_step(_state, "CALC 1 + 1")["truncated"] is True and env_step(_state, "hello")["truncated"] is True
 assert env_step(_state, "ANSWER 2")["truncated"] is False and env_step(_state, "ANSWER 3")["terminated"] is True
 _state = {"a": 1, "op": "+", "b": 1, "turn": 3, "max_turns": 5, "done": False}
+_expected_state = {**_state, "turn": 4}
 _result = env_step(_state, "CALC 1 + 1")
-assert _result["truncated"] is False and _result["state"] == {**_state, "turn": 4}
+assert _result["truncated"] is False and _result["state"] == _expected_state
 _result = env_step(_result["state"], "nope")
 assert _result["truncated"] is True and _result["state"]["done"] is True and _result["state"]["turn"] == 5
 

@@ -233,8 +233,9 @@ reference.agrees("pairwise_reward_loss", each_of(_cases, _broken, variants=2), c
 _margins, _labels = [2.0, 1.0, -1.5, 3.0], [True, False, False, True]
 _nll = lambda t: sum(math.log1p(math.exp(-m / t)) if y else math.log1p(math.exp(m / t)) for m, y in zip(_margins, _labels)) / 4
 _grid = [4.0, 0.5, 2.0, 1.0, 3.0]
+_best = min(sorted(_grid), key=_nll)
 _out = calibrate_temperature(_margins, _labels, _grid)
-assert _out["temperature"] == min(sorted(_grid), key=_nll)
+assert _out["temperature"] == _best
 assert math.isclose(_out["nll_after"], _nll(_out["temperature"]), rel_tol=1e-12)
 assert math.isclose(_out["nll_before"], _nll(1.0), rel_tol=1e-12)
 _tie = calibrate_temperature([0.0, 0.0, 0.0], [True, True, False], [2, 7.5, 0.25, 1])

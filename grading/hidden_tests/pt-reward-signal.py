@@ -15,7 +15,7 @@ _mask = torch.tensor([[1, 1, 0, 0], [1, 0, 1, 0]])
 _lp = torch.tensor([[-0.2, -0.4, -9.0, 3.0], [-1.0, 5.0, -0.3, -7.0]], dtype=torch.float64)
 _ref = torch.tensor([[-0.3, -0.1, 2.0, -8.0], [-0.5, -6.0, -0.3, 4.0]], dtype=torch.float64)
 for _estimator in ("k1", "k3"):
-    _out = token_level_rewards(torch.tensor([0.5, -1.0], dtype=torch.float64), _lp, _ref, _mask, 0.5, _estimator)
+    _out = token_level_rewards(torch.tensor([0.5, -1.0], dtype=torch.float64), _lp, _ref, _mask.clone(), 0.5, _estimator)
     assert float(_out["kl"][~_mask.bool()].abs().max()) == 0.0, _estimator
     assert float(_out["rewards"][0, 2:].abs().max()) == 0.0 and float(_out["rewards"][1, 3].abs()) == 0.0
     assert float(_out["rewards"][1, 1].abs()) == 0.0
@@ -399,7 +399,7 @@ reference.agrees("gae_advantages", each_of(_cases, _broken, variants=2), cases=2
 # hint: the mean and the unbiased variance come from the valid positions; what sits at masked positions does not matter, and they are 0 afterwards.
 _mask = torch.tensor([[1, 1, 1, 0], [1, 0, 1, 0]])
 _adv = torch.tensor([[1.0, 2.0, 3.0, 100.0], [4.0, -50.0, 5.0, 7.0]], dtype=torch.float64)
-_out = whiten_and_gate(_adv, _mask, torch.zeros_like(_adv), 0.0, torch.ones(2, dtype=torch.float64))
+_out = whiten_and_gate(_adv, _mask.clone(), torch.zeros_like(_adv), 0.0, torch.ones(2, dtype=torch.float64))
 _valid = torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0], dtype=torch.float64)
 assert math.isclose(_out["advantage_mean"], 3.0, rel_tol=1e-12)
 assert math.isclose(_out["advantage_std"], math.sqrt(2.5), rel_tol=1e-12)
