@@ -17,10 +17,12 @@ EXPERIMENTS = (
     ),
     Experiment(
         name="tool_use_rl",
-        title="The lab model learns to call the calculator tool (REINFORCE over candidate actions)",
+        title="The lab model learns to call the calculator tool (REINFORCE over candidate actions) vs shuffled rewards",
         chapters=("PT-AGENTIC-RL",),
         runner="tools.experiments.online_rl.tool_stage:run",
+        variants=("task_reward", "shuffled_reward"),
         run_modes=("dry_run", "cpu_smoke"),
+        mechanism=("env_step", "assemble_trajectory", "attribute_reward"),
     ),
     Experiment(
         name="rloo_baseline_variance",
