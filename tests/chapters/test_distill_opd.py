@@ -197,6 +197,7 @@ def test_both_recipes_raise_the_students_held_out_exact_match_and_a_shuffled_tea
     for record in distill_runs.values():
         assert record["teacher_exact_match"] >= 0.9 and record["before"]["accuracy"] <= 0.8
         assert len(record["steps"]) == PLAN["steps"] and record["before"]["total"] == 810
+        assert record["retained"]["correct_before"] == record["before"]["correct"]
 
 
 @pytest.mark.effect

@@ -287,7 +287,9 @@ def distill_lines(record: Mapping) -> list[str]:
             f"({record['before']['total']} held-out problems)",
             f"  loss {first['loss']:.3f} (first step) -> {last['loss']:.3f} (last); reverse KL to the teacher on the "
             f"step's sequences, last step: {last['reverse_kl_per_sequence']:.3f} per sequence, "
-            f"{last['reverse_kl_per_token']:.3f} per token"]
+            f"{last['reverse_kl_per_token']:.3f} per token",
+            f"  regression check: {record['retained']['still_correct_after']} of the {record['retained']['correct_before']} "
+            f"held-out problems answered correctly before still are after"]
 
 
 def distill_effects(records: Sequence[Mapping]) -> dict | None:

@@ -19,7 +19,8 @@ The teacher is frozen (eval mode, no gradient) and every loss detaches its logit
 logs, through `token_reverse_kl`, the student's reverse KL to the teacher on the step's sequences averaged
 per token (TRL's GKD convention) beside the per-sequence average the loss uses. The student's held-out
 exact match is measured before and after, and the teacher's once: the share of the gap closed is
-(after - before) / (teacher - before).
+(after - before) / (teacher - before); the regression check counts the held-out problems the student answered
+before that it still answers after.
 """
 
 from __future__ import annotations
@@ -168,7 +169,7 @@ def run_distillation(student, teacher, tokenizer, settings: DistillSettings, *, 
     teacher_score = teacher_exact_match
     if teacher_score is None:
         teacher_score = exact_match(teacher, tokenizer, lab_tasks.PRETRAINING_TASK, "heldout")["accuracy"]
-    before = exact_match(student, tokenizer, lab_tasks.PRETRAINING_TASK, "heldout")
+    before = exact_match(student, tokenizer, lab_tasks.PRETRAINING_TASK, "heldout", per_problem=True)
     optimizer = torch.optim.AdamW(student.parameters(), lr=settings.learning_rate, weight_decay=0.0)
     order = torch.randperm(len(train), generator=torch.Generator().manual_seed(settings.seed)).tolist()
     steps = []
@@ -189,8 +190,12 @@ def run_distillation(student, teacher, tokenizer, settings: DistillSettings, *, 
         if log:
             log(f"{settings.kind} step {step}: loss {record['loss']:.4f}")
     student.eval()
-    after = exact_match(student, tokenizer, lab_tasks.PRETRAINING_TASK, "heldout")
+    after = exact_match(student, tokenizer, lab_tasks.PRETRAINING_TASK, "heldout", per_problem=True)
+    known = [index for index, correct in enumerate(before.pop("correct_by_problem")) if correct]
+    kept = after.pop("correct_by_problem")
+    retained = {"correct_before": len(known), "still_correct_after": sum(kept[index] for index in known)}
+    retained["share"] = retained["still_correct_after"] / len(known) if known else None
     gap = teacher_score - before["accuracy"]
     return {"settings": settings.public(), "teacher_exact_match": teacher_score,
-            "before": before, "after": after, "steps": steps,
+            "before": before, "after": after, "retained": retained, "steps": steps,
             "gap_closed": (after["accuracy"] - before["accuracy"]) / gap if gap > 0 else None}
