@@ -187,7 +187,7 @@ def run_distillation(student, teacher, tokenizer, settings: DistillSettings, *, 
         record = distill_step(student, teacher, optimizer, tokenizer, prompts, [reply["response_ids"] for reply in replies],
                               settings.kind, mechanism, teacher_prompts)
         steps.append({"step": step, **record})
-        if log:
+        if log and (step % 6 == 5 or step == settings.steps - 1):  # every step's loss is in the record
             log(f"{settings.kind} step {step}: loss {record['loss']:.4f}")
     student.eval()
     after = exact_match(student, tokenizer, lab_tasks.PRETRAINING_TASK, "heldout", per_problem=True)

@@ -116,7 +116,7 @@ def run_grpo(model, tokenizer, train_tasks: Sequence, eval_tasks: Sequence, sett
         start = (step * settings.prompts_per_step) % len(train_tasks)
         tasks = [train_tasks[(start + offset) % len(train_tasks)] for offset in range(settings.prompts_per_step)]
         steps.append(grpo_step(model, optimizer, tokenizer, tasks, settings, mechanism, step))
-        if log:
+        if log and (step % 6 == 5 or step == settings.steps - 1):  # every step is in the record
             last = steps[-1]
             clip = [round(update["clip_rate"], 3) for update in last["updates"]]
             log(f"step {step}: mean reward {last['mean_reward']:.2f}, scoreable {last['scoreable_share']:.2f}, "
