@@ -184,7 +184,9 @@ kept = split_by_prompt(grown, eval_fraction=0.5, near_duplicate=0.85, ledger=fir
 assert kept["train"] == ["p1", "p3"] and kept["eval"] == ["p2", "p4"] and kept["held"] == []
 assert [group["split"] for group in kept["groups"]] == ["train", "eval"]
 assert kept["groups"][0]["key"] == "again: compute 23 + 19. reply with the integer."
-assert kept["ledger"] == {**first["ledger"], "again: compute 23 + 19. reply with the integer.": "train",
+assert kept["ledger"] == {"compute 23 + 19. reply with the integer.": "train",
+                          "compute 36 - 3. reply with the integer.": "eval",
+                          "again: compute 23 + 19. reply with the integer.": "train",
                           "again: compute 36 - 3. reply with the integer.": "eval"}
 unseen = split_by_prompt([{"id": "n", "prompt": "question number 3"}], eval_fraction=0.5, near_duplicate=0.85,
                          ledger={"question number 4": "eval"})
@@ -192,15 +194,14 @@ expected = "eval" if int(_hashlib.sha256(b"question number 3").hexdigest()[:8], 
 assert unseen["groups"][0]["split"] == expected, "a group the ledger has never seen follows its hash"
 
 # %% hidden exercise=split_by_prompt points=1 name=a_group_on_both_sides_of_the_ledger_is_held
-# hint: when new data joins a trained prompt and an evaluated prompt into one group, the whole group goes to neither split ("held") and the ledger gains nothing from it; the arguments stay as they were.
+# hint: when new data joins a trained prompt and an evaluated prompt into one group, the whole group goes to neither split ("held") and the ledger gains nothing from it.
 pairs = [{"id": "a", "prompt": "red apple"}, {"id": "b", "prompt": "Red apple, green pear"},
          {"id": "c", "prompt": "green pear"}, {"id": "d", "prompt": "blue sky"}]
 ledger = {"red apple": "train", "green pear": "eval"}
 result = split_by_prompt(pairs, eval_fraction=0.5, near_duplicate=0.5, ledger=ledger)
 assert result["held"] == ["a", "b", "c"] and [group["split"] for group in result["groups"]][0] == "held"
 assert result["train"] + result["eval"] == ["d"]
-assert result["ledger"] == {**ledger, "blue sky": result["groups"][1]["split"]}
-assert ledger == {"red apple": "train", "green pear": "eval"}, "the given ledger must not be modified"
+assert result["ledger"] == {"red apple": "train", "green pear": "eval", "blue sky": result["groups"][1]["split"]}
 
 # %% hidden exercise=split_by_prompt points=1 name=malformed_pairs_and_parameters_raise
 # hint: check the list, each pair's id (unique, not blank) and prompt (a str with a word), and both parameters (finite, in range, not bools) before grouping.
