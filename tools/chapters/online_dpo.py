@@ -374,7 +374,7 @@ def round_summary(record: Mapping) -> dict:
             "pairs_preferring_a_wrong_answer": record["pairs_preferring_a_wrong_answer"],
             "gate": record.get("gate"), "serving_exact_match": record["serving_evaluation_exact_match"],
             "candidate_exact_match": record.get("candidate_evaluation_exact_match"), "guard": record.get("guard"),
-            "serving_version": record["serving_version"], "candidate_version": record.get("candidate_version"),
+            "control": record.get("control"), "serving_version": record["serving_version"], "candidate_version": record.get("candidate_version"),
             "serving_after": record["serving_after"]}
 
 
@@ -416,6 +416,10 @@ def decision_lines(record: Mapping) -> list[str]:
         if guard is not None:
             verdict = {True: "rolled back", False: "kept", None: "not adopted, not logged"}[guard["rolled_back"]]
             text += f"; guard {guard['serving']:.3f} -> {guard['candidate']:.3f} ({verdict})"
+        control = entry.get("control")
+        if control and control.get("guard") is not None:
+            text += (f"; control (same replies judged by the {control['judge']}, {control['pair_count']} pairs, never "
+                     f"served): guard {control['guard']:.3f}, exact match {control['evaluation_exact_match']:.3f}")
         lines.append(text + f"; serving {short_hash(entry['serving_after'])}")
     return lines
 
@@ -434,6 +438,11 @@ def findings(record: Mapping) -> list[str]:
             key = "online_dpo.guard_rolled_back" if guard["rolled_back"] else "online_dpo.guard_kept"
             found.append(lesson_text.text(key, round=entry["round"], serving=f"{guard['serving']:.3f}",
                                           candidate=f"{guard['candidate']:.3f}"))
+        control = entry.get("control")
+        if guard is not None and control and control.get("guard") is not None:
+            found.append(lesson_text.text("online_dpo.guard_control", round=entry["round"],
+                                          candidate=f"{guard['candidate']:.3f}", control=f"{control['guard']:.3f}",
+                                          serving=f"{guard['serving']:.3f}"))
     return found
 
 

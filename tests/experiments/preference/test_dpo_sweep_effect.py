@@ -86,6 +86,7 @@ def test_every_run_finished_from_the_models_own_pairs_and_the_start_is_the_basel
 def test_held_out_exact_match_is_higher_than_under_the_mislabelled_control(sweeps):
     effect = paired_effect(per_seed(sweeps, TREATED, exact_match), per_seed(sweeps, CONTROL, exact_match),
                            metric="held-out exact match, beta 0.10 minus the mislabelled control")
+    print(effect["metric"], [round(v, 3) for v in effect["treatment"]], [round(v, 3) for v in effect["control"]], describe(effect))
     assert holds(effect, MIN_EXACT_MATCH_OVER_CONTROL), describe(effect)
 
 
@@ -93,6 +94,7 @@ def test_held_out_exact_match_is_higher_than_under_the_mislabelled_control(sweep
 def test_held_out_pair_accuracy_is_above_chance(sweeps):
     effect = paired_effect(per_seed(sweeps, TREATED, held_out("pair_accuracy")), dict.fromkeys(SEEDS, 0.5),
                            metric="held-out pair accuracy minus chance")
+    print(effect["metric"], [round(v, 3) for v in effect["treatment"]], [round(v, 3) for v in effect["control"]], describe(effect))
     assert holds(effect, MIN_ACCURACY_OVER_CHANCE), describe(effect)
 
 
@@ -102,6 +104,7 @@ def test_the_expected_exact_match_gain_does_not_appear_dpo_loses_exact_match(swe
     effect = paired_effect(per_seed(sweeps, TREATED, exact_match),
                            {seed: records["pairs"]["held_out_exact_match_before"] for seed, records in sweeps.items()},
                            metric="held-out exact match, beta 0.10 minus the start")
+    print(effect["metric"], [round(v, 3) for v in effect["treatment"]], [round(v, 3) for v in effect["control"]], describe(effect))
     assert holds(effect, 0.0, direction="less"), describe(effect)
 
 
@@ -113,7 +116,9 @@ def test_the_smaller_beta_drifts_further_and_keeps_less_exact_match(sweeps):
     effect = paired_effect({seed: values["beta_0.05"] for seed, values in drift.items()},
                            {seed: values["beta_0.30"] for seed, values in drift.items()},
                            metric="k3 drift, beta 0.05 minus beta 0.30")
+    print(effect["metric"], [round(v, 3) for v in effect["treatment"]], [round(v, 3) for v in effect["control"]], describe(effect))
     assert holds(effect, 0.0), describe(effect)
     kept = paired_effect(per_seed(sweeps, "sweep_beta_0.30", exact_match), per_seed(sweeps, "sweep_beta_0.05", exact_match),
                          metric="held-out exact match, beta 0.30 minus beta 0.05")
+    print(kept["metric"], [round(v, 3) for v in kept["treatment"]], [round(v, 3) for v in kept["control"]], describe(kept))
     assert holds(kept, 0.0), describe(kept)

@@ -90,6 +90,7 @@ def test_the_balanced_runs_training_rows_separate_desirable_from_undesirable(run
 
     effect = paired_effect(per_seed(runs, "balanced", gap), dict.fromkeys(SEEDS, 0.0),
                            metric="training-row reward gap D - U of the balanced run (0 before training)")
+    print(effect["metric"], [round(v, 3) for v in effect["treatment"]], [round(v, 3) for v in effect["control"]], describe(effect))
     assert holds(effect, MIN_TRAINING_GAP), describe(effect)
 
 
@@ -104,4 +105,5 @@ def test_class_weights_move_the_few_desirable_training_examples_more_than_equal_
     effect = paired_effect(per_seed(runs, "imbalanced_weighted", desirable),
                            per_seed(runs, "imbalanced_unweighted", desirable),
                            metric="desirable training examples' reward, weighted minus equal weights")
+    print(effect["metric"], [round(v, 3) for v in effect["treatment"]], [round(v, 3) for v in effect["control"]], describe(effect))
     assert holds(effect, MIN_WEIGHTED_DESIRABLE_GAIN), describe(effect)

@@ -32,6 +32,8 @@ MIN_VERIFIER_GAIN = 0.01
 """Evaluation-set exact match, the verifier round's candidate minus the version serving then (3 of 300 prompts)."""
 MIN_GUARD_DROP = 0.01
 """Guard drop of the buggy judge's candidate below the version serving then (2 of 200 prompts)."""
+MIN_GUARD_DROP_OVER_CONTROL = 0.02
+"""Guard drop of the buggy judge's candidate over the verifier-judged control's (4 of 200 prompts)."""
 
 
 @pytest.fixture(scope="module")
@@ -92,12 +94,16 @@ def test_every_decision_is_the_one_its_numbers_call_for(rounds):
 def test_the_verifier_rounds_candidate_is_better_on_the_evaluation_set(rounds):
     effect = paired_effect(per_seed(rounds, VERIFIER, exact_match_change), dict.fromkeys(SEEDS, 0.0),
                            metric="evaluation-set exact match, verifier round's candidate minus serving")
+    print(effect["metric"], [round(v, 3) for v in effect["treatment"]], [round(v, 3) for v in effect["control"]], describe(effect))
     assert holds(effect, MIN_VERIFIER_GAIN), describe(effect)
 
 
 @pytest.mark.effect
 def test_the_gate_refuses_the_candidate_of_a_judge_that_prefers_wrong_answers_on_every_seed(rounds):
     for seed, records in rounds.items():
+        for stage in (BUGGY, VERIFIER, INVERTED):
+            print(seed, stage, records[stage]["gate"]["decision"], records[stage]["gate"]["wins"],
+                  records[stage]["gate"]["losses"], records[stage]["guard"])
         record = records[INVERTED]
         assert record["pairs_preferring_a_wrong_answer"] == record["pair_count"] > 0, seed
         assert record["gate"]["decision"] == "keep", (seed, record["gate"])
@@ -113,4 +119,24 @@ def test_the_buggy_judges_candidate_drops_on_the_guard(rounds):
         assert records[BUGGY]["pairs_preferring_a_wrong_answer"] > 0
     effect = paired_effect(per_seed(rounds, BUGGY, drop), dict.fromkeys(SEEDS, 0.0),
                            metric="guard drop of the buggy judge's candidate")
+    print(effect["metric"], [round(v, 3) for v in effect["treatment"]], [round(v, 3) for v in effect["control"]], describe(effect))
     assert holds(effect, MIN_GUARD_DROP), describe(effect)
+
+
+@pytest.mark.effect
+def test_the_guard_drop_comes_from_the_judges_bug_not_from_training_on_these_prompts(rounds):
+    """The control candidate: the same replies of round 1 judged by the verifier, the same steps, from the same
+    serving version. The buggy judge's candidate drops further on the guard than the control's."""
+    def drop(record):
+        return record["guard"]["serving"] - record["guard"]["candidate"]
+
+    def control_drop(record):
+        assert record["control"]["judge"] == "verifier" and record["control"]["pair_count"] > 0
+        return record["guard"]["serving"] - record["control"]["guard"]
+
+    effect = paired_effect(per_seed(rounds, BUGGY, drop), per_seed(rounds, BUGGY, control_drop),
+                           metric="guard drop, buggy judge's candidate minus the verifier-judged control's")
+    print(effect["metric"], [round(v, 3) for v in effect["treatment"]], [round(v, 3) for v in effect["control"]],
+          describe(effect))
+    assert holds(effect, MIN_GUARD_DROP_OVER_CONTROL), describe(effect)
+

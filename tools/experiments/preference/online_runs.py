@@ -47,7 +47,7 @@ DEFAULTS = {
                   "group_size": 4, "beta": 0.1, "confidence": 0.95, "min_decisive": 8, "max_drop": 0.02,
                   "max_new_tokens": 6, "seed": 0,
                   "rounds": [{"problems": {"two_digit": 256, "three_digit": 256}, "judge": "inverted_three_digit",
-                              "train_seed": 202, "steps": 4, "learning_rate": 3e-5},
+                              "control_judge": "verifier", "train_seed": 202, "steps": 4, "learning_rate": 3e-5},
                              {"problems": {"two_digit": 256}, "judge": "verifier", "train_seed": 101, "steps": 4,
                               "learning_rate": 3e-5},
                              {"problems": {"two_digit": 128}, "judge": "inverted", "train_seed": 303, "steps": 2,
@@ -56,7 +56,7 @@ DEFAULTS = {
                  "group_size": 4, "beta": 0.1, "confidence": 0.95, "min_decisive": 4, "max_drop": 0.05,
                  "max_new_tokens": 16, "seed": 0,
                  "rounds": [{"problems": {"two_digit": 16, "three_digit": 16}, "judge": "inverted_three_digit",
-                             "train_seed": 202, "steps": 12, "learning_rate": 5e-5},
+                             "control_judge": "verifier", "train_seed": 202, "steps": 12, "learning_rate": 5e-5},
                             {"problems": {"any": 16}, "judge": "verifier", "train_seed": 101, "steps": 4,
                              "learning_rate": 5e-6},
                             {"problems": {"any": 16}, "judge": "inverted", "train_seed": 303, "steps": 4,
@@ -67,7 +67,11 @@ round's `problems` maps an answer kind (`any`, `two_digit`, `three_digit`) to ho
 that kind it samples. Round 1 is a candidate trained with a judge that has a bug (right on two-digit answers,
 inverted on three-digit ones): the two-digit evaluation set cannot see the bug, the guard can; round 2 is the
 same amount of two-digit data judged by the verifier alone (the gate should adopt, the guard keep); round 3
-is the gate's control: a judge that prefers wrong answers, whose candidate the gate must refuse. What the runs measured, per profile and seed, is in
+is the gate's control: a judge that prefers wrong answers, whose candidate the gate must refuse. A round
+with a `control_judge` also trains a control candidate from the same serving version on the same replies,
+pairs built by the control judge (round 1: the verifier), the same steps and learning rate; it is measured
+(evaluation set and guard) and never served, so the guard drop of the round's candidate can be read
+against it: the bug's effect, not the effect of training on these prompts. What the runs measured, per profile and seed, is in
 tests/experiments/preference/test_online_runs_effect.py and on the chapter's page."""
 
 JUDGES = ("verifier", "inverted_three_digit", "inverted")
@@ -93,6 +97,9 @@ def check_rounds(settings: dict) -> None:
         if round_settings.get("judge") not in JUDGES:
             raise ConfigError(f"round {number}: judge must be one of {', '.join(JUDGES)}, "
                               f"got {round_settings.get('judge')!r}")
+        if round_settings.get("control_judge", "verifier") not in JUDGES:
+            raise ConfigError(f"round {number}: control_judge must be one of {', '.join(JUDGES)}, "
+                              f"got {round_settings.get('control_judge')!r}")
         problems = round_settings.get("problems")
         if not isinstance(problems, dict) or not problems or any(
                 kind not in ANSWER_KINDS or isinstance(count, bool) or not isinstance(count, int) or count < 1
@@ -191,6 +198,26 @@ def exact_match(model, tokenizer, tasks, settings: dict) -> float:
     return sampling.exact_match(model, tokenizer, tasks, max_new_tokens=settings["max_new_tokens"])
 
 
+def control_candidate(serving, tokenizer, tasks, groups, serving_version, round_settings: dict, settings: dict,
+                      build_pairs, evaluation, guard_tasks) -> dict:
+    """The round's control: the same replies scored by `control_judge`, paired by the chapter's function, trained
+    from the same serving version with the same steps; measured on the evaluation and guard sets, never served."""
+    judge = round_settings["control_judge"]
+    rescored = [dict(group, scores=[judge_score(task, reply, judge) for reply in group["responses"]])
+                for task, group in zip(tasks, groups)]
+    built = build_pairs(rescored, serving_version)
+    if not built["pairs"]:
+        return {"judge": judge, "pair_count": 0, "guard": None, "evaluation_exact_match": None}
+    candidate = trainable_copy(serving)
+    training.dpo_updates(candidate, frozen_copy(serving), training.preference_rows(tokenizer, built["pairs"]),
+                         beta=settings["beta"], steps=round_settings["steps"],
+                         learning_rate=round_settings["learning_rate"], pad_id=tokenizer.pad_token_id)
+    candidate.eval()
+    return {"judge": judge, "pair_count": len(built["pairs"]),
+            "guard": exact_match(candidate, tokenizer, guard_tasks, settings),
+            "evaluation_exact_match": exact_match(candidate, tokenizer, evaluation, settings)}
+
+
 def run(plan, sink, *, log: Callable[[str], None] | None = None) -> None:
     """The contract runner: `setup`, then one `round_<k>` record per round."""
     import torch
@@ -270,6 +297,10 @@ def run(plan, sink, *, log: Callable[[str], None] | None = None) -> None:
                                                             confidence=settings["confidence"],
                                                             min_decisive=settings["min_decisive"])
                 guard = exact_match(candidate, tokenizer, guard_tasks, settings)
+                if round_settings.get("control_judge"):
+                    result["control"] = control_candidate(serving, tokenizer, tasks, groups, serving_version,
+                                                          round_settings, settings, functions["build_online_pairs"],
+                                                          evaluation, guard_tasks)
                 serving_guard = next(entry["guard"] for entry in version_log if entry["version"] == serving_version)
                 result["guard"] = {"candidate": guard, "serving": serving_guard, "rolled_back": None}
                 if result["gate"]["decision"] == "adopt":
