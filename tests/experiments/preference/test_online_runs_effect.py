@@ -5,16 +5,20 @@ What holds under both profiles is asserted; the rest is measured and shown on th
 
                                              profile A (pinned, committed)        profile B (generic, built)
   round 2 (verifier): candidate minus serving
-    on the evaluation set                    +0.013 +0.050 +0.073 +0.057 +0.030   +0.033 +0.030 +0.040 +0.053 {b4}
-                                             [+0.016, +0.074]                     {B2}
-  round 3 (prefers wrong answers): gate      keep on every seed (0:16 ... 5:8)    keep on every seed (0:2 ... 3:10)
+    on the evaluation set                    +0.013 +0.050 +0.073 +0.057 +0.030   +0.033 +0.030 +0.040 +0.053 +0.040
+                                             [+0.016, +0.074]                     [+0.028, +0.050]
+  round 3 (prefers wrong answers): gate      keep on every seed (0:16 ... 5:8)    keep on every seed (0:2 ... 2:14)
   round 1 (inverted three-digit judge):
-    guard drop of the candidate              +0.065 +0.040 +0.050 +0.020 +0.015   +0.070 +0.060 +0.040 +0.045 {d4}
-                                             [+0.012, +0.064]                     {D1}
+    guard drop of the candidate              +0.065 +0.040 +0.050 +0.020 +0.015   +0.070 +0.060 +0.040 +0.045 +0.060
+                                             [+0.012, +0.064]                     [+0.040, +0.070]
+    guard drop of the control (the same      -0.040 -0.025 -0.020 +0.020 -0.015   -0.075 -0.090 -0.085 -0.085 -0.065
+    replies judged by the verifier)
+    candidate minus control                  [+0.004, +0.104]                     [+0.120, +0.150]
   round 1 adopted / rolled back (seeds)      adopted 0 1 2 4, rolled back 0 1 2   adopted none: the gate refused it
   round 2 adopted / rolled back (seeds)      adopted 1 2 3, rolled back 3         adopted every seed, kept
 Not asserted: that the guard rolls a candidate back on every seed (profile B never adopts round 1), and the exact
-match round 3 loses (its interval reaches 0 under profile B).
+match round 3 loses (its interval reaches 0 under profile B). The bug's share of the guard drop (candidate
+minus control) is asserted in direction only: profile A's interval starts at +0.004.
 """
 
 from __future__ import annotations
@@ -32,8 +36,9 @@ MIN_VERIFIER_GAIN = 0.01
 """Evaluation-set exact match, the verifier round's candidate minus the version serving then (3 of 300 prompts)."""
 MIN_GUARD_DROP = 0.01
 """Guard drop of the buggy judge's candidate below the version serving then (2 of 200 prompts)."""
-MIN_GUARD_DROP_OVER_CONTROL = 0.02
-"""Guard drop of the buggy judge's candidate over the verifier-judged control's (4 of 200 prompts)."""
+MIN_GUARD_DROP_OVER_CONTROL = 0.0
+"""Guard drop of the buggy judge's candidate over the verifier-judged control's: the direction only (profile A's
+interval starts at +0.004; the page claims no size)."""
 
 
 @pytest.fixture(scope="module")
