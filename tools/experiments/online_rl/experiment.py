@@ -27,5 +27,6 @@ EXPERIMENTS = (
         chapters=("PT-RLOO",),
         runner="tools.experiments.online_rl.variance_stage:run",
         run_modes=("dry_run", "cpu_smoke"),
+        mechanism=("leave_one_out_advantages",),
     ),
 )
