@@ -165,9 +165,17 @@ def cmd_run(args) -> int:
 
     extra = parse_parameters(args.param)
     chapters = project_chain(args.chain, args.root) if args.chain else select_chapters(args.chapter, args.root)
-    label, outcomes = run_chapters(args.root, chapters, run_mode=args.run_mode, label=args.label,
-                                   results_dir=args.results_dir, show_progress=not args.no_progress,
-                                   extra_parameters=extra)
+    try:
+        label, outcomes = run_chapters(args.root, chapters, run_mode=args.run_mode, label=args.label,
+                                       results_dir=args.results_dir, show_progress=not args.no_progress,
+                                       extra_parameters=extra, executor=args.executor, address=args.address,
+                                       ray_cpus=args.ray_cpus)
+    except KeyboardInterrupt as interrupted:
+        outcomes = getattr(interrupted, "outcomes", None)
+        if outcomes is not None:
+            print(format_summary(outcomes))
+        print("interrupted: every finished record is kept; rerun under a new --label")
+        return 130
     print(f"run label: {label}")
     print(format_summary(outcomes))
     failed = [outcome.chapter for outcome in outcomes if outcome.status != "passed"]
@@ -303,6 +311,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--param", action="append", metavar="NAME=VALUE",
                      help="extra notebook parameter, e.g. MODEL_SOURCE=random_init (repeatable)")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    run.add_argument("--executor", choices=("local", "ray"), default="local",
+                     help="local: one chapter after another here; ray: each chapter a Ray task (real_gpu: one GPU "
+                          "each), in prerequisite order")
+    run.add_argument("--address", help="the Ray cluster's head, HOST:PORT or 'auto' (default: a local cluster)")
+    run.add_argument("--ray-cpus", type=int, help="CPUs of the local Ray cluster started when --address is not given")
     run.set_defaults(handler=cmd_run)
     registry = commands.add_parser("registry", help="generate benchmarks/results/REGISTRY.md (catalog, records, reported "
                                                     "figures) and the README chapter table")
