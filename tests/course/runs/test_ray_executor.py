@@ -100,9 +100,9 @@ def test_two_real_chapters_give_the_same_records_on_ray_and_locally(tmp_path, ra
 @pytest.mark.integration
 def test_a_node_without_a_required_package_is_named_before_any_work(tmp_path, ray_cluster):
     with pytest.raises(ConfigError, match=r"node .* lacks the course's packages no_such_course_package"):
-        ray_executor.check_nodes(ray_cluster, tmp_path, tmp_path / "res",
+        ray_executor.check_nodes(ray_cluster, REPO_ROOT, tmp_path / "res",
                                  required=(*ray_executor.REQUIRED_PACKAGES, "no_such_course_package"))
-    reports = ray_executor.check_nodes(ray_cluster, tmp_path, tmp_path / "res")
+    reports = ray_executor.check_nodes(ray_cluster, REPO_ROOT, tmp_path / "res")
     assert len(reports) == 1 and reports[0]["sees_results"] is True and reports[0]["missing_packages"] == []
     assert list((tmp_path / "res").iterdir()) == []  # the probe file is gone
 
