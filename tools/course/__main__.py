@@ -151,7 +151,8 @@ def cmd_grading_autograde(args) -> int:
     report = autograde_chapter(args.root, chapter, course=course,
                                jobs=args.jobs, limits=limits,
                                output_dir=Path(args.output_dir) if args.output_dir else None,
-                               show_progress=not args.no_progress, require_isolation=args.require_isolation)
+                               show_progress=not args.no_progress, require_isolation=args.require_isolation,
+                               executor=args.executor, address=args.address, ray_cpus=args.ray_cpus)
     print(format_summary(report), flush=True)
     if not report.passed:
         print(f"grading autograde: {len(report.failures)} submission(s) not graded or without feedback")
@@ -297,6 +298,12 @@ def build_parser() -> argparse.ArgumentParser:
     autograde.add_argument("--require-isolation", action="store_true",
                            help="refuse to run unless network/PID namespaces and a separate uid are available")
     autograde.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    autograde.add_argument("--executor", choices=("local", "ray"), default="local",
+                           help="local: --jobs sandboxed workers here; ray: --jobs Ray actors, each grading in its "
+                                "node's sandbox, the gradebook merged here")
+    autograde.add_argument("--address", help="the Ray cluster's head, HOST:PORT or 'auto' (default: a local cluster)")
+    autograde.add_argument("--ray-cpus", type=int,
+                           help="CPUs of the local Ray cluster started when --address is not given")
     autograde.set_defaults(handler=cmd_grading_autograde)
 
     run = commands.add_parser("run", help="execute chapters headless with papermill")

@@ -19,6 +19,8 @@ from tools.course.runs import ray_executor
 from tools.course.runs.runner import format_summary, run_chapters
 from tools.errors import ConfigError
 
+pytestmark = pytest.mark.xdist_group("ray")  # one local Ray cluster at a time on the test machine
+
 VOLATILE = ("created_utc", "run_label", "runtime")
 """Record fields that name the run or the machine, not the result."""
 
