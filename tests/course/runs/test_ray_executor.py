@@ -125,3 +125,47 @@ def test_a_task_whose_worker_dies_is_retried_then_reported_and_the_batch_goes_on
     assert "worker running it died" in outcomes[0].error and "second try" in outcomes[0].error
     assert "FAILED TOY" in format_summary(outcomes)
     assert not list((tmp_path / "res").rglob("*.json"))  # nothing half-written, nothing written twice
+
+
+SLOW_RECORD_CELL = RECORD_CELL + '''
+import time
+if RUN_MODE != "dry_run":
+    time.sleep(600)  # interrupted long before this ends
+'''
+
+
+@pytest.mark.integration
+def test_an_interrupted_driver_keeps_the_record_writes_the_summary_and_a_rerun_refuses_the_label(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    root = make_toy_project(tmp_path / "course", toy_notebook(toy_cells() + [code(SLOW_RECORD_CELL)]))
+    results = tmp_path / "res"
+    record = results / "toy" / "toy_result_toy_interrupted.json"
+    command = [sys.executable, "-m", "tools.course", "run", "--run-mode", "cpu_smoke", "--label", "toy_interrupted",
+               "--results-dir", str(results), "--executor", "ray", "--ray-cpus", "2", "--no-progress"]
+    environment = {**os.environ, "COURSE_PROJECT_ROOT": str(root)}
+    driver = subprocess.Popen(command, cwd=REPO_ROOT, env=environment, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 600  # a hang guard only
+        while not record.is_file() and driver.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert record.is_file(), driver.stdout.read() if driver.poll() is not None else "no record in time"
+        written = record.read_bytes()
+        driver.send_signal(signal.SIGINT)
+        output, _ = driver.communicate(timeout=300)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    assert driver.returncode == 130, output
+    assert "every finished record is kept" in output
+    summary = json.loads((root / "build/runs/toy_interrupted/summary.json").read_text(encoding="utf-8"))
+    assert [item["status"] for item in summary["chapters"]] == ["interrupted"]
+    assert record.read_bytes() == written
+    again = subprocess.run(command, cwd=REPO_ROOT, env=environment, capture_output=True, text=True, timeout=600)
+    assert again.returncode != 0 and record.read_bytes() == written
+    assert "toy_interrupted" in again.stdout + again.stderr
