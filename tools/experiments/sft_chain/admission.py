@@ -261,7 +261,7 @@ def raw_data_body(result: Mapping, tokenizer_identity: Mapping) -> dict:
             "normalisation": sft_raw.NORMALISATION, "tokenizer": dict(tokenizer_identity),
             "max_length": sft_raw.MAX_LENGTH,
             "frozen_evaluation": {"sha256": sft_raw.split_sha256(result["evaluation"]),
-                                  "records": len(result["evaluation"]),
+                                  "record_count": len(result["evaluation"]),
                                   "where": "the sealed evaluation_split record (opened by project 62 only)"},
             "deliveries": {name: {"identity": delivery.identity(), "splits": delivery.splits, "planted": delivery.planted}
                            for name, delivery in lines.items()}}

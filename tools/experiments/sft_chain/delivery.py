@@ -58,6 +58,7 @@ from tools.experiments.sft_chain.training import (
     file_hashes,
     load_base,
     no_progress_bars,
+    numerics_note,
     one_thread_on_cpu,
     render_problems,
     render_record,
@@ -304,7 +305,7 @@ def run(plan, sink, *, log=None) -> None:
               "regression_tolerance": REGRESSION_TOLERANCE, "quality_metric": QUALITY_METRIC,
               "evaluation_split": {"sha256": opened["sha256"], "receipt": opened["receipt"],
                                    "earlier_reads": opened["earlier_reads"]},
-              "qlora_branch": branch_decision, "mechanism": mechanism, "state": state,
+              "qlora_branch": branch_decision, "mechanism": mechanism, "state": state, "numerics": numerics_note(),
               "comparability_note": sft_raw.COMPARABILITY_NOTE}
     evaluation_path, _ = sink.save_record("evaluation", report, schema_version=EVALUATION_SCHEMA)
     outputs = [{"role": "evaluation_report", **sink.lineage(evaluation_path)}]

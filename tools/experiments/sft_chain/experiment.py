@@ -12,9 +12,17 @@ def add_upstream_arguments(parser) -> None:
     """The flags of a project that reads an upstream manifest."""
     parser.add_argument("--upstream-label", dest="upstream_label", default=None,
                         help="the label of the upstream project's run (default: this run's label)")
-    parser.add_argument("--upstream-sha256", dest="upstream_sha256", default=None,
-                        help="the sha256 promised for the upstream manifest (required in real_gpu; default in "
-                             "cpu_smoke: its seal alone is checked)")
+    parser.add_argument("--upstream-sha256", dest="upstream_sha256", action="append", type=promise, default=None,
+                        metavar="ID=SHA256", help="the sha256 promised for an upstream project's manifest, repeatable "
+                                                  "(required in real_gpu; default in cpu_smoke: its seal alone is checked)")
+
+
+def promise(text: str) -> tuple[str, str]:
+    """`ID=SHA256` as a pair (argparse reports a ValueError as a bad value)."""
+    project, sep, digest = text.partition("=")
+    if not sep or not project or len(digest) != 64:
+        raise ValueError(f"expected ID=SHA256 (a project id and 64 hex digits), got {text!r}")
+    return project, digest
 
 
 def add_selection_arguments(parser) -> None:
@@ -57,7 +65,8 @@ EXPERIMENTS = (
         default_stage="selection",
         arguments="tools.experiments.sft_chain.experiment:add_selection_arguments",
         mechanism=("comparable_candidates", "gate_candidates", "choose_candidate"),
-        device_steps=(DeviceStep("chain_63_selection", "lora_selection", order=72, stage="selection", max_s=150),),
+        device_steps=(DeviceStep("chain_63_selection", "lora_selection", order=72, stage="selection", max_s=150,
+                                 upstreams=("64",)),),
     ),
     Experiment(
         name="sft_delivery",
@@ -71,7 +80,8 @@ EXPERIMENTS = (
         default_stage="delivery",
         arguments="tools.experiments.sft_chain.experiment:add_upstream_arguments",
         mechanism=("upstream_identity", "artifact_checks", "delivery_state"),
-        device_steps=(DeviceStep("chain_62_delivery", "sft_delivery", order=76, stage="delivery", max_s=150),),
+        device_steps=(DeviceStep("chain_62_delivery", "sft_delivery", order=76, stage="delivery", max_s=150,
+                                 upstreams=("63", "65")),),
     ),
     Experiment(
         name="qlora_branch",
@@ -83,6 +93,7 @@ EXPERIMENTS = (
         default_stage="branch",
         arguments="tools.experiments.sft_chain.experiment:add_branch_arguments",
         mechanism=("paired_deltas", "capacity_gain", "branch_decision"),
-        device_steps=(DeviceStep("chain_65_qlora", "qlora_branch", order=74, stage="branch", max_s=150),),
+        device_steps=(DeviceStep("chain_65_qlora", "qlora_branch", order=74, stage="branch", max_s=150,
+                                 upstreams=("64",)),),
     ),
 )

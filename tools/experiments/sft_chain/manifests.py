@@ -51,6 +51,9 @@ def promised_sha256(options: Mapping[str, Any], upstream_id: str) -> str | None:
     promised = options.get("upstream_sha256") or {}
     if isinstance(promised, str):
         return promised
+    if isinstance(promised, (list, tuple)) and all(isinstance(pair, (list, tuple)) and len(pair) == 2
+                                                   for pair in promised):
+        promised = dict(promised)  # the command line's repeated --upstream-sha256 ID=SHA256
     if not isinstance(promised, Mapping):
         raise ConfigError(f"UPSTREAM_SHA256 must be a dict {{project id: sha256}}, got {promised!r}")
     return promised.get(upstream_id)

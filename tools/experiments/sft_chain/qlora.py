@@ -36,6 +36,7 @@ from tools.experiments.sft_chain.training import (
     base_metrics,
     base_tensor_bytes,
     load_base,
+    numerics_note,
     one_thread_on_cpu,
     render_record,
     reply_loss,
@@ -270,7 +271,7 @@ def run(plan, sink, *, log=None) -> None:
                   "quality_key": "quality", "quality_metric": QUALITY_METRIC, "bases": bases,
                   "memory_metric": "peak_allocated_bytes (torch.cuda.max_memory_allocated; None on a CPU)",
                   "ladder_metric": "torch.cuda.max_memory_reserved over two steps on the longest admitted samples",
-                  "mechanism": mechanism,
+                  "mechanism": mechanism, "numerics": numerics_note(),
                   "runs": {base: {str(seed): run for seed, run in by_seed.items()} for base, by_seed in runs.items()},
                   "ladders": ladders, "ladder_note": None if ladders["bf16"] else
                   "not run: device memory is measured on CUDA only, so a CPU run claims no capacity",

@@ -42,6 +42,7 @@ from tools.experiments.sft_chain.training import (
     attach_adapter,
     base_metrics,
     load_base,
+    numerics_note,
     one_thread_on_cpu,
     render_problems,
     render_record,
@@ -292,7 +293,8 @@ def run(plan, sink, *, log=None) -> None:
                    "quality_metric": QUALITY_METRIC, "digit_metric": DIGIT_METRIC,
                    "comparability_note": sft_raw.COMPARABILITY_NOTE, "base_metrics": trained["base_metrics"],
                    "runs": trained["runs"], "controls": trained["controls"], "gating": gating,
-                   "effects": measured_effects, "warnings": warnings_of(trained["runs"]), "mechanism": mechanism}
+                   "effects": measured_effects, "warnings": warnings_of(trained["runs"]), "mechanism": mechanism,
+                   "numerics": numerics_note()}
     matrix_path, _ = sink.save_record("matrix", matrix_body, schema_version=MATRIX_SCHEMA)
     outputs = [{"role": "candidate_matrix", **sink.lineage(matrix_path)}]
     chosen = gating["choice"]["chosen"]

@@ -164,6 +164,16 @@ def keep_cpu_training_layout(model) -> None:
             module.support_avx512bf16_for_cpu = False
 
 
+def numerics_note() -> dict:
+    """What a record's figures depend on besides the code: the CPU numerics in force and where the lab
+    weights came from (`COURSE_LAB_MODELS`: the committed weights, or built under this profile)."""
+    import os
+
+    from tools.core.numerics import cpu_numerics
+
+    return {"cpu_numerics": cpu_numerics(), "lab_models": os.environ.get("COURSE_LAB_MODELS") or "committed"}
+
+
 def base_revision(identity: Mapping) -> str | None:
     """The revision a delivery names for its base: the hub commit of a cached model, else the sha256 of
     the weights file of a model built in code (`sha256:<hex>`); None when neither is known."""
