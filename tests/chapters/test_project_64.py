@@ -214,3 +214,67 @@ def test_tables_and_figures_draw(fixed):
                    project.draw_admission(fixed)):
         assert figure.axes
         plt.close(figure)
+
+
+LEARNER_FIND_LEAKS = '''def find_leaks(splits, priority):
+    """A learner's version: the same contract, written with a helper and explicit loops."""
+    def key(record):
+        text = unicodedata.normalize("NFKC", record["instruction"] + " " + record["input"]).casefold()
+        return " ".join(text.split())
+
+    if not isinstance(splits, dict) or not splits:
+        raise ValueError("splits must be a non-empty dict")
+    if not isinstance(priority, (list, tuple)) or len(priority) != len(set(priority)) \\
+            or any(not isinstance(name, str) for name in priority) or set(priority) != set(splits):
+        raise ValueError("priority must name every split once")
+    seen_above, leaked, overlap = set(), {}, []
+    contents = {}
+    for name in priority:
+        if not isinstance(splits[name], (list, tuple)):
+            raise ValueError("a split must be a list")
+        contents[name] = []
+        for record in splits[name]:
+            if not isinstance(record, dict) or not all(isinstance(record.get(f), str) for f in ("id", "instruction", "input")):
+                raise ValueError("records need str id, instruction and input")
+            contents[name].append((key(record), record["id"]))
+    for place, name in enumerate(priority):
+        mine = {content for content, _ in contents[name]}
+        for higher in priority[:place]:
+            overlap.append({"higher": higher, "lower": name,
+                            "shared": len(mine & {content for content, _ in contents[higher]})})
+        leaked[name] = sorted(ident for content, ident in contents[name] if content in seen_above)
+        seen_above |= mine
+    return {"leaked": leaked, "overlap": overlap}'''
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_a_learners_own_find_leaks_is_the_one_step5_runs(tmp_path):
+    """A copy of the notebook whose TODO 2 cell holds a correct learner implementation (not the reference's
+    text), executed in cpu_smoke: the admission's records say find_leaks came from the learner, the other
+    two gates from the reference, and the admission reaches the same states."""
+    from chapter_factory import REPO_ROOT
+
+    from tools.core.catalog import find_chapter
+    from tools.course.runs.runner import run_chapter
+
+    chapter = find_chapter("64", REPO_ROOT)
+    notebook = read_notebook(chapter.notebook_path(REPO_ROOT))
+    cell = next(c for c in notebook.cells if c.metadata.get("course", {}).get("exercise") == "find_leaks")
+    cell.source = LEARNER_FIND_LEAKS
+    root = tmp_path / "copy"
+    (root / "notebooks").mkdir(parents=True)
+    (root / "notebooks" / f"{chapter.slug}.ipynb").write_text(json.dumps(notebook, ensure_ascii=False),
+                                                              encoding="utf-8")
+    results = tmp_path / "results"
+    outcome = run_chapter(root, chapter, run_mode="cpu_smoke", label="pytest_learner_64", results_dir=results,
+                          output_dir=tmp_path / "out")
+    assert outcome.status == "passed", f"cell {outcome.failed_cell}: {outcome.error}"
+    for stage in ("raw_data", "manifest"):
+        record = json.loads((results / chapter.slug / f"{chapter.slug}_{stage}_pytest_learner_64.json")
+                            .read_text(encoding="utf-8"))
+        assert record["mechanism"]["find_leaks"]["source"] == "learner", stage
+        assert record["mechanism"]["merge_blockers"]["source"] == "reference", stage
+    manifest = json.loads((results / chapter.slug / f"{chapter.slug}_manifest_pytest_learner_64.json")
+                          .read_text(encoding="utf-8"))
+    assert [candidate["state"] for candidate in manifest["candidates"]] == ["tune", "accept", "reject"]

@@ -98,7 +98,7 @@ def budget_lines(matrix: Mapping, comparable_candidates: Callable, gate_candidat
     return lines
 
 
-def framework_check(gate_candidates: Callable, model_id: str = "tiny", example: Mapping | None = None) -> dict:
+def framework_check(gate_candidates: Callable, model_id: str = stage.CPU_MODEL, example: Mapping | None = None) -> dict:
     """The numbers the gates read, against well-kept implementations.
 
     - the paired interval: `gate_candidates`' gain on the Step 2 example against the mean and the

@@ -296,3 +296,13 @@ def test_a_delivery_that_forgets_the_base_skill_is_rejected_and_nothing_is_deliv
     with pytest.raises(UpstreamRecordError, match="decided 'rejected'.*starts only from 'delivered'.*nothing is delivered"):
         require_manifest(copy, chapter_id="62", slug="62-sft-delivery", label=LABEL, run_mode="cpu_smoke",
                          decisions=("delivered",), reader="project 84")
+    # Step 5 runs the learner's delivery_state: one that never reads the evaluation delivers the same adapter
+    from planted import learner_mechanism, mutant
+
+    exercise, function = mutant("62", "evaluation_ignored", {"NEXT_ACTIONS": delivery_gates.NEXT_ACTIONS})
+    planted = {ref.stage: ref for ref in run(Plan(experiment="sft_delivery", chapter="62", run_mode="cpu_smoke",
+                                                  label="planted_62", results_dir=copy,
+                                                  options={"upstream_label": LABEL},
+                                                  mechanism=learner_mechanism({exercise: function})))}
+    assert planted["manifest"].load()["decision"]["decision"] == "delivered"
+    assert planted["evaluation"].load()["mechanism"]["delivery_state"]["source"] == "learner"
