@@ -270,11 +270,11 @@ def test_a_learners_own_find_leaks_is_the_one_step5_runs(tmp_path):
     outcome = run_chapter(root, chapter, run_mode="cpu_smoke", label="pytest_learner_64", results_dir=results,
                           output_dir=tmp_path / "out")
     assert outcome.status == "passed", f"cell {outcome.failed_cell}: {outcome.error}"
-    for stage in ("raw_data", "manifest"):
-        record = json.loads((results / chapter.slug / f"{chapter.slug}_{stage}_pytest_learner_64.json")
+    for record_stage in ("raw_data", "manifest"):
+        record = json.loads((results / chapter.slug / f"{chapter.slug}_{record_stage}_pytest_learner_64.json")
                             .read_text(encoding="utf-8"))
-        assert record["mechanism"]["find_leaks"]["source"] == "learner", stage
-        assert record["mechanism"]["merge_blockers"]["source"] == "reference", stage
+        assert record["mechanism"]["find_leaks"]["source"] == "learner", record_stage
+        assert record["mechanism"]["merge_blockers"]["source"] == "reference", record_stage
     manifest = json.loads((results / chapter.slug / f"{chapter.slug}_manifest_pytest_learner_64.json")
                           .read_text(encoding="utf-8"))
     assert [candidate["state"] for candidate in manifest["candidates"]] == ["tune", "accept", "reject"]

@@ -306,3 +306,32 @@ def test_a_delivery_that_forgets_the_base_skill_is_rejected_and_nothing_is_deliv
                                                   mechanism=learner_mechanism({exercise: function})))}
     assert planted["manifest"].load()["decision"]["decision"] == "delivered"
     assert planted["evaluation"].load()["mechanism"]["delivery_state"]["source"] == "learner"
+
+
+# ---- a re-sealed selection without a promise ------------------------------------------------------------
+
+def test_a_resealed_selection_without_a_promise_is_blocked_by_the_identity_read_from_the_files(chain, tmp_path):
+    """63's manifest edited to another rank (one 63 did not choose) and sealed again, with no sha256 promised
+    (cpu_smoke): the seal cannot see it, but 62 trains that rank, reads back an adapter whose hash is not the
+    chosen run's, and blocks: nothing is delivered."""
+    results, refs = chain
+    copy = tmp_path / "results"
+    shutil.copytree(results, copy, ignore=shutil.ignore_patterns("62-sft-delivery"))
+    selected = refs["63"]["manifest"].load()["selected_config"]
+    if selected is None:
+        pytest.skip("this run chose no rank")
+    other = next(rank for rank in selection.RANKS if rank != selected["rank"])
+    path = copy / refs["63"]["manifest"].path.relative_to(results)
+    record = json.loads(path.read_text(encoding="utf-8"))
+    record.pop(SEAL_FIELD)
+    record["selected_config"]["rank"] = other
+    record["decision"]["chosen_rank"] = other
+    path.write_bytes(encode_record(seal(record)))
+    refs_62 = {ref.stage: ref for ref in run(Plan(experiment="sft_delivery", chapter="62", run_mode="cpu_smoke",
+                                                  label=LABEL, results_dir=copy))}
+    manifest, report = refs_62["manifest"].load(), refs_62["evaluation"].load()
+    assert report["used"]["rank"] == other  # what the files say was trained
+    assert manifest["decision"]["decision"] == "blocked", manifest["decision"]
+    assert "mismatch:adapter_sha256" in manifest["decision"]["reasons"]
+    assert manifest["delivery"] is None and sorted(refs_62) == ["evaluation", "manifest"]
+    assert not (delivery.delivery_folder(_Sink(copy)) / "adapter" / "README.md").exists()
