@@ -274,7 +274,7 @@ def test_a_delivery_that_forgets_the_base_skill_is_rejected_and_nothing_is_deliv
     project that starts only from a delivered manifest is refused."""
     results, refs = chain
     copy = tmp_path / "results"
-    shutil.copytree(results, copy, ignore=shutil.ignore_patterns("62-sft-delivery"))
+    shutil.copytree(results, copy, ignore=shutil.ignore_patterns("62-sft-delivery", "evaluation_reads"))
     path = copy / refs["63"]["manifest"].path.relative_to(results)
     record = json.loads(path.read_text(encoding="utf-8"))
     record.pop(SEAL_FIELD)
@@ -316,7 +316,7 @@ def test_a_resealed_selection_without_a_promise_is_blocked_by_the_identity_read_
     chosen run's, and blocks: nothing is delivered."""
     results, refs = chain
     copy = tmp_path / "results"
-    shutil.copytree(results, copy, ignore=shutil.ignore_patterns("62-sft-delivery"))
+    shutil.copytree(results, copy, ignore=shutil.ignore_patterns("62-sft-delivery", "evaluation_reads"))
     selected = refs["63"]["manifest"].load()["selected_config"]
     if selected is None:
         pytest.skip("this run chose no rank")
