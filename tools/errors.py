@@ -43,6 +43,11 @@ class UpstreamRecordError(CourseError, FileNotFoundError):
     """An input record a stage depends on is missing, malformed or has another sha256."""
 
 
+class SealedSplitError(CourseError, PermissionError):
+    """A stage asked to read a sealed split it may not open (the frozen evaluation split before the
+    project that reports on it); nothing was read or written."""
+
+
 class ModelCacheMissingError(CourseError, FileNotFoundError):
     """The requested model is not in the local cache; the message says how to download it."""
 

@@ -19,11 +19,27 @@ assert result == {"matches": False, "mismatches": [{"key": "alpha", "expected": 
 held_none = upstream_identity({"x": None, "data_sha256": "d"}, {"x": None, "data_sha256": "d"})
 assert held_none["matches"] is True
 
+# %% hidden exercise=upstream_identity points=1 name=unordered_keys_compare_as_sets
+# hint: a key named in unordered compares as a set when both values are lists of str (peft writes target modules in set order); otherwise, and for every other key, order and type still count.
+selected = {"targets": ["q_proj", "v_proj"], "layers": [1, 2], "order": ["a", "b"], "data_sha256": "d"}
+used = {"targets": ["v_proj", "q_proj"], "layers": [2, 1], "order": ["b", "a"], "data_sha256": "d"}
+assert upstream_identity(selected, used, ["targets", "layers"])["mismatches"] == [
+    {"key": "layers", "expected": [1, 2], "actual": [2, 1]}, {"key": "order", "expected": ["a", "b"], "actual": ["b", "a"]}]
+assert upstream_identity(selected, used, ("targets", "layers", "order"))["mismatches"] == [
+    {"key": "layers", "expected": [1, 2], "actual": [2, 1]}]
+assert upstream_identity(selected, dict(used, targets=["q_proj"]), ["targets"])["mismatches"][1]["key"] == "order"
+assert upstream_identity(selected, dict(used, targets=("q_proj", "v_proj")), ["targets"])["mismatches"][-1] == {
+    "key": "targets", "expected": ["q_proj", "v_proj"], "actual": ("q_proj", "v_proj")}
+assert upstream_identity(selected, dict(selected), [])["matches"] is True
+
 # %% hidden exercise=upstream_identity points=1 name=wrong_identity_calls_raise_and_good_calls_do_not
-# hint: both arguments are dicts with str keys and the selection must hold data_sha256; a good call answers.
+# hint: both configurations are dicts with str keys and the selection must hold data_sha256; unordered is a list or tuple of str; a good call answers.
 assert upstream_identity({"data_sha256": "d"}, {"data_sha256": "e"})["matches"] is False
+assert upstream_identity({"data_sha256": "d"}, {"data_sha256": "d"}, ("targets",))["matches"] is True
 bad_calls = [(None, {}), ({"data_sha256": "d"}, None), ({"rank": 4}, {"rank": 4}), ([("data_sha256", "d")], {}),
-             ({"data_sha256": "d", 1: 2}, {}), ({"data_sha256": "d"}, {3: "x"}), ("data_sha256", {})]
+             ({"data_sha256": "d", 1: 2}, {}), ({"data_sha256": "d"}, {3: "x"}), ("data_sha256", {}),
+             ({"data_sha256": "d"}, {}, "targets"), ({"data_sha256": "d"}, {}, None), ({"data_sha256": "d"}, {}, [1]),
+             ({"data_sha256": "d"}, {}, {"targets"})]
 for arguments in bad_calls:
     try:
         upstream_identity(*arguments)
@@ -49,13 +65,25 @@ def configurations(draw):
         used["extra"] = draw(values)
     if draw(st.integers(0, 9)) == 0:
         used = draw(st.sampled_from([None, {1: "x"}, [("rank", 4)]]))
-    return selected, used
+    if draw(st.integers(0, 2)) == 0:
+        return selected, used
+    unordered = draw(st.sampled_from([["targets"], ("targets", "rank"), [], ["steps"], ["targets"], ("targets",),
+                                      "targets", [None], None]))
+    return selected, used, unordered
 
 @st.composite
 def reordered(draw):
     """The same targets in another order, everything else equal."""
     selected = {"rank": draw(st.sampled_from([4, 8])), "targets": ["q", "v"], "data_sha256": "d1"}
-    return selected, dict(selected, targets=draw(st.sampled_from([["v", "q"], ["q", "v"]])))
+    used = dict(selected, targets=draw(st.sampled_from([["v", "q"], ["q", "v"], ["q"], ("v", "q"), ["v", "q", "q"]])))
+    return selected, used, draw(st.sampled_from([["targets"], [], ("targets",)]))
+
+@st.composite
+def nested(draw):
+    """A nested dict equal to Python's == but not of one type inside (1 against True or 1.0)."""
+    selected = {"opts": {"a": 1, "b": "x"}, "data_sha256": "d1"}
+    used = dict(selected, opts={"a": draw(st.sampled_from([True, 1.0, 1])), "b": "x"})
+    return (selected, used) if draw(st.booleans()) else (selected, used, draw(st.sampled_from([["opts"], []])))
 
 from tools.course.grader.clauses import is_bool
 
@@ -65,34 +93,52 @@ def identity(*call):
     return reference("upstream_identity")(*call)
 
 
-def typed_twins(selected, used):
+def typed_twins(selected, used, unordered=()):
     """Keys whose values are equal to Python (4 == 4.0 == True... or a list and a tuple) but not of one type."""
     return [key for key in selected if key in used and type(selected[key]) is not type(used[key]) and (
         selected[key] == used[key] or (isinstance(selected[key], (list, tuple)) and isinstance(used[key], (list, tuple))
                                        and list(selected[key]) == list(used[key])))]
 
-reference.agrees("upstream_identity", st.one_of(configurations(), configurations(), reordered()), cases=200, clauses={
-    "a value equal but of another type (4.0, True, a tuple)": lambda selected, used: identity(
-        selected, used) and typed_twins(selected, used),
-    "a nested dict equal to Python but with a bool inside": lambda selected, used: identity(selected, used) and any(
+reference.agrees("upstream_identity", st.one_of(configurations(), configurations(), reordered(), nested()), cases=300,
+                 clauses={
+    "a value equal but of another type (4.0, True, a tuple)": lambda selected, used, unordered=(): identity(
+        selected, used, unordered) and [key for key in typed_twins(selected, used) if key not in unordered],
+    "a nested dict equal to Python but with a bool inside": lambda selected, used, unordered=(): identity(selected, used, unordered) and any(
         key in used and isinstance(selected[key], dict) and isinstance(used[key], dict) and selected[key] == used[key]
         and any(type(selected[key][k]) is not type(used[key][k]) for k in selected[key]) for key in selected),
-    "a key missing from the used configuration": lambda selected, used: identity(selected, used) and any(
+    "a key missing from the used configuration": lambda selected, used, unordered=(): identity(selected, used, unordered) and any(
         key not in used for key in selected),
-    "the data hash differs": lambda selected, used: any(
-        m["key"] == "data_sha256" and "data_sha256" in used for m in identity(selected, used)["mismatches"]),
-    "an extra key in the used configuration (ignored)": lambda selected, used: identity(selected, used) and any(
+    "the data hash differs": lambda selected, used, unordered=(): any(
+        m["key"] == "data_sha256" and "data_sha256" in used for m in identity(selected, used, unordered)["mismatches"]),
+    "an extra key in the used configuration (ignored)": lambda selected, used, unordered=(): identity(selected, used, unordered) and any(
         key not in selected for key in used),
-    "targets in another order": lambda selected, used: identity(selected, used) and any(
-        key in used and isinstance(selected[key], list) and isinstance(used[key], list) and selected[key] != used[key]
-        and sorted(selected[key]) == sorted(used[key]) for key in selected),
+    "targets in another order, not unordered": lambda selected, used, unordered=(): identity(
+        selected, used, unordered) and any(
+        key in used and key not in unordered and isinstance(selected[key], list) and isinstance(used[key], list)
+        and selected[key] != used[key] and sorted(selected[key]) == sorted(used[key]) for key in selected),
+    "targets in another order, unordered": lambda selected, used, unordered=(): identity(
+        selected, used, unordered)["matches"] and any(
+        key in unordered and isinstance(used.get(key), list) and selected[key] != used[key] for key in selected),
+    "an unordered key whose lists hold other items": lambda selected, used, unordered=(): any(
+        m["key"] in unordered and isinstance(m["actual"], list) for m in identity(selected, used, unordered)["mismatches"]),
+    "an unordered key whose used value is a tuple": lambda selected, used, unordered=(): any(
+        m["key"] in unordered and isinstance(m["actual"], tuple) for m in identity(selected, used, unordered)["mismatches"]),
+    "the same items with a duplicate, unordered": lambda selected, used, unordered=(): identity(selected, used, unordered)[
+        "matches"] and any(key in unordered and isinstance(used.get(key), list) and len(used[key]) != len(selected[key])
+                           for key in selected),
+    "unordered that is not a list or tuple": lambda selected, used, unordered=(): isinstance(selected, dict)
+        and "data_sha256" in selected and isinstance(used, dict) and all(isinstance(k, str) for k in used)
+        and not isinstance(unordered, (list, tuple)),
+    "unordered holding a non-str key": lambda selected, used, unordered=(): isinstance(selected, dict)
+        and "data_sha256" in selected and isinstance(used, dict) and all(isinstance(k, str) for k in used)
+        and isinstance(unordered, (list, tuple)) and any(not isinstance(k, str) for k in unordered),
     "everything matches": lambda *call: identity(*call)["matches"] and len(call[0]) > 1,
-    "selected without data_sha256": lambda selected, used: "data_sha256" not in selected
+    "selected without data_sha256": lambda selected, used, unordered=(): "data_sha256" not in selected
         and isinstance(used, dict) and all(isinstance(key, str) for key in used),
-    "used None": lambda selected, used: used is None,
-    "used with a key that is not a str": lambda selected, used: isinstance(used, dict) and any(
+    "used None": lambda selected, used, unordered=(): used is None,
+    "used with a key that is not a str": lambda selected, used, unordered=(): isinstance(used, dict) and any(
         not isinstance(key, str) for key in used),
-    "used a list": lambda selected, used: isinstance(used, list),
+    "used a list": lambda selected, used, unordered=(): isinstance(used, list),
 })
 
 # %% hidden exercise=artifact_checks points=1 name=file_findings_in_path_order
@@ -276,77 +322,147 @@ reference.agrees("artifact_checks", st.one_of(deliveries(), clean_deliveries(), 
 })
 
 # %% hidden exercise=delivery_state points=1 name=reasons_follow_the_fixed_order
-# hint: mismatches in their order, then files_intact, resume_continues, reload_reproduces in that order whatever order the checks come in; each finding of a failed check, or "<name>:failed" when it has none.
+# hint: mismatches in their order, then files_intact, resume_continues, reload_reproduces in that order whatever order the checks come in; each finding of a failed check, or "<name>:failed" when it has none; then "evaluation:<name>" for each failed gate in its order.
 def check(name, passed, findings=()):
     return {"name": name, "passed": passed, "findings": list(findings)}
 same = {"matches": True, "mismatches": []}
 integrity = {"checks": [check("reload_reproduces", False, []), check("resume_continues", False, ["restarted", "diverged"]),
                         check("files_intact", False, ["missing:a", "changed:b"])]}
-state = delivery_state(same, integrity)
+gates = [{"name": "task_gain", "passed": False}, {"name": "base_skill_kept", "passed": True},
+         {"name": "format", "passed": False}]
+state = delivery_state(same, integrity, gates)
 assert state["state"] == "needs_rerun"
 assert state["reasons"] == ["files_intact:missing:a", "files_intact:changed:b", "resume_continues:restarted",
-                            "resume_continues:diverged", "reload_reproduces:failed"]
+                            "resume_continues:diverged", "reload_reproduces:failed", "evaluation:task_gain",
+                            "evaluation:format"]
 
 # %% hidden exercise=delivery_state points=1 name=blocked_wins_and_keeps_every_reason
-# hint: any identity mismatch blocks the delivery, and the integrity reasons are still listed after the mismatches; a check not run is "not_run:<name>".
+# hint: any identity mismatch blocks the delivery, and the integrity and evaluation reasons are still listed after the mismatches; a check not run is "not_run:<name>".
 def check(name, passed, findings=()):
     return {"name": name, "passed": passed, "findings": list(findings)}
 identity = {"matches": False, "mismatches": [{"key": "rank", "expected": 4, "actual": 8}, {"key": "lr", "expected": 1, "actual": 2}]}
 all_passed = {"checks": [check("files_intact", True), check("resume_continues", True), check("reload_reproduces", True)]}
-blocked = delivery_state(identity, all_passed)
-assert blocked == {"state": "blocked", "reasons": ["mismatch:rank", "mismatch:lr"], "next_action": NEXT_ACTIONS["blocked"]}
+good = [{"name": "task_gain", "passed": True}]
+failed = [{"name": "task_gain", "passed": False}]
+blocked = delivery_state(identity, all_passed, failed)
+assert blocked == {"state": "blocked", "reasons": ["mismatch:rank", "mismatch:lr", "evaluation:task_gain"],
+                   "next_action": NEXT_ACTIONS["blocked"]}
 not_run = {"checks": [check("files_intact", True), check("resume_continues", None, ["not_run"]), check("reload_reproduces", True)]}
-assert delivery_state(identity, not_run)["reasons"] == ["mismatch:rank", "mismatch:lr", "not_run:resume_continues"]
-assert delivery_state({"matches": True, "mismatches": []}, not_run) == {
+assert delivery_state(identity, not_run, good)["reasons"] == ["mismatch:rank", "mismatch:lr", "not_run:resume_continues"]
+assert delivery_state({"matches": True, "mismatches": []}, not_run, good) == {
     "state": "needs_rerun", "reasons": ["not_run:resume_continues"], "next_action": NEXT_ACTIONS["needs_rerun"]}
-assert delivery_state({"matches": True, "mismatches": []}, all_passed)["state"] == "delivered"
+assert delivery_state({"matches": True, "mismatches": []}, all_passed, good)["state"] == "delivered"
+
+# %% hidden exercise=delivery_state points=1 name=a_failed_evaluation_rejects_only_complete_evidence
+# hint: with the identity matching and every check passed, a failed evaluation gate is "rejected"; a check that failed or did not run makes it "needs_rerun" instead (the evidence comes first); every gate passed is "delivered".
+def check(name, passed, findings=()):
+    return {"name": name, "passed": passed, "findings": list(findings)}
+same = {"matches": True, "mismatches": []}
+all_passed = {"checks": [check("files_intact", True), check("resume_continues", True), check("reload_reproduces", True)]}
+forgot = [{"name": "task_gain", "passed": True}, {"name": "base_skill_kept", "passed": False}]
+assert delivery_state(same, all_passed, forgot) == {"state": "rejected", "reasons": ["evaluation:base_skill_kept"],
+                                                    "next_action": NEXT_ACTIONS["rejected"]}
+broken = {"checks": [check("files_intact", True), check("resume_continues", True), check("reload_reproduces", False, ["differs"])]}
+assert delivery_state(same, broken, forgot)["state"] == "needs_rerun"
+both = [{"name": "task_gain", "passed": True}, {"name": "base_skill_kept", "passed": True}]
+assert delivery_state(same, all_passed, both)["state"] == "delivered"
 
 # %% hidden exercise=delivery_state points=1 name=wrong_state_calls_raise_and_good_calls_do_not
-# hint: identity must be consistent (matches exactly when there is no mismatch); integrity must hold each of the three checks once, each with a passed of True, False or None and a findings list.
+# hint: identity must be consistent (matches exactly when there is no mismatch); integrity must hold each of the three checks once, each with a passed of True, False or None and a findings list; evaluation is a non-empty list of gates with a unique non-empty str name and a bool passed.
 def check(name, passed, findings=()):
     return {"name": name, "passed": passed, "findings": list(findings)}
 good_identity = {"matches": True, "mismatches": []}
 all_passed = {"checks": [check("files_intact", True), check("resume_continues", True), check("reload_reproduces", True)]}
-assert delivery_state(good_identity, all_passed)["state"] == "delivered"
-bad_calls = [({"matches": False, "mismatches": []}, all_passed), ({"matches": True, "mismatches": [{"key": "x"}]}, all_passed),
-             ({"matches": 1, "mismatches": []}, all_passed), ({"matches": False, "mismatches": [{"k": "x"}]}, all_passed),
-             (None, all_passed), (good_identity, None), (good_identity, {"checks": all_passed["checks"][:2]}),
-             (good_identity, {"checks": all_passed["checks"] + [check("files_intact", True)]}),
-             (good_identity, {"checks": [check("files_intact", "yes"), check("resume_continues", True), check("reload_reproduces", True)]}),
-             (good_identity, {"checks": [check("files", True), check("resume_continues", True), check("reload_reproduces", True)]}),
+gates = [{"name": "task_gain", "passed": True}]
+assert delivery_state(good_identity, all_passed, gates)["state"] == "delivered"
+assert delivery_state(good_identity, all_passed, [{"name": "task_gain", "passed": False}])["state"] == "rejected"
+bad_calls = [({"matches": False, "mismatches": []}, all_passed, gates),
+             ({"matches": True, "mismatches": [{"key": "x"}]}, all_passed, gates),
+             ({"matches": 1, "mismatches": []}, all_passed, gates), ({"matches": False, "mismatches": [{"k": "x"}]}, all_passed, gates),
+             (None, all_passed, gates), (good_identity, None, gates), (good_identity, {"checks": all_passed["checks"][:2]}, gates),
+             (good_identity, {"checks": all_passed["checks"] + [check("files_intact", True)]}, gates),
+             (good_identity, {"checks": [check("files_intact", "yes"), check("resume_continues", True), check("reload_reproduces", True)]}, gates),
+             (good_identity, {"checks": [check("files", True), check("resume_continues", True), check("reload_reproduces", True)]}, gates),
              (good_identity, {"checks": [{"name": "files_intact", "passed": True}, check("resume_continues", True),
-                                         check("reload_reproduces", True)]})]
-for arguments in bad_calls:
+                                         check("reload_reproduces", True)]}, gates),
+             (good_identity, all_passed, []), (good_identity, all_passed, None), (good_identity, all_passed, ({"name": "g", "passed": 1},)),
+             (good_identity, all_passed, [{"name": "", "passed": True}]), (good_identity, all_passed, [{"passed": True}]),
+             (good_identity, all_passed, [{"name": "g", "passed": True}, {"name": "g", "passed": False}]),
+             (good_identity, all_passed, [None]), (good_identity, all_passed, [{"name": 3, "passed": True}])]
+for position, arguments in enumerate(bad_calls):
     try:
         delivery_state(*arguments)
     except ValueError:
         continue
-    raise AssertionError(f"an invalid call was accepted: {arguments}")
+    raise AssertionError(f"invalid call {position} was accepted")
 
 # %% hidden exercise=delivery_state points=2 name=agrees_with_reference_on_generated_states
-# hint: any identity and integrity results, valid or with one defect: the same state, reasons and next action, or the same ValueError.
+# hint: any identity, integrity and evaluation results, valid or with one defect: the same state, reasons and next action, or the same ValueError.
 from hypothesis import strategies as st
 
-@st.composite
-def states(draw):
-    mismatches = [{"key": key} for key in draw(st.lists(st.sampled_from(["rank", "lr", "data_sha256"]), max_size=2, unique=True))]
-    identity = {"matches": not mismatches, "mismatches": mismatches}
+from tools.course.grader.clauses import each_of
+
+NAMES = ("files_intact", "resume_continues", "reload_reproduces")
+scenarios = ([("drawn", n) for n in range(40)] + [(kind, 0) for kind in (
+    "delivered", "rejected", "rerun_with_failed_gate", "rerun_not_run", "rerun_failed_without_findings", "blocked",
+    "identity_none", "identity_inconsistent", "matches_not_bool", "missing_check", "duplicate_check", "eval_empty",
+    "eval_none", "eval_passed_not_bool", "eval_named_twice", "eval_blank_name")])
+
+
+def one_state(scenario, rng):
+    kind, _ = scenario
+    mismatches = [{"key": key} for key in rng.sample(["rank", "lr", "data_sha256"], rng.randint(0, 2))]
     checks = []
-    for name in draw(st.permutations(["files_intact", "resume_continues", "reload_reproduces"])):
-        passed = draw(st.sampled_from([True, False, None]))
-        findings = [] if passed else draw(st.lists(st.sampled_from(["x", "y", "not_run"]), max_size=2))
+    for name in rng.sample(NAMES, 3):
+        passed = rng.choice([True, True, False, None])
+        findings = [] if passed else rng.sample(["x", "y", "not_run"], rng.randint(0, 2))
         checks.append({"name": name, "passed": passed, "findings": findings})
-    if draw(st.integers(0, 8)) == 0:
-        identity = draw(st.sampled_from([{"matches": True, "mismatches": [{"key": "a"}]}, None, {"matches": "no", "mismatches": []}]))
-    if draw(st.integers(0, 8)) == 0:
+    evaluation = [{"name": name, "passed": rng.choice([True, True, False])}
+                  for name in rng.sample(["task_gain", "base_skill_kept", "format"], rng.randint(1, 3))]
+    if kind in ("delivered", "rejected", "rerun_with_failed_gate", "rerun_not_run", "rerun_failed_without_findings"):
+        mismatches = []
+        checks = [dict(check, passed=True, findings=[]) for check in checks]
+        evaluation = [dict(gate, passed=kind == "delivered") for gate in evaluation]
+        if kind == "rerun_with_failed_gate":
+            checks[0] = dict(checks[0], passed=False, findings=["x"])
+        elif kind == "rerun_not_run":
+            checks[1] = dict(checks[1], passed=None, findings=["not_run"])
+        elif kind == "rerun_failed_without_findings":
+            checks[2] = dict(checks[2], passed=False, findings=[])
+    elif kind == "blocked":
+        mismatches = mismatches or [{"key": "rank"}]
+    identity = {"matches": not mismatches, "mismatches": mismatches}
+    if kind == "identity_none":
+        identity = None
+    elif kind == "identity_inconsistent":
+        identity = {"matches": True, "mismatches": [{"key": "a"}]}
+    elif kind == "matches_not_bool":
+        identity = {"matches": "no", "mismatches": []}
+    elif kind == "missing_check":
         checks = checks[:-1]
-    return identity, {"checks": checks, "passed": False}
+    elif kind == "duplicate_check":
+        checks = checks + checks[:1]
+    elif kind == "eval_empty":
+        evaluation = []
+    elif kind == "eval_none":
+        evaluation = None
+    elif kind == "eval_passed_not_bool":
+        evaluation = [{"name": "g", "passed": "no"}]
+    elif kind == "eval_named_twice":
+        evaluation = evaluation + [dict(evaluation[0], passed=not evaluation[0]["passed"])]
+    elif kind == "eval_blank_name":
+        evaluation = [{"name": "", "passed": True}]
+    return identity, {"checks": checks, "passed": False}, evaluation
 
 def stated(*call):
     """The reference's result (raises on an invalid call, so a valid-input clause never counts one)."""
     return reference("delivery_state")(*call)
 
-reference.agrees("delivery_state", states(), cases=200, clauses={
+def valid_up_to_evaluation(identity, integrity):
+    return (isinstance(identity, dict) and identity.get("matches") in (True, False)
+            and identity["matches"] != bool(identity["mismatches"]) and len(integrity["checks"]) == 3)
+
+reference.agrees("delivery_state", each_of(scenarios, one_state, variants=3), cases=3 * len(scenarios), clauses={
     "blocked by a mismatch": lambda *call: stated(*call)["state"] == "blocked",
     "blocked, with failed checks listed too": lambda *call: stated(*call)["state"] == "blocked" and any(
         not reason.startswith("mismatch:") for reason in stated(*call)["reasons"]),
@@ -354,15 +470,30 @@ reference.agrees("delivery_state", states(), cases=200, clauses={
         reason.startswith("not_run:") for reason in stated(*call)["reasons"]),
     "needs_rerun for a failed check without findings": lambda *call: stated(*call)["state"] == "needs_rerun" and any(
         reason.endswith(":failed") for reason in stated(*call)["reasons"]),
+    "needs_rerun although an evaluation gate failed": lambda *call: stated(*call)["state"] == "needs_rerun" and any(
+        reason.startswith("evaluation:") for reason in stated(*call)["reasons"]),
+    "rejected by a failed evaluation gate": lambda *call: stated(*call)["state"] == "rejected",
     "a failed check whose finding is not_run": lambda *call: any(
         reason.endswith(":not_run") for reason in stated(*call)["reasons"]),
     "delivered": lambda *call: stated(*call)["state"] == "delivered",
-    "checks not in the usual order": lambda identity, integrity: stated(identity, integrity) and [
+    "checks not in the usual order": lambda identity, integrity, evaluation: stated(identity, integrity, evaluation) and [
         check["name"] for check in integrity["checks"]] != ["files_intact", "resume_continues", "reload_reproduces"],
-    "identity matches yet lists mismatches": lambda identity, integrity: identity == {
+    "identity matches yet lists mismatches": lambda identity, integrity, evaluation: identity == {
         "matches": True, "mismatches": [{"key": "a"}]},
-    "identity None": lambda identity, integrity: identity is None,
-    "matches not a bool": lambda identity, integrity: isinstance(identity, dict) and identity.get("matches") == "no",
-    "integrity missing a check": lambda identity, integrity: isinstance(identity, dict) and identity.get("matches") in (
-        True, False) and identity["matches"] != bool(identity["mismatches"]) and len(integrity["checks"]) == 2,
+    "identity None": lambda identity, integrity, evaluation: identity is None,
+    "matches not a bool": lambda identity, integrity, evaluation: isinstance(identity, dict) and identity.get("matches") == "no",
+    "integrity missing a check": lambda identity, integrity, evaluation: isinstance(identity, dict) and identity.get(
+        "matches") in (True, False) and identity["matches"] != bool(identity["mismatches"]) and len(integrity["checks"]) == 2,
+    "integrity holding a check twice": lambda identity, integrity, evaluation: isinstance(identity, dict) and identity.get(
+        "matches") in (True, False) and identity["matches"] != bool(identity["mismatches"]) and len(integrity["checks"]) == 4,
+    "an evaluation gate with a blank name": lambda identity, integrity, evaluation: valid_up_to_evaluation(
+        identity, integrity) and evaluation == [{"name": "", "passed": True}],
+    "no evaluation gate": lambda identity, integrity, evaluation: valid_up_to_evaluation(identity, integrity)
+        and evaluation == [],
+    "evaluation None": lambda identity, integrity, evaluation: valid_up_to_evaluation(identity, integrity)
+        and evaluation is None,
+    "an evaluation passed that is not a bool": lambda identity, integrity, evaluation: valid_up_to_evaluation(
+        identity, integrity) and evaluation == [{"name": "g", "passed": "no"}],
+    "an evaluation gate named twice": lambda identity, integrity, evaluation: valid_up_to_evaluation(identity, integrity)
+        and isinstance(evaluation, list) and len(evaluation) > 1 and len({g["name"] for g in evaluation}) < len(evaluation),
 })

@@ -138,110 +138,190 @@ reference.agrees("comparable_candidates", matrices(), cases=200, clauses={
         isinstance(run, dict) and "rank" not in run["config"] for run in call[0]),
 })
 
-# %% hidden exercise=gate_candidates points=1 name=the_band_uses_the_largest_sample_spread
-# hint: the sample standard deviation divides by n - 1 (0.0 for one run); the band is max(band_floor, spread_factor * the largest std of the complete candidates).
-def runs(qualities, memory=100, status="ok"):
-    return [{"seed": i, "status": status, "quality": q, "memory_bytes": memory} for i, q in enumerate(qualities)]
-gated = gate_candidates({1: runs([0.3, 0.5]), 2: runs([0.5, 0.5, 0.5]), 3: runs([0.45])}, 1000, 0.01, 1.0)
+# %% hidden exercise=gate_candidates points=1 name=the_gain_interval_uses_the_sample_sd_and_t
+# hint: each seed's quality minus the base's; mean, sample standard deviation (divide by n - 1), lower end mean - t[n - 1] * sd / sqrt(n); learned only when the lower end is above 0.
 import math as _math
-assert _math.isclose(gated["candidates"][1]["std_quality"], _math.sqrt(0.02), rel_tol=1e-12)
-assert gated["candidates"][3]["std_quality"] == 0.0 and gated["candidates"][2]["std_quality"] == 0.0
-assert _math.isclose(gated["band"], _math.sqrt(0.02), rel_tol=1e-12) and gated["best_mean"] == 0.5
-assert [gated["candidates"][k]["quality_passed"] for k in (1, 2, 3)] == [True, True, True]
-floor = gate_candidates({2: runs([0.5, 0.5]), 3: runs([0.45])}, 1000, 0.04, 3.0)
-assert floor["band"] == 0.04 and floor["candidates"][3]["reasons"] == ["below_band"]
+def runs(qualities, regressions=None, memory=100):
+    regressions = regressions or [0.5] * len(qualities)
+    return [{"seed": s, "status": "ok", "quality": q, "regression": r, "memory_bytes": memory}
+            for s, (q, r) in enumerate(zip(qualities, regressions), start=1)]
+table = {1: 12.706, 2: 4.303, 3: 3.182}
+base = {"quality": 0.25, "regression": 0.5}
+gated = gate_candidates({4: runs([0.5, 0.75, 0.625]), 8: runs([0.25, 0.5, 0.375])}, base, 1000, 0.0, 0.5, table)
+row = gated["candidates"][4]
+assert _math.isclose(row["gain_mean"], 0.375, rel_tol=1e-12) and _math.isclose(row["mean_quality"], 0.625, rel_tol=1e-12)
+assert _math.isclose(row["gain_lower"], 0.375 - 4.303 * 0.125 / _math.sqrt(3), rel_tol=1e-12), row
+assert row["learned"] is True and gated["candidates"][8]["learned"] is False
+assert gated["candidates"][8]["reasons"] == ["no_task_gain", "below_margin"]
+two = gate_candidates({4: runs([0.5, 0.75])}, base, 1000, 0.0, 0.5, table)["candidates"][4]
+assert _math.isclose(two["gain_lower"], 0.375 - 12.706 * (0.125 * _math.sqrt(2)) / _math.sqrt(2), rel_tol=1e-12)
+assert two["learned"] is False and two["reasons"] == ["no_task_gain", "below_margin"], \
+    "with two seeds t is 12.706: no evidence of a gain, and no admissible best to be close to"
 
-# %% hidden exercise=gate_candidates points=1 name=the_band_edge_is_inside
-# hint: a mean exactly at best_mean - band passes the quality gate; a memory exactly at the budget passes the memory gate.
-def runs(qualities, memory=100, status="ok"):
-    return [{"seed": i, "status": status, "quality": q, "memory_bytes": memory} for i, q in enumerate(qualities)]
-gated = gate_candidates({"a": runs([0.5], memory=300), "b": runs([0.75], memory=301)}, 300, 0.25, 2.0)
-assert gated["candidates"]["a"]["quality_passed"] and gated["candidates"]["a"]["memory_passed"]
-assert gated["candidates"]["a"]["feasible"] and gated["candidates"]["b"]["reasons"] == ["over_budget"]
+# %% hidden exercise=gate_candidates points=1 name=the_best_is_the_best_admissible_candidate
+# hint: the best is the highest mean quality among candidates that learned and kept the base skill (ties: the smaller value); every complete candidate is compared with it seed by seed.
+import math as _math
+def runs(qualities, regressions, memory=100):
+    return [{"seed": s, "status": "ok", "quality": q, "regression": r, "memory_bytes": memory}
+            for s, (q, r) in enumerate(zip(qualities, regressions), start=1)]
+table = {2: 4.303}
+base = {"quality": 0.125, "regression": 0.5}
+results = {16: runs([0.875, 0.875, 0.875], [0.25, 0.25, 0.25]),   # best quality, but forgot the base skill
+           8: runs([0.75, 0.75, 0.75], [0.5, 0.5, 0.5]), 4: runs([0.75, 0.75, 0.75], [0.5, 0.5, 0.5]),
+           2: runs([0.625, 0.75, 0.625], [0.5, 0.5, 0.5])}
+gated = gate_candidates(results, base, 1000, 0.125, 0.125, table)
+assert gated["best"] == 4 and gated["best_mean"] == 0.75, "rank 16 forgot; 4 and 8 tie, the smaller value wins"
+rows = gated["candidates"]
+assert rows[16]["reasons"] == ["forgot_base_skill"] and rows[16]["versus_best_mean"] == 0.125
+assert rows[8]["equivalent"] and rows[8]["versus_best_lower"] == 0.0
+assert _math.isclose(rows[2]["versus_best_mean"], -1 / 12, rel_tol=1e-12)
+assert rows[2]["versus_best_lower"] < -0.125 and rows[2]["reasons"] == ["below_margin"]
+none = gate_candidates({16: runs([0.875] * 3, [0.25] * 3)}, base, 1000, 0.125, 0.125, table)
+assert none["best"] is None and none["best_mean"] is None
+assert none["candidates"][16]["versus_best_lower"] is None and none["candidates"][16]["equivalent"] is False
+
+# %% hidden exercise=gate_candidates points=1 name=the_edges_are_inside_but_a_zero_gain_is_no_gain
+# hint: a mean base-skill change of exactly -regression_tolerance keeps the skill, a lower end of exactly -margin is equivalent, a peak exactly at the budget passes; a gain whose lower end is exactly 0 is not learned.
+def runs(qualities, regressions, memory):
+    return [{"seed": s, "status": "ok", "quality": q, "regression": r, "memory_bytes": memory}
+            for s, (q, r) in enumerate(zip(qualities, regressions), start=1)]
+table = {1: 12.706}
+base = {"quality": 0.25, "regression": 0.75}
+gated = gate_candidates({"best": runs([0.75, 0.75], [0.75, 0.75], 300), "edge": runs([0.5, 0.5], [0.5, 0.5], 300),
+                         "flat": runs([0.25, 0.25], [0.75, 0.75], 301)}, base, 300, 0.25, 0.25, table)
+rows = gated["candidates"]
+assert gated["best"] == "best"
+assert rows["edge"]["kept_skill"] and rows["edge"]["regression_change"] == -0.25
+assert rows["edge"]["equivalent"] and rows["edge"]["versus_best_lower"] == -0.25
+assert rows["edge"]["memory_passed"] and rows["edge"]["feasible"]
+assert rows["flat"]["gain_lower"] == 0.0 and rows["flat"]["learned"] is False
+assert rows["flat"]["reasons"] == ["no_task_gain", "below_margin", "over_budget"]
 
 # %% hidden exercise=gate_candidates points=1 name=failures_and_missing_numbers_are_not_passes
-# hint: a failed or out-of-memory run, a quality that is None, a memory that is None: each has its reason in order, none passes, and only complete candidates define the band.
-def runs(qualities, memory=100, status="ok"):
-    return [{"seed": i, "status": status, "quality": q, "memory_bytes": memory} for i, q in enumerate(qualities)]
-results = {"ok": runs([0.3, 0.3]), "fail": runs([0.9, 0.9]) , "oom": runs([0.95], memory=50),
-           "noq": runs([None, 0.9]), "nomem": runs([0.31, 0.29], memory=None)}
-results["fail"][1]["status"] = "failed"
+# hint: a failed or out-of-memory run, a quality or regression that is None, a memory that is None: each has its reason in order, none passes, and only complete candidates get numbers.
+def runs(qualities, regressions, memory=100):
+    return [{"seed": s, "status": "ok", "quality": q, "regression": r, "memory_bytes": memory}
+            for s, (q, r) in enumerate(zip(qualities, regressions), start=1)]
+table = {1: 12.706, 2: 4.303}
+base = {"quality": 0.1, "regression": 0.5}
+results = {"ok": runs([0.6, 0.62, 0.61], [0.5, 0.51, 0.5]), "fail": runs([0.9, 0.9, 0.9], [0.5] * 3),
+           "oom": runs([0.95, 0.95, 0.95], [0.5] * 3, memory=50), "noq": runs([None, 0.9, 0.9], [0.5] * 3),
+           "noreg": runs([0.9, 0.9, 0.9], [0.5, None, 0.5]), "nomem": runs([0.6, 0.62, 0.61], [0.5] * 3, memory=None)}
+results["fail"][2]["status"] = "failed"
 results["oom"][0]["status"] = "oom"
-gated = gate_candidates(results, 1000, 0.05)
+gated = gate_candidates(results, base, 1000, 0.05, 0.05, table)
 rows = gated["candidates"]
-assert gated["best_mean"] == 0.3
+assert gated["best"] == "nomem", "the best is among the complete candidates that learned and kept the skill"
 assert rows["fail"]["reasons"] == ["run_failed"] and rows["fail"]["mean_quality"] is None and not rows["fail"]["complete"]
-assert rows["oom"]["reasons"] == ["oom"] and rows["oom"]["memory_passed"] is False
-assert rows["noq"]["reasons"] == ["quality_missing"] and rows["noq"]["std_quality"] is None
-assert rows["nomem"]["reasons"] == ["memory_not_measured"] and rows["nomem"]["quality_passed"] is True
+assert rows["oom"]["reasons"] == ["oom"] and rows["oom"]["memory_passed"] is False and rows["oom"]["gain_lower"] is None
+assert rows["noq"]["reasons"] == ["measure_missing"] and rows["noreg"]["reasons"] == ["measure_missing"]
+assert rows["noreg"]["regression_change"] is None and rows["noreg"]["versus_best_lower"] is None
+assert rows["nomem"]["reasons"] == ["memory_not_measured"] and rows["nomem"]["kept_skill"] is True
 assert rows["nomem"]["peak_memory_bytes"] is None and not rows["nomem"]["feasible"] and rows["ok"]["feasible"]
-nothing = gate_candidates({"x": runs([None])}, 10, 0.1)
-assert nothing["best_mean"] is None and nothing["band"] is None and nothing["candidates"]["x"]["quality_passed"] is False
 
 # %% hidden exercise=gate_candidates points=1 name=wrong_gate_calls_raise_and_good_calls_do_not
-# hint: the budget, the band parameters and every result are checked; the good call answers.
-def runs(qualities, memory=100, status="ok"):
-    return [{"seed": i, "status": status, "quality": q, "memory_bytes": memory} for i, q in enumerate(qualities)]
-good = {4: runs([0.5])}
-assert gate_candidates(good, 100, 0.1)["candidates"][4]["feasible"] is True
-bad_calls = [(good, -1, 0.1), (good, 1.5, 0.1), (good, True, 0.1), (good, 100, -0.1), (good, 100, float("nan")),
-             (good, 100, True), (good, 100, 0.1, -1), (good, 100, 0.1, float("inf")), ({}, 100, 0.1), (None, 100, 0.1),
-             ({4: []}, 100, 0.1), ({4: runs([0.5], status="done")}, 100, 0.1), ({4: [{"seed": 1, "status": "ok", "quality": True, "memory_bytes": 1}]}, 100, 0.1),
-             ({4: [{"seed": 1.0, "status": "ok", "quality": 0.5, "memory_bytes": 1}]}, 100, 0.1),
-             ({4: [{"seed": 1, "status": "ok", "quality": 0.5, "memory_bytes": -1}]}, 100, 0.1),
-             ({4: [{"seed": 1, "status": "ok", "quality": float("nan"), "memory_bytes": 1}]}, 100, 0.1),
-             ({4: [{"seed": 1, "status": "ok", "quality": 0.5, "memory_bytes": 1.5}]}, 100, 0.1), ({4: [None]}, 100, 0.1)]
-for arguments in bad_calls:
+# hint: the budget, the margin, the tolerance, the base, the t table and every result are checked, and the candidates must hold the same seeds (at least two, with their critical value); the good call answers.
+def runs(qualities, memory=100, status="ok", seeds=None):
+    seeds = seeds or range(1, len(qualities) + 1)
+    return [{"seed": s, "status": status, "quality": q, "regression": 0.5, "memory_bytes": memory}
+            for s, q in zip(seeds, qualities)]
+table = {1: 12.706, 2: 4.303}
+base = {"quality": 0.1, "regression": 0.5}
+good = {4: runs([0.5, 0.52, 0.51])}
+assert gate_candidates(good, base, 100, 0.1, 0.1, table)["candidates"][4]["feasible"] is True
+bad_calls = [(good, base, -1, 0.1, 0.1, table), (good, base, 1.5, 0.1, 0.1, table), (good, base, True, 0.1, 0.1, table),
+             (good, base, 100, -0.1, 0.1, table), (good, base, 100, float("nan"), 0.1, table),
+             (good, base, 100, True, 0.1, table), (good, base, 100, 0.1, -1, table),
+             (good, base, 100, 0.1, float("inf"), table), (good, {"quality": 0.1}, 100, 0.1, 0.1, table),
+             (good, {"quality": True, "regression": 0.5}, 100, 0.1, 0.1, table),
+             (good, {"quality": 0.1, "regression": float("nan")}, 100, 0.1, 0.1, table), (good, None, 100, 0.1, 0.1, table),
+             (good, base, 100, 0.1, 0.1, {2: 0}), (good, base, 100, 0.1, 0.1, {0: 4.3}),
+             (good, base, 100, 0.1, 0.1, {True: 4.3}), (good, base, 100, 0.1, 0.1, {1: 12.7}),
+             (good, base, 100, 0.1, 0.1, [4.303]), ({}, base, 100, 0.1, 0.1, table), (None, base, 100, 0.1, 0.1, table),
+             ({4: []}, base, 100, 0.1, 0.1, table), ({4: runs([0.5, 0.5], status="done")}, base, 100, 0.1, 0.1, table),
+             ({4: runs([0.5])}, base, 100, 0.1, 0.1, table), ({4: runs([0.5, 0.5], seeds=[1, 1])}, base, 100, 0.1, 0.1, table),
+             ({4: runs([0.5, 0.5]), 8: runs([0.5, 0.5], seeds=[1, 3])}, base, 100, 0.1, 0.1, table),
+             ({4: runs([0.5, True])}, base, 100, 0.1, 0.1, table), ({4: runs([0.5, float("inf")])}, base, 100, 0.1, 0.1, table),
+             ({4: runs([0.5, 0.5], memory=-1)}, base, 100, 0.1, 0.1, table),
+             ({4: runs([0.5, 0.5], memory=1.5)}, base, 100, 0.1, 0.1, table), ({4: [None, None]}, base, 100, 0.1, 0.1, table)]
+for position, arguments in enumerate(bad_calls):
     try:
         gate_candidates(*arguments)
     except ValueError:
         continue
-    raise AssertionError(f"an invalid call was accepted: {arguments}")
+    raise AssertionError(f"invalid call {position} was accepted")
 
 # %% hidden exercise=gate_candidates points=2 name=agrees_with_reference_on_generated_results
-# hint: any candidates, statuses, qualities, memories, budgets and band parameters, valid or with one defect: the same gates and reasons, or the same ValueError.
+# hint: any candidates, statuses, qualities, regressions, memories, budgets, margins and tolerances, valid or with one defect in any position: the same gates and reasons, or the same ValueError.
 from hypothesis import strategies as st
+from tools.course.grader.clauses import each_of, is_bool, not_finite
 
-@st.composite
-def result_sets(draw):
+NUMBERS = [0.0, 0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 1, 0.1 + 0.2, 0.3]
+BAD_NUMBERS = [float("nan"), float("inf"), -float("inf"), True, "0.5", None]
+T = {1: 12.706, 2: 4.303, 3: 3.182}
+defects = ([("valid", n) for n in range(40)] + [("quality", bad) for bad in BAD_NUMBERS[:5]]
+           + [("regression", bad) for bad in BAD_NUMBERS[:5]] + [("memory", bad) for bad in (-1, 1.5, True, "1")]
+           + [("seed", bad) for bad in (1.0, True, "1", None)] + [("status", bad) for bad in ("done", None)]
+           + [("base_quality", bad) for bad in BAD_NUMBERS] + [("base_regression", bad) for bad in BAD_NUMBERS]
+           + [("budget", bad) for bad in (-1, 2.0, True)] + [("margin", bad) for bad in (-0.1, float("nan"), True)]
+           + [("tolerance", bad) for bad in (-0.1, float("inf"), False)]
+           + [("table", bad) for bad in ({}, {1: 0}, {1: float("nan")}, {0: 12.7, 2: 4.3}, [12.706])]
+           + [("shape", bad) for bad in ("empty", "twice", "other_seeds", "one_seed", "not_a_dict")])
+
+
+def one_case(defect, rng):
+    kind, bad = defect
+    seeds = rng.sample([1, 2, 3, 5], rng.choice([2, 3]))
     results = {}
-    for value in draw(st.lists(st.sampled_from([4, 8, 16, 32]), min_size=1, max_size=4, unique=True)):
-        results[value] = [{"seed": seed, "status": draw(st.sampled_from(["ok", "ok", "ok", "oom", "failed"])),
-                           "quality": draw(st.sampled_from([None, 0.25, 0.5, 0.5, 0.55, 0.6, 0.75, 1, 0])),
-                           "memory_bytes": draw(st.sampled_from([None, 100, 200, 300, 400, 0]))}
-                          for seed in range(draw(st.integers(1, 3)))]
-    budget = draw(st.sampled_from([0, 150, 300, 500, -5, 2.0]))
-    floor = draw(st.sampled_from([0, 0.0, 0.02, 0.1, -0.1]))
-    factor = draw(st.sampled_from([0, 0.5, 1, 2.0, float("nan")]))
-    if draw(st.integers(0, 4)) == 0:
-        results[999] = draw(st.sampled_from([[], [None], [{"seed": 1, "status": "ok", "quality": 0.5, "memory_bytes": True}]]))
-    return results, budget, floor, factor
-
-@st.composite
-def band_edges(draw):
-    """A candidate whose mean sits exactly on the band's lower edge (the band from the floor or the spread)."""
-    best, band, edge = draw(st.sampled_from([(0.75, 0.25, 0.5), (1, 0.5, 0.5), (0.5, 0.25, 0.25)]))
-    results = {4: [{"seed": 0, "status": "ok", "quality": edge, "memory_bytes": 100}],
-               8: [{"seed": 0, "status": "ok", "quality": best, "memory_bytes": 200}]}
-    return results, draw(st.sampled_from([150, 300])), band, draw(st.sampled_from([0, 2.0]))
-
-from tools.course.grader.clauses import below, is_bool, not_finite
+    for value in rng.sample([2, 4, 8, 16], rng.randint(1, 3)):
+        results[value] = [{"seed": s, "status": rng.choice(["ok"] * 6 + ["oom", "failed"]),
+                           "quality": rng.choice(NUMBERS + [None]), "regression": rng.choice(NUMBERS + [None]),
+                           "memory_bytes": rng.choice([None, 0, 100, 200, 300, 400])} for s in seeds]
+    base = {"quality": rng.choice(NUMBERS), "regression": rng.choice(NUMBERS)}
+    call = [results, base, rng.choice([0, 150, 300, 500]), rng.choice([0, 0.125, 0.25]),
+            rng.choice([0, 0.125, 0.25]), dict(T)]
+    target = rng.choice(list(results))
+    run = rng.choice(results[target])
+    if kind == "quality":
+        run["quality"] = bad
+    elif kind == "regression":
+        run["regression"] = bad
+    elif kind == "memory":
+        run["memory_bytes"] = bad
+    elif kind == "seed":
+        run["seed"] = bad
+    elif kind == "status":
+        run["status"] = bad
+    elif kind == "base_quality":
+        base["quality"] = bad
+    elif kind == "base_regression":
+        base["regression"] = bad
+    elif kind == "budget":
+        call[2] = bad
+    elif kind == "margin":
+        call[3] = bad
+    elif kind == "tolerance":
+        call[4] = bad
+    elif kind == "table":
+        call[5] = bad
+    elif kind == "shape":
+        if bad == "empty":
+            results[target] = []
+        elif bad == "twice":
+            results[target].append(dict(run))
+        elif bad == "other_seeds":
+            results[99] = [dict(r, seed=r["seed"] + 10) for r in results[target]]
+        elif bad == "one_seed":
+            for value in results:
+                results[value] = results[value][:1]
+        else:
+            results[target][0] = None
+    return tuple(call)
 
 
 def gated(*call):
     """The reference's result (raises on an invalid call, so a valid-input clause never counts one)."""
     return reference("gate_candidates")(*call)
-
-
-def refusal(*call):
-    """The stage's error message ('' when it accepts): the first rule the call breaks (same order as the reference)."""
-    from tools.experiments.sft_chain.selection_gates import gate_candidates as staged
-
-    try:
-        staged(*call)
-    except ValueError as error:
-        return str(error)
-    return ""
 
 
 def rows(*call):
@@ -251,32 +331,51 @@ def rows(*call):
 def has_reason(reason):
     return lambda *call: any(reason in row["reasons"] for row in rows(*call))
 
-reference.agrees("gate_candidates", st.one_of(result_sets(), result_sets(), band_edges()), cases=200, clauses={
+
+reference.agrees("gate_candidates", each_of(defects, one_case, variants=2), cases=2 * len(defects), clauses={
     "a candidate with an oom run": has_reason("oom"),
     "a candidate with a failed run": has_reason("run_failed"),
-    "a candidate whose quality is missing": has_reason("quality_missing"),
-    "a candidate below the quality band": has_reason("below_band"),
+    "a candidate with a missing measurement": has_reason("measure_missing"),
+    "a candidate with no task gain": has_reason("no_task_gain"),
+    "a candidate that forgot the base skill": has_reason("forgot_base_skill"),
+    "a candidate below the margin": has_reason("below_margin"),
     "a candidate whose memory was not measured": has_reason("memory_not_measured"),
     "a candidate over the memory budget": has_reason("over_budget"),
-    "a candidate mean exactly at the band edge": lambda *call: any(
-        row["complete"] and row["mean_quality"] == gated(*call)["best_mean"] - gated(*call)["band"]
-        and gated(*call)["band"] > 0 for row in rows(*call)),
-    "a peak exactly at the budget": lambda *call: any(
-        row["peak_memory_bytes"] == call[1] for row in rows(*call)),
-    "the band set by the seed spread": lambda *call: gated(*call)["band"] is not None and gated(*call)["band"] > call[2],
-    "the band set by the floor": lambda *call: gated(*call)["band"] is not None and gated(*call)["band"] == call[2] > 0,
     "a feasible candidate": lambda *call: any(row["feasible"] for row in rows(*call)),
-    "no complete candidate": lambda *call: gated(*call)["best_mean"] is None,
+    "no admissible candidate (no best)": lambda *call: gated(*call)["best"] is None,
+    "a peak exactly at the budget": lambda *call: any(row["peak_memory_bytes"] == call[2] for row in rows(*call)),
     "a quality given as an int": lambda *call: gated(*call) and any(
         type(run["quality"]) is int for runs in call[0].values() for run in runs),
-    "memory_budget below 0": lambda *call: below(call[1], 0),
-    "memory_budget a float": lambda *call: isinstance(call[1], float),
-    "band_floor below 0": lambda *call: "band_floor" in refusal(*call) and below(call[2], 0),
-    "spread_factor not finite": lambda *call: "spread_factor" in refusal(*call) and not_finite(call[3]),
-    "a candidate with no results": lambda *call: "non-empty list" in refusal(*call),
-    "a result that is not a dict": lambda *call: "malformed result None" in refusal(*call),
-    "a memory that is a bool": lambda *call: "malformed result" in refusal(*call) and any(
-        is_bool(run.get("memory_bytes")) for runs in call[0].values() for run in runs if isinstance(run, dict)),
+    "inexact float arithmetic (0.1 + 0.2) in a quality": lambda *call: gated(*call) and any(
+        run["quality"] == 0.1 + 0.2 for runs in call[0].values() for run in runs),
+    "a quality that is not finite": lambda *call: any(
+        isinstance(run, dict) and not_finite(run.get("quality")) for runs in call[0].values() for run in runs),
+    "a regression that is not finite": lambda *call: any(
+        isinstance(run, dict) and not_finite(run.get("regression")) for runs in call[0].values() for run in runs),
+    "a quality that is a bool": lambda *call: any(
+        isinstance(run, dict) and is_bool(run.get("quality")) for runs in call[0].values() for run in runs),
+    "a base quality that is not finite or not a number": lambda *call: isinstance(call[1], dict) and (
+        not_finite(call[1].get("quality")) or not isinstance(call[1].get("quality"), (int, float))),
+    "a base regression that is not finite or not a number": lambda *call: isinstance(call[1], dict) and (
+        not_finite(call[1].get("regression")) or not isinstance(call[1].get("regression"), (int, float))),
+    "a memory that is a bool": lambda *call: any(
+        isinstance(run, dict) and is_bool(run.get("memory_bytes")) for runs in call[0].values() for run in runs),
+    "a seed that is not an int": lambda *call: any(
+        isinstance(run, dict) and (is_bool(run.get("seed")) or not isinstance(run.get("seed"), int))
+        for runs in call[0].values() for run in runs),
+    "memory_budget a float or a bool": lambda *call: isinstance(call[2], float) or is_bool(call[2]),
+    "a margin that is not finite or a bool": lambda *call: not_finite(call[3]) or is_bool(call[3]),
+    "a tolerance that is not finite or a bool": lambda *call: not_finite(call[4]) or is_bool(call[4]),
+    "a t table without the degrees of freedom or with a bad value": lambda *call: isinstance(call[5], dict) and (
+        not call[5] or any(not (isinstance(v, (int, float)) and v > 0 and v == v) for v in call[5].values())
+        or 0 in call[5]),
+    "a t table that is not a dict": lambda *call: not isinstance(call[5], dict),
+    "candidates holding different seeds": lambda *call: len({frozenset(r.get("seed") for r in runs if isinstance(r, dict))
+                                                             for runs in call[0].values() if runs}) > 1,
+    "a seed run twice": lambda *call: any(len({r.get("seed") for r in runs if isinstance(r, dict)}) < len(runs)
+                                         for runs in call[0].values() if runs),
+    "a single seed": lambda *call: all(len(runs) == 1 for runs in call[0].values()),
+    "a candidate with no results": lambda *call: any(runs == [] for runs in call[0].values()),
 })
 
 # %% hidden exercise=choose_candidate points=1 name=ties_break_by_quality_then_value

@@ -21,7 +21,7 @@ SETTINGS = settings(max_examples=250, derandomize=True, deadline=None, suppress_
 def reference_of(slug: str) -> dict:
     source = "\n".join(cell.source for _, cell in cells_with_role(read_notebook(f"notebooks/{slug}.ipynb"),
                                                                    "reference-solution"))
-    namespace = {"math": math, "NEXT_ACTIONS": delivery_gates.NEXT_ACTIONS}
+    namespace = {"math": math, "NEXT_ACTIONS": delivery_gates.NEXT_ACTIONS, "T95": selection_gates.T95}
     exec(compile(source, f"<{slug} reference>", "exec"), namespace)
     return namespace
 
@@ -66,11 +66,15 @@ def test_63_comparability_is_the_stage_gate(notebooks, call):
 
 @st.composite
 def results(draw):
+    seeds = list(range(draw(st.integers(1, 4))))
     table = {value: [{"seed": seed, "status": draw(st.sampled_from(["ok", "ok", "oom", "failed"])),
                       "quality": draw(st.sampled_from([None, 0.25, 0.5, 0.55, 0.6])),
-                      "memory_bytes": draw(st.sampled_from([None, 100, 300]))} for seed in range(draw(st.integers(1, 3)))]
+                      "regression": draw(st.sampled_from([None, 0.4, 0.55, 0.6])),
+                      "memory_bytes": draw(st.sampled_from([None, 100, 300]))} for seed in seeds]
              for value in draw(st.lists(st.sampled_from([4, 8, 16]), min_size=1, max_size=3, unique=True))}
-    return table, draw(st.sampled_from([200, 300, -1])), draw(st.sampled_from([0.0, 0.02])), draw(st.sampled_from([0.5, 2.0]))
+    base = {"quality": draw(st.sampled_from([0.1, 0.5])), "regression": draw(st.sampled_from([0.6, 0.5]))}
+    return (table, base, draw(st.sampled_from([200, 300, -1])), draw(st.sampled_from([0.0, 0.05])),
+            draw(st.sampled_from([0.05, 0.1])), selection_gates.T95)
 
 
 @SETTINGS
@@ -119,8 +123,9 @@ def test_65_gates_are_the_stage_gates(notebooks, pair, ladder, required):
 
 @st.composite
 def deliveries(draw):
-    selected = {"rank": draw(st.sampled_from([4, 8])), "data_sha256": "d"}
-    used = dict(selected, **draw(st.sampled_from([{}, {"rank": 4.0}, {"data_sha256": "e"}, {"extra": 1}])))
+    selected = {"rank": draw(st.sampled_from([4, 8])), "targets": ["q", "v"], "data_sha256": "d"}
+    used = dict(selected, **draw(st.sampled_from([{}, {"rank": 4.0}, {"data_sha256": "e"}, {"extra": 1},
+                                                  {"targets": ["v", "q"]}, {"targets": ("q", "v")}])))
     recorded = {"a": "1", "b": "2"}
     found = dict(recorded, **draw(st.sampled_from([{}, {"a": "9"}, {"b": None}, {"c": "3"}])))
     losses = [2.0, 1.5, 1.2, 1.0]
@@ -128,31 +133,31 @@ def deliveries(draw):
               "resumed_losses": draw(st.sampled_from([None, [1.2, 1.0], [1.2, 1.1], [1.2]])),
               "resumed_first_step": draw(st.sampled_from([None, 3, 1, 2]))}
     reload = {"in_process": 0.5, "reloaded": draw(st.sampled_from([None, 0.5, 0.6]))}
-    return selected, used, {"recorded": recorded, "found": found}, resume, reload
+    unordered = draw(st.sampled_from([(), ["targets"], ("targets", "rank")]))
+    evaluation = [{"name": name, "passed": draw(st.booleans())} for name in ("task_gain", "base_skill_kept")]
+    return selected, used, {"recorded": recorded, "found": found}, resume, reload, unordered, evaluation
 
 
 @SETTINGS
 @given(call=deliveries())
 def test_62_gates_are_the_stage_gates(notebooks, call):
-    selected, used, files, resume, reload = call
-    same(delivery_gates.upstream_identity, notebooks["62"]["upstream_identity"], selected, used)
+    selected, used, files, resume, reload, unordered, evaluation = call
+    same(delivery_gates.upstream_identity, notebooks["62"]["upstream_identity"], selected, used, unordered)
     same(delivery_gates.artifact_checks, notebooks["62"]["artifact_checks"], files, resume, reload)
-    identity = delivery_gates.upstream_identity(selected, used)
+    identity = delivery_gates.upstream_identity(selected, used, unordered)
     integrity = delivery_gates.artifact_checks(files, resume, reload)
-    same(delivery_gates.delivery_state, notebooks["62"]["delivery_state"], identity, integrity)
+    same(delivery_gates.delivery_state, notebooks["62"]["delivery_state"], identity, integrity, evaluation)
 
 
 def test_the_comparison_can_fail(notebooks):
-    """A gate that differs in one clause is caught: a population std instead of the sample std."""
-    def population(results, memory_budget, band_floor, spread_factor=2.0):
-        gated = selection_gates.gate_candidates(results, memory_budget, band_floor, spread_factor)
-        for value, runs in results.items():
-            qualities = [run["quality"] for run in runs]
-            mean = sum(qualities) / len(qualities)
-            gated["candidates"][value]["std_quality"] = math.sqrt(sum((q - mean) ** 2 for q in qualities) / len(qualities))
-        return gated
+    """A gate that differs in one clause is caught: the gain's lower end from the t value of n seeds
+    instead of n - 1 degrees of freedom."""
+    def seeds_not_degrees(results, base, memory_budget, margin, regression_tolerance, t_critical):
+        return selection_gates.gate_candidates(results, base, memory_budget, margin, regression_tolerance,
+                                               {df - 1: value for df, value in t_critical.items() if df > 1})
 
-    call = ({4: [{"seed": 1, "status": "ok", "quality": 0.5, "memory_bytes": 1},
-                 {"seed": 2, "status": "ok", "quality": 0.7, "memory_bytes": 1}]}, 10, 0.0)
+    runs = [{"seed": seed, "status": "ok", "quality": q, "regression": 0.5, "memory_bytes": 1}
+            for seed, q in ((1, 0.5), (2, 0.7), (3, 0.6))]
+    call = ({4: runs}, {"quality": 0.1, "regression": 0.5}, 10, 0.05, 0.05, selection_gates.T95)
     with pytest.raises(AssertionError):
-        same(population, notebooks["63"]["gate_candidates"], *call)
+        same(seeds_not_degrees, notebooks["63"]["gate_candidates"], *call)

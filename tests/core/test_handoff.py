@@ -7,6 +7,7 @@ import pytest
 from tools.core.handoff import (
     SEAL_FIELD,
     check_manifest_body,
+    fix_command,
     manifest_path,
     require_manifest,
     seal,
@@ -45,9 +46,33 @@ def test_a_sealed_manifest_is_read_back_with_its_sha256_and_entry(tmp_path):
                                         "sha256": digest}
 
 
-def test_a_missing_manifest_names_the_file_and_the_project_to_run(tmp_path):
-    with pytest.raises(UpstreamRecordError, match="64-x_manifest_chain_a.json does not exist: run project 64"):
+def test_a_missing_manifest_names_the_file_and_the_one_command_that_fixes_it(tmp_path):
+    with pytest.raises(UpstreamRecordError, match=r"64-x_manifest_chain_a.json does not exist \(project 64 did not run "
+                                                  r"under RUN_LABEL 'chain_a' in cpu_smoke\)") as refused:
+        read(tmp_path, reader_id="63")
+    assert refused.value.fix == fix_command("63", "cpu_smoke") == \
+        "python -m tools.course run --chain 63 --run-mode cpu_smoke --label <a new label>"
+    assert str(refused.value).endswith(f"Nothing was run. Fix: {refused.value.fix}")
+
+
+def test_every_refusal_names_one_command_and_never_contradicts_itself(tmp_path):
+    """The old stop message told the reader to rerun with RUN_LABEL 'X' and, in the same sentence, under a
+    new label; now each refusal ends with the one command, which uses a new label."""
+    path, digest = write(tmp_path)
+    refusals = []
+    for call in (lambda: read(tmp_path, label="other_label"), lambda: read(tmp_path, promised_sha256="0" * 64),
+                 lambda: read(tmp_path, run_mode="real_gpu")):
+        with pytest.raises(UpstreamRecordError) as refused:
+            call()
+        refusals.append(refused.value)
+    path.write_text(path.read_text(encoding="utf-8").replace('"accept"', '"accepT"'), encoding="utf-8")
+    with pytest.raises(UpstreamRecordError) as refused:
         read(tmp_path)
+    refusals.append(refused.value)
+    for error in refusals:
+        message = str(error)
+        assert message.count("python -m tools.course run") == 1 and message.endswith(f"Fix: {error.fix}"), message
+        assert "RUN_LABEL 'chain_a' and" not in message and "under a new label" not in message
 
 
 @pytest.mark.parametrize("edit", [

@@ -1,17 +1,20 @@
 """Project 65 (QLoRA low-resource branch): what the notebook shows around its three gates.
 
 The learner writes the gates (`paired_deltas`, `capacity_gain`, `branch_decision`); the branch stage
-(`tools.experiments.sft_chain.qlora`) trains the pairs and decides with the library's gates. This
-module reads the pairs back, re-decides them with the notebook's functions, draws them, and checks
-the 4-bit base against bitsandbytes: the bytes its `Linear4bit` layers hold against chapter 26's
-account, and its dequantised weights against the bf16 weights within NF4's rounding bound. Nothing
-here prints.
+(`tools.experiments.sft_chain.qlora`) trains the pairs and decides with them (the notebook passes its
+functions through the plan's mechanism). This module reads the pairs back, re-decides them, draws
+them, words the findings (`lesson_text`, section `qlora_branch`), and checks the 4-bit base against
+bitsandbytes: the bytes its `Linear4bit` layers hold against chapter 26's account, and its
+dequantised weights against the bf16 weights within NF4's rounding bound. Nothing here prints.
 """
 
 from __future__ import annotations
 
 from typing import Callable, Mapping
 
+from tools.chapters import lesson_text
+from tools.core.effects import describe as describe_effect
+from tools.core.effects import paired_effect
 from tools.experiments.sft_chain import qlora as stage
 
 CHAPTER_ID = stage.CHAPTER_ID
@@ -21,21 +24,61 @@ def _runs(pairs: Mapping) -> dict:
     return {base: {int(seed): run for seed, run in by_seed.items()} for base, by_seed in pairs["runs"].items()}
 
 
+def _shown(value, form=".3f") -> str:
+    return "-" if value is None else format(value, form)
+
+
 def pairs_table(pairs: Mapping) -> str:
-    """Every (seed, base) run: status, the quality the gates read, step time, CUDA peak, bytes the base holds."""
-    key = pairs.get("quality_key", "exact_match")
-    lines = [f"{'seed':>4} {'base':<5}{'status':>7}{key:>15}{'ms/step':>9}{'peak alloc':>12}{'base bytes':>12}"]
+    """The two bases without an adapter, then every (seed, base) run: status, the task's exact match (the
+    gates' quality), the base skill's, step time, CUDA peak, bytes the base holds."""
+    lines = [f"{'seed':>4} {'base':<5}{'status':>7}{'task EM':>9}{'skill EM':>9}{'ms/step':>9}{'peak alloc':>12}"
+             f"{'base bytes':>12}"]
+    for base in stage.BASES:
+        row = pairs["bases"][base]
+        lines.append(f"{'-':>4} {base:<5}{row['status']:>7}{_shown(row.get('quality')):>9}"
+                     f"{_shown(row.get('regression')):>9}{'(no adapter)':>21}{row.get('base_tensor_bytes', '-'):>12}")
     runs = _runs(pairs)
     for seed in pairs["seeds"]:
         for base in stage.BASES:
             run = runs[base][seed]
-            match = run.get(key)
             step = run.get("step_time_s")
             peak = run.get("peak_allocated_bytes")
-            lines.append(f"{seed:>4} {base:<5}{run['status']:>7}{'-' if match is None else format(match, '.3f'):>15}"
-                         f"{'-' if step is None else format(step * 1000, '.1f'):>9}{'-' if peak is None else peak:>12}"
-                         f"{run.get('base_tensor_bytes', '-'):>12}")
+            lines.append(f"{seed:>4} {base:<5}{run['status']:>7}{_shown(run.get('quality')):>9}"
+                         f"{_shown(run.get('regression')):>9}{_shown(None if step is None else step * 1000, '.1f'):>9}"
+                         f"{'-' if peak is None else peak:>12}{run.get('base_tensor_bytes', '-'):>12}")
     return "\n".join(lines)
+
+
+def effects(pairs: Mapping) -> dict:
+    """Paired effects over the seeds where both bases ran: the NF4 base minus the bf16 base on the task
+    and on the base skill (`tools.core.effects`); empty when fewer than two seeds paired."""
+    runs = _runs(pairs)
+    seeds = [seed for seed in pairs["seeds"] if runs["nf4"][seed]["status"] == runs["bf16"][seed]["status"] == "ok"]
+    if len(seeds) < 2:
+        return {}
+    return {key: paired_effect({s: runs["nf4"][s][key] for s in seeds}, {s: runs["bf16"][s][key] for s in seeds},
+                               metric=f"{key}: nf4 minus bf16")
+            for key in ("quality", "regression")}
+
+
+def findings(pairs: Mapping) -> list[str]:
+    """The page's sentences about the pairs (Simplified Chinese, from `lesson_text`)."""
+    bases = pairs["bases"]
+    lines = []
+    if all(bases[base]["status"] == "ok" for base in stage.BASES):
+        lines.append(lesson_text.text("qlora_branch.baseline", bf16=bases["bf16"]["quality"],
+                                      nf4=bases["nf4"]["quality"], bf16_skill=bases["bf16"]["regression"],
+                                      nf4_skill=bases["nf4"]["regression"]))
+    found = effects(pairs)
+    if found:
+        lines.append(lesson_text.text("qlora_branch.paired", quality=describe_effect(found["quality"]),
+                                      skill=describe_effect(found["regression"])))
+    else:
+        lines.append(lesson_text.text("qlora_branch.unpaired"))
+    chain_steps = stage.selection.shared_config(pairs.get("run_mode", "cpu_smoke"))["steps"]
+    lines.append(lesson_text.text("qlora_branch.difference", rank=pairs["adapter"]["rank"],
+                                  steps=pairs["adapter"]["steps"], chain_steps=chain_steps))
+    return lines
 
 
 def recheck(pairs: Mapping, paired_deltas: Callable, capacity_gain: Callable, branch_decision: Callable) -> dict:
@@ -125,7 +168,7 @@ def draw_pairs(pairs: Mapping):
 
     runs = _runs(pairs)
     seeds = pairs["seeds"]
-    key = pairs.get("quality_key", "exact_match")
+    key = "quality"
     fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
     colours = {"bf16": "#8fc1e3", "nf4": "#ffcc80"}
     for offset, base in ((-0.2, "bf16"), (0.2, "nf4")):
@@ -140,7 +183,12 @@ def draw_pairs(pairs: Mapping):
     if all(peak is not None for peak in peaks):
         axes[2].plot(stage.BASES, peaks, "k^", label="CUDA peak allocated")
         axes[2].legend(fontsize=8)
-    for axis, title, unit in ((axes[0], "quality per seed", key.replace("_", " ")), (axes[1], "step time per seed", "ms"),
+    for base, colour in (("bf16", "#2980b9"), ("nf4", "#e67e22")):
+        if pairs["bases"][base].get("quality") is not None:
+            axes[0].axhline(pairs["bases"][base]["quality"], color=colour, linestyle="--", linewidth=1,
+                            label=f"{base} base, no adapter")
+    for axis, title, unit in ((axes[0], "task exact match per seed (validation)", "answer exact match"),
+                              (axes[1], "step time per seed", "ms"),
                               (axes[2], "bytes the base holds (tensors)", "bytes")):
         axis.set_title(title)
         axis.set_ylabel(unit)

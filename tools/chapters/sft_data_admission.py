@@ -61,6 +61,24 @@ def rounds_table(result: Mapping) -> str:
     return "\n".join(lines)
 
 
+def paraphrase_lines(result: Mapping, line: str = stage.MAIN_LINE) -> str:
+    """The leaks of a line's first version that only the problem identity found, each beside the
+    record of the higher split it copies (the text of the two differs)."""
+    first = result["lines"][line]["rounds"][0]
+    splits = {"evaluation": result["evaluation"], **first["delivery"].splits}
+    only = stage.paraphrase_leaks(first["checked"])
+    lines = []
+    for split, ids in only.items():
+        for record_id in ids:
+            record = next(r for r in splits[split] if r.get("id") == record_id)
+            identity = sft_raw.problem_identity(record)
+            twin = next(r for name in stage.PRIORITY[:stage.PRIORITY.index(split)] for r in splits[name]
+                        if "input" in r and sft_raw.problem_identity(r) == identity)
+            lines.append(f"{split}/{record_id} {identity}: {sft_raw.chat_prompt(record)!r}  <->  "
+                         f"{twin['id']}: {sft_raw.chat_prompt(twin)!r}")
+    return "leaks only the problem identity finds:\n" + ("\n".join(f"  {line}" for line in lines) or "  none")
+
+
 def several_findings(result: Mapping, line: str = stage.MAIN_LINE) -> str:
     """The samples of a line's first version that more than one check blocks (no check hides another)."""
     details = result["lines"][line]["rounds"][0]["checked"].details
@@ -156,7 +174,7 @@ def draw_chain():
     boxes = {"64": (0.3, 1.6, "64 data admission\naccept / tune / reject", "#80cbc4"),
              "63": (4.3, 2.6, "63 LoRA variant selection\nranks 4 / 8 / 16 x 3 seeds", "#8fc1e3"),
              "65": (4.3, 0.4, "65 QLoRA branch\nNF4 vs bf16, capacity", "#ffe082"),
-             "62": (8.5, 2.6, "62 training delivery\nsave / resume / reload", "#b39ddb")}
+             "62": (8.5, 1.6, "62 training delivery\nfinal evaluation, deliver", "#b39ddb")}
     for x, y, label, colour in boxes.values():
         ax.add_patch(FancyBboxPatch((x, y), 3.0, 1.1, boxstyle="round,pad=0.05", facecolor=colour, edgecolor="black"))
         ax.text(x + 1.5, y + 0.55, label, ha="center", va="center", fontsize=9.5)
@@ -164,9 +182,11 @@ def draw_chain():
                              ((3.35, 2.0), (4.25, 1.0), "admission\nmanifest")):
         ax.add_patch(FancyArrowPatch(start, end, arrowstyle="-|>", mutation_scale=18))
         ax.text((start[0] + end[0]) / 2 - 0.55, (start[1] + end[1]) / 2, text, ha="right", va="center", fontsize=8)
-    ax.add_patch(FancyArrowPatch((7.35, 3.15), (8.45, 3.15), arrowstyle="-|>", mutation_scale=18))
-    ax.text(7.9, 3.85, "selection\nmanifest", ha="center", fontsize=8)
-    ax.text(10.0, 2.2, "delivery manifest -> 84, 85", ha="center", fontsize=8)
+    ax.add_patch(FancyArrowPatch((7.35, 3.15), (8.45, 2.4), arrowstyle="-|>", mutation_scale=18))
+    ax.text(7.9, 3.45, "selection\nmanifest", ha="center", fontsize=8)
+    ax.add_patch(FancyArrowPatch((7.35, 0.95), (8.45, 1.8), arrowstyle="-|>", mutation_scale=18))
+    ax.text(7.9, 0.7, "branch\nmanifest", ha="center", fontsize=8)
+    ax.text(10.0, 1.2, "delivery + rollback manifests\n-> 84, 85, 86", ha="center", fontsize=8)
     ax.text(6.0, 4.05, "each hand-off: path relative to the results root + sha256; sealed; same run mode",
             ha="center", fontsize=9, style="italic")
     ax.set_title("The SFT project chain: a project starts only from the manifest its upstream sealed")

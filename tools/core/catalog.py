@@ -131,7 +131,7 @@ def order_by_prerequisites(chapters: list[Chapter]) -> list[Chapter]:
 def project_chain(key: str, root: Path | None = None) -> list[Chapter]:
     """The projects a project needs, transitively, then the project itself, in run order.
 
-    `project_chain("62")` is 64, 63, 62: each project of the chain hands its manifest to the next.
+    `project_chain("62")` is 64, 63, 65, 62: each project of the chain hands its manifest to the next.
     Prerequisites that are mechanism chapters are not part of a chain (they hand nothing down). Every
     project of the chain must be implemented.
     """

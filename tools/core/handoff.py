@@ -9,13 +9,21 @@ refuses, before any work and with an UpstreamRecordError that says what to do, a
 - is missing (the upstream project did not run under this label),
 - has another sha256 than the one promised (the batch runner promises the sha256 it saw when the
   upstream project finished; `python -m tools.course run --chain 62`),
-- no longer matches its own seal (any byte changed after it was written, promised or not),
+- no longer matches its own seal (any byte changed after it was written and not sealed again),
 - comes from another run mode (a cpu_smoke manifest never feeds a real_gpu project), another label
   or another project, or
 - decided something the downstream project cannot start from (e.g. `tune` data is not trained on).
 
 The seal is the sha256 of the record's canonical encoding without the seal itself; the file must
 also be exactly that canonical encoding, so a changed space is caught as surely as a changed digit.
+What the seal protects against: an accidental change (an edited byte, a truncated copy) and a
+mixed-up run (another project, label or run mode). What it does not: someone who edits the manifest
+and seals it again, since the seal is computed from the file alone. Only a sha256 promised from
+outside the file (the chain runner's, or one a person wrote down) catches that, which is why a
+promise is required in real_gpu and whenever the chain runner runs a project.
+
+Every refusal names the one command that fixes it: the chain up to the reading project, run again
+under a new label (`fix_command`).
 """
 
 from __future__ import annotations
@@ -104,51 +112,61 @@ class Upstream:
                                   f"{role!r}; it was written by another version of the project")
 
 
+def fix_command(project: str, run_mode: str) -> str:
+    """The one command that rebuilds a chain up to `project` from scratch: every project it needs,
+    in order, each promising its manifest's sha256 to the next, under a label no record has used."""
+    return f"python -m tools.course run --chain {project} --run-mode {run_mode} --label <a new label>"
+
+
 def require_manifest(results_root: Path, *, chapter_id: str, slug: str, label: str, run_mode: str,
                      promised_sha256: str | None = None, schema_version: str | None = None,
-                     decisions: Iterable[str] | None = None, reader: str = "this project") -> Upstream:
+                     decisions: Iterable[str] | None = None, reader: str = "this project",
+                     reader_id: str | None = None) -> Upstream:
     """The upstream project's manifest of `label`, after every check of the module docstring.
 
-    `decisions` lists the upstream decisions `reader` can start from (None: any). Nothing is
-    written; an UpstreamRecordError names the file and what to do.
+    `decisions` lists the upstream decisions `reader` can start from (None: any); `reader_id` (the
+    reading project's id) names the chain the fix command rebuilds. Nothing is written; an
+    UpstreamRecordError names the file and the one command that fixes it.
     """
     run_mode = validate_run_mode(run_mode)
     if run_mode == "dry_run":
         raise ConfigError("dry_run reads no manifest; check the upstream only in cpu_smoke or real_gpu")
     path = manifest_path(results_root, slug, label)
-    rerun = (f"run project {chapter_id} with RUN_LABEL {label!r} and RUN_MODE {run_mode!r} first "
-             f"(or run the chain: python -m tools.course run --chain <project> --run-mode {run_mode})")
+    fix = fix_command(reader_id or chapter_id, run_mode)
     if not path.is_file():
-        raise UpstreamRecordError(f"{reader} needs the manifest of project {chapter_id}, and {path} does not exist: "
-                                  f"{rerun}.", stage=MANIFEST_STAGE, fix=rerun)
+        raise UpstreamRecordError(f"{reader} needs the manifest of project {chapter_id}, and {path} does not exist "
+                                  f"(project {chapter_id} did not run under RUN_LABEL {label!r} in {run_mode}). "
+                                  f"Nothing was run. Fix: {fix}", stage=MANIFEST_STAGE, fix=fix)
     data = path.read_bytes()
     actual = hashlib.sha256(data).hexdigest()
     if promised_sha256 is not None and actual != promised_sha256:
         raise UpstreamRecordError(
             f"the manifest of project {chapter_id} ({path}) has sha256 {actual}, but {promised_sha256} was promised "
-            f"when project {chapter_id} finished: it changed after it was written. Nothing was run; {rerun} under a "
-            "new label.", stage=MANIFEST_STAGE, cause="sha256 mismatch", fix=rerun)
+            f"when project {chapter_id} finished: it changed after it was written (sealed again or not). Nothing was "
+            f"run. Fix: {fix}", stage=MANIFEST_STAGE, cause="sha256 mismatch", fix=fix)
     changed = (f"the manifest of project {chapter_id} ({path}) was changed after it was written "
-               f"(its bytes no longer match its seal). Nothing was run; {rerun} under a new label.")
+               f"(its bytes no longer match its seal). Nothing was run. Fix: {fix}")
     try:
         record = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError):
-        raise UpstreamRecordError(changed, stage=MANIFEST_STAGE, cause="not valid JSON", fix=rerun) from None
+        raise UpstreamRecordError(changed, stage=MANIFEST_STAGE, cause="not valid JSON", fix=fix) from None
     if (not isinstance(record, dict) or record.get(SEAL_FIELD) != _seal_of(record)
             or encode_record(record) != data):
-        raise UpstreamRecordError(changed, stage=MANIFEST_STAGE, cause="seal mismatch", fix=rerun)
+        raise UpstreamRecordError(changed, stage=MANIFEST_STAGE, cause="seal mismatch", fix=fix)
     if record.get("run_mode") != run_mode:
         raise UpstreamRecordError(
             f"the manifest of project {chapter_id} ({path}) comes from a {record.get('run_mode')} run; a {run_mode} "
-            f"project reads only {run_mode} manifests. Nothing was run; {rerun}.", stage=MANIFEST_STAGE,
-            cause="run mode mismatch", fix=rerun)
+            f"project reads only {run_mode} manifests. Nothing was run. Fix: {fix}", stage=MANIFEST_STAGE,
+            cause="run mode mismatch", fix=fix)
     for field, expected in (("chapter", chapter_id), ("run_label", label), ("stage", MANIFEST_STAGE)):
         if record.get(field) != expected:
             raise UpstreamRecordError(f"{path} names {field} {record.get(field)!r}, expected {expected!r}: it is not "
-                                      f"the manifest of project {chapter_id} under this label.", stage=MANIFEST_STAGE)
+                                      f"the manifest of project {chapter_id} under this label. Nothing was run. "
+                                      f"Fix: {fix}", stage=MANIFEST_STAGE, fix=fix)
     if schema_version is not None and record.get("schema_version") != schema_version:
         raise UpstreamRecordError(f"{path} has schema {record.get('schema_version')!r}, {reader} reads "
-                                  f"{schema_version!r}: {rerun} with this version of the course.", stage=MANIFEST_STAGE)
+                                  f"{schema_version!r} (another version of the course wrote it). Nothing was run. "
+                                  f"Fix: {fix}", stage=MANIFEST_STAGE, fix=fix)
     decision = record.get("decision", {}).get("decision")
     if decisions is not None and decision not in tuple(decisions):
         raise UpstreamRecordError(

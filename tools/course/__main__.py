@@ -312,7 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
     selection.add_argument("--chapter", action="append", help="chapter id or slug (repeatable; default: all)")
     selection.add_argument("--chain", metavar="PROJECT",
                            help="a project and every project it needs, in order, each reading the manifest the "
-                                "one before it wrote (e.g. --chain 62 runs 64, 63, 62)")
+                                "one before it wrote (e.g. --chain 62 runs 64, 63, 65, 62)")
     run.add_argument("--run-mode", default="cpu_smoke", choices=RUN_MODES)
     run.add_argument("--label", help="run label naming the records (default for dry_run/cpu_smoke: a timestamp)")
     run.add_argument("--results-dir", help="where records go (default: build/results or benchmarks/results)")

@@ -63,9 +63,26 @@ class BatchStep:
     """A gate stops the batch when it fails (the environment check)."""
     takes_time_limit: bool = False
     """An experiment step is told its limit (`--time-limit-s`, the plan's `limits.time_s`)."""
+    upstreams: tuple[str, ...] = ()
+    """Projects whose manifests the step reads (see `promised`)."""
 
     def command(self, limit_s: float) -> tuple[str, ...]:
         return (*self.argv, "--time-limit-s", f"{limit_s:.0f}") if self.takes_time_limit else self.argv
+
+
+def promised(step: BatchStep, results: Path, label: str) -> BatchStep:
+    """The step with `--upstream-sha256 ID=SHA` for every upstream manifest this batch has written under
+    `label` (a missing one is not promised: the step then refuses to start in real_gpu, naming it)."""
+    from tools.core.catalog import find_chapter
+    from tools.core.handoff import manifest_path
+    from tools.core.records import sha256_file
+
+    flags = []
+    for upstream in step.upstreams:
+        path = manifest_path(results, find_chapter(upstream).slug, label)
+        if path.is_file():
+            flags += ["--upstream-sha256", f"{upstream}={sha256_file(path)}"]
+    return BatchStep(step.name, (*step.argv, *flags), step.max_s, step.gate, step.takes_time_limit, step.upstreams)
 
 
 def batch_steps(*, run_mode: str, label: str, results_dir: Path, model_source: str,
@@ -79,9 +96,11 @@ def batch_steps(*, run_mode: str, label: str, results_dir: Path, model_source: s
              BatchStep("models", ("-m", "tools.experiments", "models", *common), 240.0)]
     for step in device_steps():
         argv = step.argv(run_mode=run_mode, label=label, results_dir=str(results_dir), model_source=model_source)
-        steps.append(BatchStep(step.name, ("-m", "tools.experiments", *argv), step.max_s, takes_time_limit=True))
+        steps.append(BatchStep(step.name, ("-m", "tools.experiments", *argv), step.max_s, takes_time_limit=True,
+                               upstreams=step.upstreams))
     if max_step_s is not None:
-        steps = [BatchStep(s.name, s.argv, min(s.max_s, max_step_s), s.gate, s.takes_time_limit) for s in steps]
+        steps = [BatchStep(s.name, s.argv, min(s.max_s, max_step_s), s.gate, s.takes_time_limit, s.upstreams)
+                 for s in steps]
     return steps
 
 
@@ -195,6 +214,7 @@ def run_batch(*, label: str, out: Path, rehearse: bool = False, budget_s: float 
                 entry.update(status="skipped", reason=stop_reason or f"{remaining:.0f} s of the budget left "
                                                                      f"(a step needs {MIN_STEP_S:.0f})")
             else:
+                step = promised(step, results, label)
                 limit = min(step.max_s, remaining)
                 step_started = clock()
                 code, timed_out = run_step(step, python=python, limit_s=limit, log_file=log_file, cwd=out)

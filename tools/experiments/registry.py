@@ -49,7 +49,9 @@ class DeviceStep:
 
     `order` places the step in the batch (lower first, across experiments); `max_s` caps its time
     (it also never gets more than the batch has left); `arguments` are extra command-line flags of
-    the experiment (e.g. `("--backend", "torch")`). `chapter` None means the experiment's first."""
+    the experiment (e.g. `("--backend", "torch")`). `chapter` None means the experiment's first.
+    `upstreams` names the projects whose manifests the step reads: the batch promises each one's
+    sha256, as written earlier in the same batch (`--upstream-sha256 ID=SHA`)."""
 
     name: str
     experiment: str
@@ -58,6 +60,7 @@ class DeviceStep:
     chapter: str | None = None
     arguments: tuple[str, ...] = ()
     max_s: float = DEFAULT_STEP_MAX_S
+    upstreams: tuple[str, ...] = ()
 
     def argv(self, *, run_mode: str, label: str, results_dir: str, model_source: str,
              time_limit_s: float | None = None) -> list[str]:

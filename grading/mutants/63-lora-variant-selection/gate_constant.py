@@ -1,5 +1,5 @@
 # mutant: gate_constant
 # exercise: gate_candidates
 # mistake: returns the same gates whatever the results are.
-def gate_candidates(results, memory_budget, band_floor, spread_factor=2.0):
-    return {"best_mean": None, "band": None, "candidates": {}}
+def gate_candidates(results, base, memory_budget, margin, regression_tolerance, t_critical):
+    return {"best": None, "best_mean": None, "candidates": {}}

@@ -126,12 +126,12 @@ def test_the_chain_of_a_project_is_its_upstream_projects_in_order(chain_root):
         project_chain("D", chain_root)
 
 
-def test_the_course_chain_of_62_is_64_63_62():
+def test_the_course_chain_of_62_is_64_63_65_62():
     catalog = {c.id: c for c in load_catalog(REPO_ROOT)}
-    assert catalog["63"].prerequisites == ("64",) and catalog["62"].prerequisites == ("63",)
+    assert catalog["63"].prerequisites == ("64",) and catalog["62"].prerequisites == ("63", "65")
     assert catalog["65"].prerequisites == ("64",)
-    if all(catalog[key].implemented for key in ("62", "63", "64")):
-        assert [c.id for c in project_chain("62", REPO_ROOT)] == ["64", "63", "62"]
+    if all(catalog[key].implemented for key in ("62", "63", "64", "65")):
+        assert [c.id for c in project_chain("62", REPO_ROOT)] == ["64", "63", "65", "62"]
 
 
 @pytest.mark.integration
@@ -191,8 +191,8 @@ def test_the_course_batch_puts_every_project_after_its_upstream():
 @pytest.mark.integration
 @pytest.mark.slow
 def test_the_sft_chain_runs_end_to_end_and_a_one_byte_change_stops_the_next_project(tmp_path):
-    """`run --chain 62` in cpu_smoke: 64, 63, 62 pass, each reading the manifest the one before sealed and
-    the runner promised; then one changed byte in 63's manifest stops 62 in its setup cell, before any
+    """`run --chain 62` in cpu_smoke: 64, 63, 65, 62 pass, each reading the manifests the ones before sealed
+    and the runner promised; then one changed byte in 63's manifest stops 62 in its setup cell, before any
     work, with the clear error, and 62 writes nothing."""
     from tools.course.runs.runner import run_chapter
 
@@ -200,13 +200,14 @@ def test_the_sft_chain_runs_end_to_end_and_a_one_byte_change_stops_the_next_proj
     results = tmp_path / "results"
     label, outcomes = run_chapters(REPO_ROOT, chain, run_mode="cpu_smoke", label="pytest_chain",
                                    results_dir=str(results), show_progress=False)
-    assert [(o.chapter, o.status) for o in outcomes] == [("64", "passed"), ("63", "passed"), ("62", "passed")], \
-        format_summary(outcomes)
+    assert [(o.chapter, o.status) for o in outcomes] == [("64", "passed"), ("63", "passed"), ("65", "passed"),
+                                                         ("62", "passed")], format_summary(outcomes)
     summary = json.loads((REPO_ROOT / "build/runs/pytest_chain/summary.json").read_text(encoding="utf-8"))
-    assert sorted(summary["handoffs"]) == ["62", "63", "64"]
+    assert sorted(summary["handoffs"]) == ["62", "63", "64", "65"]
     delivered = json.loads((results / summary["handoffs"]["62"]["path"]).read_text(encoding="utf-8"))
     assert delivered["decision"]["decision"] == "delivered"
     assert delivered["inputs"][0] == {"role": "upstream_manifest", **summary["handoffs"]["63"]}
+    assert delivered["inputs"][1] == {"role": "upstream_manifest", **summary["handoffs"]["65"]}
 
     selection = results / summary["handoffs"]["63"]["path"]
     data = bytearray(selection.read_bytes())
@@ -216,7 +217,8 @@ def test_the_sft_chain_runs_end_to_end_and_a_one_byte_change_stops_the_next_proj
     again = run_chapter(REPO_ROOT, chain[-1], run_mode="cpu_smoke", label="pytest_chain_2", results_dir=results,
                         output_dir=tmp_path / "again",
                         extra_parameters={"UPSTREAM_LABEL": "pytest_chain",
-                                          "UPSTREAM_SHA256": {"63": summary["handoffs"]["63"]["sha256"]}})
+                                          "UPSTREAM_SHA256": {"63": summary["handoffs"]["63"]["sha256"],
+                                                              "65": summary["handoffs"]["65"]["sha256"]}})
     assert again.status == "failed" and again.failure["cell"] == 3
     assert "UpstreamRecordError" in again.error and "was promised when project 63 finished" in again.error
     assert sorted(path.name for path in (results / "62-sft-delivery").rglob("*")) == before

@@ -62,6 +62,34 @@ def test_the_steps_are_the_registrys_after_the_environment_check_and_the_models(
     assert toy.argv[toy.argv.index("--model-source") + 1] == "random_init"
 
 
+def test_a_chain_step_is_promised_the_sha256_of_every_upstream_manifest_the_batch_wrote(tmp_path):
+    """The SFT chain in real_gpu needs a promised sha256 for each upstream manifest: the batch adds
+    `--upstream-sha256 ID=SHA` for every one it finds under the label, just before the step runs."""
+    from tools.core.handoff import manifest_path
+    from tools.core.records import sha256_file
+    from tools.experiments.sft_chain.experiment import add_upstream_arguments
+    import argparse
+
+    steps = {step.name: step for step in device_batch.batch_steps(run_mode="real_gpu", label="l_v1",
+                                                                   results_dir=tmp_path, model_source="random_init")}
+    delivery = steps["chain_62_delivery"]
+    assert delivery.upstreams == ("63", "65") and steps["chain_63_selection"].upstreams == ("64",)
+    assert device_batch.promised(delivery, tmp_path, "l_v1").argv == delivery.argv  # nothing written: nothing promised
+    path = manifest_path(tmp_path, "63-lora-variant-selection", "l_v1")
+    path.parent.mkdir(parents=True)
+    path.write_text("{}", encoding="utf-8")
+    argv = device_batch.promised(delivery, tmp_path, "l_v1").argv
+    assert argv[-2:] == ("--upstream-sha256", f"63={sha256_file(path)}")
+    parser = argparse.ArgumentParser()
+    add_upstream_arguments(parser)
+    options = parser.parse_args(["--upstream-sha256", f"63={sha256_file(path)}", "--upstream-sha256", "65=" + "a" * 64])
+    from tools.experiments.sft_chain.manifests import promised_sha256
+
+    assert promised_sha256(vars(options), "63") == sha256_file(path) and promised_sha256(vars(options), "65") == "a" * 64
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--upstream-sha256", "63"])
+
+
 @pytest.mark.integration
 def test_a_step_killed_by_its_limit_leaves_every_earlier_record_in_the_archive(tmp_path):
     out = tmp_path / "out"

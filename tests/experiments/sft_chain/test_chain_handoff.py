@@ -1,6 +1,6 @@
 """The SFT chain's hand-off between real projects: 63 (and 65, 62) refuse, before any work and without
 writing a record, an upstream manifest that is missing, changed by one byte, promised otherwise,
-from another run mode, or not an accept."""
+from another run mode, or not an accept; every refusal names the one command that fixes it."""
 
 from __future__ import annotations
 
@@ -51,9 +51,13 @@ def tampered_copy(results, manifest, tmp_path, edit):
 
 
 def one_digit(data: bytes) -> bytes:
-    marker = b'"measured": 296'
-    index = data.index(marker) + len(marker) - 1
-    return data[:index] + b"7" + data[index + 1:]
+    """The last digit of the valid_train_records gate's measured count, changed."""
+    import re
+
+    gate = data.index(b'"name": "valid_train_records"')
+    match = re.compile(rb'"measured": (\d+)').search(data, gate)
+    index = match.end() - 1
+    return data[:index] + (b"1" if data[index:index + 1] != b"1" else b"2") + data[index + 1:]
 
 
 @pytest.mark.parametrize("experiment,chapter,slug", [("lora_selection", "63", "63-lora-variant-selection"),
@@ -61,7 +65,9 @@ def one_digit(data: bytes) -> bytes:
 def test_a_one_byte_change_stops_the_next_project_with_no_record(admitted, tmp_path, experiment, chapter, slug):
     results, manifest = admitted
     copy = tampered_copy(results, manifest, tmp_path, one_digit)
-    with pytest.raises(UpstreamRecordError, match=r"sha256 .* was promised when project 64 finished"):
+    with pytest.raises(UpstreamRecordError, match=r"sha256 .* was promised when project 64 finished.*Nothing was run\. "
+                                                  rf"Fix: python -m tools\.course run --chain {chapter} --run-mode cpu_smoke "
+                                                  r"--label <a new label>$"):
         run(downstream(copy, experiment, chapter, upstream_sha256=manifest.sha256))
     with pytest.raises(UpstreamRecordError, match="was changed after it was written"):
         run(downstream(copy, experiment, chapter))  # no promise: the seal still sees it
@@ -84,9 +90,9 @@ def test_a_missing_manifest_names_the_project_to_run(admitted):
 
 
 def test_a_cpu_smoke_manifest_never_feeds_a_real_gpu_project(admitted):
-    results, _ = admitted
+    results, manifest = admitted
     with pytest.raises(UpstreamRecordError, match="comes from a cpu_smoke run; a real_gpu project reads only real_gpu"):
-        run(downstream(results, run_mode="real_gpu", label="gpu_next"))
+        run(downstream(results, run_mode="real_gpu", label="gpu_next", upstream_sha256=manifest.sha256))
     assert records_of(results, "63-lora-variant-selection") == []
 
 

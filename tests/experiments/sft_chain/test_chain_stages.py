@@ -1,65 +1,112 @@
-"""The chain's stages in cpu_smoke, run once through the experiment contract (64, 63, 65, 62 on one
-label): what each record holds, that its decision is the gates' on its own evidence, and that the
-delivered files are checked (a changed byte or another configuration changes the delivery state)."""
+"""The chain's stages in cpu_smoke, run once through the experiment contract (64, 63, 65, 62 on one label):
+what each record holds, that each decision is the gates' on its own evidence, that the delivered adapter
+learned the task over the no-adapter base and kept the base's addition (effects asserted over seeds, under
+both numerics profiles), that its files are what 63 selected and can be shipped, and that an adapter that
+forgets is not delivered."""
 
 from __future__ import annotations
 
 import json
+import re
+import shutil
 
 import pytest
 
-from tools.core.records import sha256_file
+from tools.core import effects
+from tools.core.handoff import SEAL_FIELD, _seal_of, require_manifest, seal
+from tools.core.records import encode_record, sha256_file
 from tools.experiments.contract import Plan, run
-from tools.experiments.sft_chain import delivery_gates, qlora, selection, selection_gates
-from tools.experiments.sft_chain.training import state_sha256
+from tools.experiments.sft_chain import delivery, delivery_gates, qlora, selection, selection_gates
+from tools.experiments.sft_chain.training import file_hashes, state_sha256
 
-pytestmark = pytest.mark.slow  # four stages train the lab model (cpu_smoke): about two minutes
+pytestmark = pytest.mark.slow  # four stages train the lab model (cpu_smoke): about three CPU minutes
 LABEL = "chain_stages"
+STAGES = (("sft_data_admission", "64"), ("lora_selection", "63"), ("qlora_branch", "65"), ("sft_delivery", "62"))
+GAIN_MARGIN = 0.2
+"""The smallest answer gain the pages claim is 'above 0'; the effect tests ask for more than the spread measured
+across seeds and both numerics profiles (the gains measured were +0.42 to +0.55, seed sd about 0.06)."""
+FORGETTING_MARGIN = 0.2
+"""Dropping replay costs the base skill about 0.45 to 0.55 (both profiles); the page claims more than the
+tolerance (0.05)."""
 
 
 @pytest.fixture(scope="module")
 def chain(tmp_path_factory):
     results = tmp_path_factory.mktemp("results")
     refs = {}
-    for experiment, chapter in (("sft_data_admission", "64"), ("lora_selection", "63"), ("qlora_branch", "65"),
-                                ("sft_delivery", "62")):
+    for experiment, chapter in STAGES:
         refs[chapter] = {ref.stage: ref for ref in run(Plan(experiment=experiment, chapter=chapter,
                                                             run_mode="cpu_smoke", label=LABEL, results_dir=results))}
     return results, refs
 
 
-def test_63_matrix_holds_every_run_and_excludes_the_leftover(chain):
+# ---- 64 ------------------------------------------------------------------------------------------
+
+def test_64_hands_down_train_and_validation_and_seals_the_evaluation_split_apart(chain):
+    results, refs = chain
+    admitted, manifest = refs["64"]["admitted_data"].load(), refs["64"]["manifest"].load()
+    assert set(admitted["splits"]) == {"train", "validation"} and "evaluation" not in admitted
+    assert [entry["role"] for entry in manifest["outputs"]] == ["admitted_data", "evaluation_split"]
+    split = json.loads(refs["64"]["evaluation_split"].path.read_text(encoding="utf-8"))
+    assert split[SEAL_FIELD] == _seal_of(split) and split["openers"] == ["62"]
+    assert manifest["paraphrase_leaks"]["train"] == ["leak-7", "leak-8", "leak-9"]
+
+
+# ---- 63 ------------------------------------------------------------------------------------------
+
+def test_63_matrix_reads_validation_against_the_base_and_excludes_the_leftover(chain):
     _, refs = chain
     matrix, manifest = refs["63"]["matrix"].load(), refs["63"]["manifest"].load()
     names = [run["name"] for run in matrix["runs"]]
     assert len(names) == len(selection.RANKS) * len(selection.SEEDS) + 1 and names[-1] == "r32_s1_leftover"
+    assert [run["name"] for run in matrix["controls"]] == [f"r8_s{seed}_no_replay" for seed in selection.SEEDS]
     assert matrix["gating"]["comparability"]["excluded"] == [{"value": 32, "reasons": ["differs:steps", "seeds"]}]
-    admitted = refs["64"]["admitted_data"].load()
-    assert {run["config"]["data_sha256"] for run in matrix["runs"]} == {admitted["version"]["content_sha256"]}
-    again = selection.gate(matrix["runs"], "cpu_smoke", admitted["version"]["content_sha256"], gates=selection_gates)
-    assert json.loads(json.dumps(again)) == matrix["gating"] and manifest["decision"]["decision"] == again["choice"]["decision"]
-    assert matrix["memory_metric"] == "training_state_bytes"
+    assert set(matrix["base_metrics"]) == {selection.TASK_SET, selection.SKILL_SET}
+    assert all(set(run["metrics"]) == {selection.TASK_SET, selection.SKILL_SET} for run in matrix["runs"])
+    assert all(run["quality"] == run["metrics"][selection.TASK_SET]["exact_match"] for run in matrix["runs"])
+    again = selection.gate(matrix["runs"], "cpu_smoke", matrix["runs"][0]["config"]["data_sha256"],
+                           matrix["base_metrics"], matrix["memory_budget"], selection_gates)
+    assert json.loads(json.dumps(again)) == matrix["gating"]
+    assert manifest["decision"]["decision"] == again["choice"]["decision"]
+    assert matrix["memory_metric"] == "training_state_bytes" and matrix["memory_budget"] == 1024 * 1024
     assert all(run["peak_allocated_bytes"] is None for run in matrix["runs"])  # a CPU measures no device memory
+    assert matrix["numerics"]["cpu_numerics"]["torch_cpu_capability"]
+    assert all(entry["source"] == "package" for entry in matrix["mechanism"].values())
 
 
-def test_63_trains_the_lab_model_and_its_quality_moves_with_training(chain):
-    """cpu_smoke trains the lab student, and the quality the gates read is well above the untrained
-    base on every comparable run (the gates compare learning, not noise around zero)."""
-    from tools.data import sft_raw
-    from tools.experiments.sft_chain.training import evaluate, load_base, render
-
+@pytest.mark.effect
+def test_effect_every_rank_learns_the_task_over_the_base(chain):
     _, refs = chain
-    matrix, admitted = refs["63"]["matrix"].load(), refs["64"]["admitted_data"].load()
-    assert matrix["model"]["model_id"] == selection.CPU_MODEL == "lab"
-    assert matrix["quality_key"] == "token_accuracy" and "token" in matrix["quality_metric"]
-    base, tokenizer, _ = load_base("lab", "local", "float32", "cpu")
-    rendered = [render(tokenizer, sft_raw.chat_prompt(r), r["output"]) for r in admitted["evaluation"]]
-    untrained = evaluate(base, rendered, tokenizer.pad_token_id, "cpu")
-    comparable = [run for run in matrix["runs"] if run["config"]["rank"] in selection.RANKS]
-    assert all(run["quality"] == run["token_accuracy"] for run in matrix["runs"])
-    assert all(run["quality"] > untrained["token_accuracy"] + 0.05 for run in comparable), (
-        untrained, [run["quality"] for run in comparable])
-    assert all(run["eval_loss"] < untrained["eval_loss"] - 1.0 for run in comparable)
+    matrix = refs["63"]["matrix"].load()
+    for rank in selection.RANKS:
+        gain = matrix["effects"][f"rank_{rank}_task_gain"]
+        assert len(gain["seeds"]) >= 3 and effects.holds(gain, GAIN_MARGIN), (rank, effects.describe(gain))
+
+
+@pytest.mark.effect
+def test_effect_without_replay_the_base_forgets_its_addition(chain):
+    _, refs = chain
+    matrix = refs["63"]["matrix"].load()
+    forgetting = matrix["effects"]["no_replay_base_skill_change"]
+    assert effects.holds(forgetting, FORGETTING_MARGIN, "less"), effects.describe(forgetting)
+
+
+def test_63_budget_and_quality_change_the_choice_on_the_recorded_matrix(chain):
+    """No retraining: the same measurements decided under another budget, or with the best candidate's
+    measurements lowered, choose otherwise."""
+    _, refs = chain
+    matrix = refs["63"]["matrix"].load()
+    base, data = matrix["base_metrics"], matrix["runs"][0]["config"]["data_sha256"]
+    chosen = matrix["gating"]["choice"]["chosen"]
+    if chosen is None:
+        pytest.skip("this run chose no rank")
+    peak = matrix["gating"]["gated"]["candidates"][str(chosen)]["peak_memory_bytes"]
+    tight = selection.gate(matrix["runs"], "cpu_smoke", data, base, peak - 1, selection_gates)["choice"]
+    assert tight["chosen"] != chosen
+    worse = [dict(run, quality=run["quality"] - 0.5) if run["config"]["rank"] == chosen else run
+             for run in matrix["runs"]]
+    assert selection.gate(worse, "cpu_smoke", data, base, matrix["memory_budget"], selection_gates)["choice"][
+        "chosen"] != chosen
 
 
 def test_63_chosen_adapter_files_are_the_chosen_run(chain):
@@ -73,14 +120,19 @@ def test_63_chosen_adapter_files_are_the_chosen_run(chain):
 
     weights = next(entry for entry in files if entry["path"].endswith("adapter_model.safetensors"))
     assert state_sha256(load_file(str(results / weights["path"]))) == manifest["chosen_adapter"]["adapter_sha256"]
-    config = json.loads(next(results / e["path"] for e in files if e["path"].endswith("adapter_config.json")).read_text())
-    assert not str(config.get("base_model_name_or_path", "")).startswith("/")  # no machine path in a delivered file
     assert manifest["selected_config"]["rank"] == manifest["decision"]["chosen_rank"]
 
 
-def test_65_pairs_say_which_path_ran_and_claim_no_memory_on_a_cpu(chain):
+# ---- 65 ------------------------------------------------------------------------------------------
+
+def test_65_pairs_start_from_both_bases_say_which_path_ran_and_claim_no_memory_on_a_cpu(chain):
     _, refs = chain
     pairs, manifest = refs["65"]["pairs"].load(), refs["65"]["manifest"].load()
+    assert all(pairs["bases"][base]["status"] == "ok" and pairs["bases"][base]["quality"] is not None
+               for base in qlora.BASES)
+    assert pairs["adapter"]["target_modules"] == list(selection.SHARED["target_modules"])
+    assert pairs["adapter"]["replay_fraction"] == selection.SHARED["replay_fraction"] and "float32" in \
+        pairs["difference_from_delivery"]
     path = manifest["bitsandbytes_path"]
     assert path["quant_type"] == "nf4" and path["linear4bit_layers"] > 0 and path["backend"] == "cpu"
     for seed in map(str, qlora.SEEDS):
@@ -92,43 +144,194 @@ def test_65_pairs_say_which_path_ran_and_claim_no_memory_on_a_cpu(chain):
     assert manifest["decision"]["decision"] in ("tune", "reject")
     if manifest["decision"]["decision"] == "tune":
         assert manifest["decision"]["reasons"][0] == "capacity_not_measured"
-        assert "not measured" in manifest["next_action"] and "real_gpu" in manifest["next_action"]
 
 
-def test_62_delivers_the_selection_and_its_checks_can_fail(chain, tmp_path):
+# ---- 62 ------------------------------------------------------------------------------------------
+
+@pytest.mark.effect
+def test_effect_the_delivered_adapter_learns_the_task_and_keeps_the_base_skill(chain):
+    """Done when: on >= 3 seeds the answer gain over the no-adapter base has a paired interval above 0 (here
+    above GAIN_MARGIN) on the evaluation split, and the base's addition stays within the tolerance."""
+    _, refs = chain
+    report, manifest = refs["62"]["evaluation"].load(), refs["62"]["manifest"].load()
+    gain, skill = report["effects"]["task_gain"], report["effects"]["base_skill_change"]
+    assert len(gain["seeds"]) >= 3 and effects.holds(gain, GAIN_MARGIN), effects.describe(gain)
+    assert skill["mean"] >= -delivery.REGRESSION_TOLERANCE, effects.describe(skill)
+    assert manifest["decision"]["decision"] == "delivered" and manifest["decision"]["reasons"] == []
+
+
+def test_62_identity_is_read_back_from_the_files_and_matches_63s_chosen_run(chain):
+    results, refs = chain
+    report = refs["62"]["evaluation"].load()
+    selected, chosen = refs["63"]["manifest"].load()["selected_config"], refs["63"]["manifest"].load()["chosen_adapter"]
+    assert report["identity"] == {"matches": True, "mismatches": []}
+    assert report["used"]["adapter_sha256"] == chosen["adapter_sha256"] == report["runs"]["1"]["adapter_sha256"]
+    folder = delivery.delivery_folder(_Sink(results))
+    config = json.loads((folder / "adapter" / "adapter_config.json").read_text(encoding="utf-8"))
+    assert set(config["target_modules"]) == set(selected["target_modules"])
+    assert config["revision"] == report["model"]["base_revision"] and config["revision"].startswith("sha256:")
+    # peft's order is not a mismatch when the key is unordered; the same list in another order is, otherwise
+    reordered = dict(report["used"], target_modules=list(reversed(selected["target_modules"])))
+    expected = delivery.expected_of(selected, chosen)
+    assert delivery_gates.upstream_identity(expected, reordered, list(delivery_gates.UNORDERED))["matches"]
+    assert not delivery_gates.upstream_identity(expected, reordered)["matches"]
+    assert not delivery_gates.upstream_identity(expected, dict(report["used"], rank=report["used"]["rank"] * 2),
+                                                list(delivery_gates.UNORDERED))["matches"]
+
+
+class _Sink:
+    """The two names `delivery.delivery_folder` reads, for this module's label."""
+
+    def __init__(self, results):
+        self.results_root, self.slug, self.run_label = results, "62-sft-delivery", LABEL
+
+
+def test_62_resume_reload_and_merge_reproduce_and_a_changed_byte_asks_for_a_rerun(chain):
     results, refs = chain
     report, manifest = refs["62"]["evaluation"].load(), refs["62"]["manifest"].load()
-    assert manifest["decision"]["decision"] == "delivered" and manifest["decision"]["reasons"] == []
     k = report["checkpoint_step"]
     assert report["resumed"]["optimiser_steps"][0] == k + 1
-    assert report["resumed"]["losses"] == report["formal"]["losses"][k:]
-    assert report["reloaded"]["eval_loss"] == report["formal"]["eval_loss"]
-    selected = refs["63"]["manifest"].load()["selected_config"]
-    assert report["selected"] == selected and report["config"]["data_sha256"] == selected["data_sha256"]
+    assert report["resumed"]["losses"] == report["runs"]["1"]["losses"][k:]
+    assert report["resumed"]["adapter_sha256"] == report["runs"]["1"]["adapter_sha256"]
+    assert report["reloaded"]["eval_loss"] == report["in_process_validation"]["eval_loss"]
+    assert report["merged"]["within_tolerance"] and report["merged"]["max_logit_difference"] <= delivery.MERGE_TOLERANCE
     delivered = [entry for entry in manifest["outputs"] if entry["role"].startswith("delivery/")]
-    assert {entry["role"][len("delivery/"):] for entry in delivered} == set(report["files"]["recorded"])
-    # a changed byte in a delivered file: the same gates now ask for a rerun
-    adapter = next(results / e["path"] for e in delivered if e["path"].endswith("adapter_model.safetensors"))
-    folder = adapter.parent.parent  # <slug>/<slug>_delivery_<label>/adapter/adapter_model.safetensors
+    assert all(sha256_file(results / entry["path"]) == entry["sha256"] for entry in delivered)
+    copy = results.parent / "changed"
+    shutil.copytree(results, copy)
+    folder = delivery.delivery_folder(_Sink(copy))
+    adapter = folder / "adapter" / "adapter_model.safetensors"
     data = bytearray(adapter.read_bytes())
     data[-1] ^= 1
     adapter.write_bytes(bytes(data))
-    from tools.experiments.sft_chain.training import file_hashes
-
-    files = {"recorded": report["files"]["recorded"], "found": file_hashes(folder)}
-    resume = {"reference_losses": report["formal"]["losses"], "checkpoint_step": k,
+    files = {"recorded": report["files"]["recorded"], "found": {path: digest for path, digest in file_hashes(folder).items()
+                                                                if path in report["files"]["recorded"]}}
+    resume = {"reference_losses": report["runs"]["1"]["losses"], "checkpoint_step": k,
               "resumed_losses": report["resumed"]["losses"], "resumed_first_step": report["resumed"]["optimiser_steps"][0]}
-    reload = {"in_process": report["formal"]["eval_loss"], "reloaded": report["reloaded"]["eval_loss"]}
-    state = delivery_gates.delivery_state(delivery_gates.upstream_identity(selected, report["config"]),
-                                          delivery_gates.artifact_checks(files, resume, reload))
+    reload = {"in_process": report["in_process_validation"]["eval_loss"], "reloaded": report["reloaded"]["eval_loss"]}
+    state = delivery_gates.delivery_state({"matches": True, "mismatches": []},
+                                          delivery_gates.artifact_checks(files, resume, reload),
+                                          report["evaluation_gates"])
     assert state["state"] == "needs_rerun" and state["reasons"] == ["files_intact:changed:adapter/adapter_model.safetensors"]
-    other = dict(report["config"], rank=report["config"]["rank"] * 2)
-    assert delivery_gates.delivery_state(delivery_gates.upstream_identity(selected, other),
-                                         delivery_gates.artifact_checks(files, resume, reload))["state"] == "blocked"
 
 
-def test_no_chain_record_carries_a_machine_path(chain):
+def test_62_merged_export_equals_base_plus_adapter_within_the_tolerance(chain):
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from tools.experiments.sft_chain.training import load_base
+
     results, _ = chain
-    for path in results.rglob("*.json"):
-        text = path.read_text(encoding="utf-8")
-        assert str(results) not in text and "/work/" not in text and "/home/" not in text, path
+    folder = delivery.delivery_folder(_Sink(results))
+    base, _, _ = load_base("lab", "local", "float32", "cpu")
+    adapted = PeftModel.from_pretrained(base, str(folder / "adapter")).eval()
+    merged = AutoModelForCausalLM.from_pretrained(folder / "merged").eval()
+    ids = torch.arange(5, 45).reshape(2, 20)
+    with torch.no_grad():
+        gap = float((merged(input_ids=ids).logits - adapted(input_ids=ids).logits).abs().max())
+    assert gap <= delivery.MERGE_TOLERANCE
+
+
+def test_62_ships_a_model_card_a_sealed_rollback_and_no_machine_path(chain):
+    results, refs = chain
+    manifest, report = refs["62"]["manifest"].load(), refs["62"]["evaluation"].load()
+    interface = manifest["delivery"]
+    card = (results / interface["model_card"]["path"]).read_text(encoding="utf-8")
+    for expected in (report["model"]["base_revision"], report["config"]["data_sha256"], "## Known limits",
+                     "| evaluation |", "| base_skill_heldout |", "QLoRA branch (project 65)", "answer gain over the base"):
+        assert expected in card, expected
+    rollback = json.loads((results / interface["rollback_manifest"]["path"]).read_text(encoding="utf-8"))
+    assert rollback[SEAL_FIELD] == _seal_of(rollback) and sha256_file(
+        results / interface["rollback_manifest"]["path"]) == interface["rollback_manifest"]["sha256"]
+    assert rollback["rollback_to"]["model_id"] == "lab" and rollback["rollback_to"]["weights_sha256"]
+    machine = re.compile(r"(/home/|/root/|/work/|/tmp/|/Users/|[A-Za-z]:\\\\)")
+    for path in sorted(results.rglob("*")):
+        if not path.is_file():
+            continue
+        data = path.read_bytes()
+        assert str(results).encode() not in data, path
+        if path.suffix in (".json", ".md", ".jinja", ".txt"):
+            assert not machine.search(data.decode("utf-8")), path
+    upstream = require_manifest(results, chapter_id="62", slug="62-sft-delivery", label=LABEL, run_mode="cpu_smoke",
+                                promised_sha256=refs["62"]["manifest"].sha256, decisions=("delivered",))
+    assert upstream.record["delivery"]["adapter"]["adapter_sha256"] == report["runs"]["1"]["adapter_sha256"]
+
+
+def test_the_evaluation_split_was_opened_once_by_62_only(chain):
+    results, refs = chain
+    receipts = sorted((results / "64-sft-data-admission" / "evaluation_reads").rglob("*.json"))
+    assert [path.name for path in receipts] == [f"62_{LABEL}.json"]
+    assert refs["62"]["evaluation"].load()["evaluation_split"]["earlier_reads"] == []
+
+
+# ---- a forgotten skill, planted ----------------------------------------------------------------------
+
+def test_a_delivery_that_forgets_the_base_skill_is_rejected_and_nothing_is_delivered(chain, tmp_path):
+    """63's manifest edited to select the no-replay configuration and sealed again (no promise in cpu_smoke:
+    the seal alone cannot see it). 62 trains it, the base's addition collapses on the held-out suite, and the
+    delivery is rejected: no model card, no merged export listed, no rollback manifest, and a downstream
+    project that starts only from a delivered manifest is refused."""
+    results, refs = chain
+    copy = tmp_path / "results"
+    shutil.copytree(results, copy, ignore=shutil.ignore_patterns("62-sft-delivery", "evaluation_reads"))
+    path = copy / refs["63"]["manifest"].path.relative_to(results)
+    record = json.loads(path.read_text(encoding="utf-8"))
+    record.pop(SEAL_FIELD)
+    record["selected_config"]["replay_fraction"] = 0.0
+    record["chosen_adapter"] = None  # no run of 63 trained this configuration
+    path.write_bytes(encode_record(seal(record)))
+    refs_62 = {ref.stage: ref for ref in run(Plan(experiment="sft_delivery", chapter="62", run_mode="cpu_smoke",
+                                                  label=LABEL, results_dir=copy))}
+    manifest, report = refs_62["manifest"].load(), refs_62["evaluation"].load()
+    assert manifest["decision"]["decision"] == "rejected", manifest["decision"]
+    assert "evaluation:base_skill_kept" in manifest["decision"]["reasons"]
+    assert report["effects"]["base_skill_change"]["mean"] < -delivery.REGRESSION_TOLERANCE
+    assert sorted(refs_62) == ["evaluation", "manifest"] and manifest["delivery"] is None
+    folder = delivery.delivery_folder(_Sink(copy))
+    assert not (folder / "adapter" / "README.md").exists()
+    assert not any(entry["role"] == "rollback_manifest" for entry in manifest["outputs"])
+    from tools.errors import UpstreamRecordError
+
+    with pytest.raises(UpstreamRecordError, match="decided 'rejected'.*starts only from 'delivered'.*nothing is delivered"):
+        require_manifest(copy, chapter_id="62", slug="62-sft-delivery", label=LABEL, run_mode="cpu_smoke",
+                         decisions=("delivered",), reader="project 84")
+    # Step 5 runs the learner's delivery_state: one that never reads the evaluation delivers the same adapter
+    from planted import learner_mechanism, mutant
+
+    exercise, function = mutant("62", "evaluation_ignored", {"NEXT_ACTIONS": delivery_gates.NEXT_ACTIONS})
+    planted = {ref.stage: ref for ref in run(Plan(experiment="sft_delivery", chapter="62", run_mode="cpu_smoke",
+                                                  label="planted_62", results_dir=copy,
+                                                  options={"upstream_label": LABEL},
+                                                  mechanism=learner_mechanism({exercise: function})))}
+    assert planted["manifest"].load()["decision"]["decision"] == "delivered"
+    assert planted["evaluation"].load()["mechanism"]["delivery_state"]["source"] == "learner"
+
+
+# ---- a re-sealed selection without a promise ------------------------------------------------------------
+
+def test_a_resealed_selection_without_a_promise_is_blocked_by_the_identity_read_from_the_files(chain, tmp_path):
+    """63's manifest edited to another rank (one 63 did not choose) and sealed again, with no sha256 promised
+    (cpu_smoke): the seal cannot see it, but 62 trains that rank, reads back an adapter whose hash is not the
+    chosen run's, and blocks: nothing is delivered."""
+    results, refs = chain
+    copy = tmp_path / "results"
+    shutil.copytree(results, copy, ignore=shutil.ignore_patterns("62-sft-delivery", "evaluation_reads"))
+    selected = refs["63"]["manifest"].load()["selected_config"]
+    if selected is None:
+        pytest.skip("this run chose no rank")
+    other = next(rank for rank in selection.RANKS if rank != selected["rank"])
+    path = copy / refs["63"]["manifest"].path.relative_to(results)
+    record = json.loads(path.read_text(encoding="utf-8"))
+    record.pop(SEAL_FIELD)
+    record["selected_config"]["rank"] = other
+    record["decision"]["chosen_rank"] = other
+    path.write_bytes(encode_record(seal(record)))
+    refs_62 = {ref.stage: ref for ref in run(Plan(experiment="sft_delivery", chapter="62", run_mode="cpu_smoke",
+                                                  label=LABEL, results_dir=copy))}
+    manifest, report = refs_62["manifest"].load(), refs_62["evaluation"].load()
+    assert report["used"]["rank"] == other  # what the files say was trained
+    assert manifest["decision"]["decision"] == "blocked", manifest["decision"]
+    assert "mismatch:adapter_sha256" in manifest["decision"]["reasons"]
+    assert manifest["delivery"] is None and sorted(refs_62) == ["evaluation", "manifest"]
+    assert not (delivery.delivery_folder(_Sink(copy)) / "adapter" / "README.md").exists()

@@ -5,14 +5,19 @@ pinned sha256 first (a changed evaluation split stops everything), then each ver
 
     per-sample checks     contract, verifier, over-length (tokens of the whole chat)
     per-split checks      duplicates and conflicts on normalised content
-    leakage               `find_leaks` against every split of higher priority (evaluation first)
+    leakage               `find_leaks` against every split of higher priority (evaluation first), run
+                          twice: on the normalised text, and on each record's problem identity
+                          (operation and operands, `sft_raw.problem_identity`), so the pipeline's own
+                          paraphrases of an evaluation problem are leaks too
     merge                 `merge_blockers`: every finding into one verdict and a repair plan
     transition            `admission_transition`: accept hands off, tune repairs into a new version
                           (the repair plan's records dropped), reject returns the delivery
 
-The three gate functions are arguments (the notebook passes the learner's, the runner the library's,
-`admission_gates`). The runner writes three records: `raw_data` (the deliveries and the frozen split
-as delivered), `admitted_data` (the admitted version, read by 63 and 65) and the sealed `manifest`.
+The three gate functions are arguments: the runner takes them from the plan's mechanism (the notebook
+passes the learner's), else the library's (`admission_gates`). The runner writes four records:
+`raw_data` (the deliveries as delivered; the frozen split only by its hash), `admitted_data` (the
+admitted train and validation splits, read by 63 and 65), `evaluation_split` (the frozen evaluation
+split, sealed: only project 62 opens it, `manifests.open_evaluation_split`) and the sealed `manifest`.
 """
 
 from __future__ import annotations
@@ -21,17 +26,20 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, Callable, Mapping
 
+from tools.core.handoff import seal
 from tools.data import sft_raw
 from tools.errors import ConfigError
 from tools.experiments.sft_chain import admission_gates
 
 CHAPTER_ID = "64"
-SCHEMA = "sft-data-admission/v1"
-MANIFEST_SCHEMA = "sft-data-admission-manifest/v1"
-ADMITTED_SCHEMA = "sft-admitted-data/v1"
-RECORD_STAGES = ("raw_data", "admitted_data", "manifest")
-LINES = ("arith-sub", "arith-sub-conflicting")
-MAIN_LINE = "arith-sub"
+SCHEMA = "sft-data-admission/v2"
+MANIFEST_SCHEMA = "sft-data-admission-manifest/v2"
+ADMITTED_SCHEMA = "sft-admitted-data/v2"
+EVALUATION_SCHEMA = "sft-evaluation-split/v1"
+RECORD_STAGES = ("raw_data", "admitted_data", "evaluation_split", "manifest")
+LINES = sft_raw.LINES
+MAIN_LINE = LINES[0]
+GATE_NAMES = ("merge_blockers", "find_leaks", "admission_transition")
 PRIORITY = ("evaluation", "validation", "train")
 FROZEN = ("evaluation",)
 MAX_DROP_FRACTION = 0.1
@@ -72,14 +80,14 @@ def admission_tokenizer(run_mode: str, model: str, model_source: str):
 
 def chat_length(tokenizer, record: Mapping) -> int:
     """Tokens of a record's whole chat (template, user turn, reply and its end-of-turn)."""
-    messages = [{"role": "user", "content": sft_raw.chat_prompt(record)},
-                {"role": "assistant", "content": record["output"]}]
+    messages = sft_raw.chat_messages(record) + [{"role": "assistant", "content": record["output"]}]
     ids = tokenizer.apply_chat_template(messages, tokenize=True)
     return len(list(getattr(ids, "input_ids", ids)))
 
 
 def contract_problems(record) -> list[str]:
-    """Field-contract problems of one record: not a dict, a missing or non-str field, an empty instruction or output."""
+    """Field-contract problems of one record: not a dict, a missing or non-str field, an empty id,
+    instruction or output (`system` and `input` may be empty)."""
     if not isinstance(record, dict):
         return ["not_a_mapping"]
     problems = [f"missing:{field}" for field in sft_raw.FIELDS if field not in record]
@@ -99,6 +107,20 @@ class Checked:
     truncation_rate: dict[str, float | None]
     leaks: dict
     contract: dict[str, dict[str, list[str]]]
+    identity_leaks: dict
+
+
+def identity_views(splits: Mapping[str, list]) -> dict[str, list[dict]]:
+    """Each record as `find_leaks` reads it, with its problem identity as its content (a record whose
+    problem cannot be read keeps its own text: it is compared as text only)."""
+    views = {}
+    for split, records in splits.items():
+        views[split] = []
+        for record in records:
+            identity = sft_raw.problem_identity(record)
+            views[split].append({"id": record["id"], "instruction": identity or sft_raw.content_key(record),
+                                 "input": ""})
+    return views
 
 
 def check_version(splits: Mapping[str, list], tokenizer, find_leaks: Callable, max_length: int = sft_raw.MAX_LENGTH
@@ -136,15 +158,16 @@ def check_version(splits: Mapping[str, list], tokenizer, find_leaks: Callable, m
                 for member in members[1:]:
                     note("duplicate", split, member["id"])
     leaks = find_leaks(usable, list(PRIORITY))
-    for split, ids in leaks["leaked"].items():
-        for sample_id in ids:
+    by_identity = find_leaks(identity_views(usable), list(PRIORITY))
+    for split in usable:
+        for sample_id in sorted(set(leaks["leaked"][split]) | set(by_identity["leaked"][split])):
             note("leakage", split, sample_id)
     details: dict[str, dict[str, list[str]]] = {split: {} for split in splits}
     for finding in findings:
         details[finding["split"]].setdefault(finding["sample_id"], []).append(finding["check"])
     truncation = {split: (sum(length > max_length for length in lengths[split].values()) / len(records)
                           if records else None) for split, records in splits.items()}
-    return Checked(findings, details, lengths, truncation, leaks, contract)
+    return Checked(findings, details, lengths, truncation, leaks, contract, by_identity)
 
 
 def check_frozen_evaluation(evaluation: list[dict]) -> str:
@@ -198,12 +221,20 @@ def round_summary(item: Mapping) -> dict:
             "findings_per_sample": checked.details}
 
 
-def manifest_gates(final_round: Mapping) -> list[dict]:
-    """The hand-off gates on the final version of the main line, each with threshold and measured value."""
+def paraphrase_leaks(checked: Checked) -> dict[str, list[str]]:
+    """The leaks only the problem identity found (the text of the two records differs): per split."""
+    return {split: sorted(set(ids) - set(checked.leaks["leaked"][split]))
+            for split, ids in checked.identity_leaks["leaked"].items()}
+
+
+def manifest_gates(first_round: Mapping, final_round: Mapping) -> list[dict]:
+    """The hand-off gates of the main line, each with threshold and measured value: truncation is
+    measured on the delivery as received (after the repair it is 0 by construction), overlap on the
+    final version by text and by problem identity."""
     delivery, checked = final_round["delivery"], final_round["checked"]
-    overlap = sum(entry["shared"] for entry in checked.leaks["overlap"])
+    overlap = sum(entry["shared"] for entry in checked.leaks["overlap"] + checked.identity_leaks["overlap"])
     train = len(delivery.splits["train"])
-    truncation = checked.truncation_rate["train"]
+    truncation = first_round["checked"].truncation_rate["train"]
     return [
         {"name": "admission_state", "threshold": "accept", "measured": final_round["transition"]["state"],
          "passed": final_round["transition"]["state"] == "accept"},
@@ -212,7 +243,7 @@ def manifest_gates(final_round: Mapping) -> list[dict]:
          "passed": sft_raw.split_sha256(sft_raw.frozen_evaluation()) == sft_raw.FROZEN_EVALUATION_SHA256},
         {"name": "valid_train_records", "threshold": MIN_TRAIN_RECORDS, "measured": train,
          "passed": train >= MIN_TRAIN_RECORDS},
-        {"name": "truncation_rate", "threshold": MAX_TRUNCATION_RATE, "measured": truncation,
+        {"name": "truncation_rate_delivered", "threshold": MAX_TRUNCATION_RATE, "measured": truncation,
          "passed": truncation is not None and truncation <= MAX_TRUNCATION_RATE},
         {"name": "cross_split_overlap", "threshold": 0, "measured": overlap, "passed": overlap == 0},
     ]
@@ -229,22 +260,32 @@ def raw_data_body(result: Mapping, tokenizer_identity: Mapping) -> dict:
     return {"builder": sft_raw.RAW_DATA_VERSION, "comparability": sft_raw.COMPARABILITY_NOTE,
             "normalisation": sft_raw.NORMALISATION, "tokenizer": dict(tokenizer_identity),
             "max_length": sft_raw.MAX_LENGTH,
-            "frozen_evaluation": {"sha256": sft_raw.split_sha256(result["evaluation"]), "records": result["evaluation"]},
+            "frozen_evaluation": {"sha256": sft_raw.split_sha256(result["evaluation"]),
+                                  "record_count": len(result["evaluation"]),
+                                  "where": "the sealed evaluation_split record (opened by project 62 only)"},
             "deliveries": {name: {"identity": delivery.identity(), "splits": delivery.splits, "planted": delivery.planted}
                            for name, delivery in lines.items()}}
 
 
 def admitted_body(final: sft_raw.Delivery, evaluation: list[dict]) -> dict:
     return {"version": final.identity(), "comparability": sft_raw.COMPARABILITY_NOTE,
-            "splits": final.splits, "evaluation": evaluation,
+            "splits": final.splits,
             "sample_ids": {name: [record["id"] for record in records] for name, records in final.splits.items()},
-            "evaluation_sha256": sft_raw.split_sha256(evaluation)}
+            "evaluation_sha256": sft_raw.split_sha256(evaluation), "evaluation_records": len(evaluation)}
+
+
+def evaluation_body(evaluation: list[dict]) -> dict:
+    """The frozen evaluation split as its own record: sealed when written, opened by 62 only."""
+    return {"comparability": sft_raw.COMPARABILITY_NOTE, "task": sft_raw.TASK, "records": evaluation,
+            "sha256": sft_raw.split_sha256(evaluation), "openers": ["62"],
+            "rule": "selection reads the validation split; this split is opened once, by project 62, for the final "
+                    "report, and every opening is recorded"}
 
 
 def manifest_body(result: Mapping, inputs: list[dict], outputs: list[dict]) -> dict:
     main = result["lines"][MAIN_LINE]
     final_round = main["rounds"][-1]
-    gates = manifest_gates(final_round)
+    gates = manifest_gates(main["rounds"][0], final_round)
     decision = decision_of(gates, main["state"])
     final = main["final"]
     return {
@@ -257,7 +298,9 @@ def manifest_body(result: Mapping, inputs: list[dict], outputs: list[dict]) -> d
         "next_action": NEXT_STEP[decision["decision"]],
         "outputs": outputs,
         "admitted": {"version": final.identity(), "evaluation_sha256": sft_raw.split_sha256(result["evaluation"]),
+                     "evaluation_records": len(result["evaluation"]),
                      "sample_ids": {name: [record["id"] for record in records] for name, records in final.splits.items()}},
+        "paraphrase_leaks": paraphrase_leaks(main["rounds"][0]["checked"]),
         "lines": {name: {"state": line["state"], "rounds": len(line["rounds"]), "final_version": line["final"].version}
                   for name, line in result["lines"].items()},
     }
@@ -272,18 +315,24 @@ def run(plan, sink, *, log=None) -> None:
             "the project's results folder; nothing is read, loaded or written")
         return
     sink.require_new(RECORD_STAGES)
+    gates = gates_of(*(plan.mechanism.function(name, getattr(LIBRARY_GATES, name)) for name in GATE_NAMES))
+    mechanism = plan.mechanism.describe({name: getattr(LIBRARY_GATES, name) for name in GATE_NAMES})
     tokenizer, identity = admission_tokenizer(plan.run_mode, plan.model, plan.model_source)
-    result = run_admission(LIBRARY_GATES, tokenizer)
+    result = run_admission(gates, tokenizer)
     main = result["lines"][MAIN_LINE]
-    raw_path, _ = sink.save_record("raw_data", raw_data_body(result, identity), schema_version=SCHEMA)
+    raw_path, _ = sink.save_record("raw_data", {**raw_data_body(result, identity), "mechanism": mechanism},
+                                   schema_version=SCHEMA)
+    outputs = []
     if main["state"] == "accept":
         admitted_path, _ = sink.save_record("admitted_data", admitted_body(main["final"], result["evaluation"]),
                                             schema_version=ADMITTED_SCHEMA)
-        outputs = [{"role": "admitted_data", **sink.lineage(admitted_path)}]
-    else:
-        outputs = []
+        evaluation_path = sink.record_path("evaluation_split")
+        sink.save(evaluation_path, seal({**sink.header("evaluation_split", EVALUATION_SCHEMA),
+                                         **evaluation_body(result["evaluation"])}), stage="evaluation_split")
+        outputs = [{"role": "admitted_data", **sink.lineage(admitted_path)},
+                   {"role": "evaluation_split", **sink.lineage(evaluation_path)}]
     inputs = [{"role": "raw_data", **sink.lineage(raw_path)}]
-    ref = _write(sink, manifest_body(result, inputs, outputs))
+    ref = _write(sink, {**manifest_body(result, inputs, outputs), "mechanism": mechanism})
     say(f"64 admission: {MAIN_LINE} -> {main['state']} after {len(main['rounds'])} round(s); manifest {ref.path.name} "
         f"sha256 {ref.sha256[:12]}")
 

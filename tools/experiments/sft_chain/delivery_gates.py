@@ -1,12 +1,15 @@
 """Project 62's three gates, as the delivery stage runs them (the notebook's TODOs teach the same).
 
-- `upstream_identity`: the configuration this training used against the one 63's manifest chose,
-  key by key and type by type (the data hash included).
+- `upstream_identity`: what this delivery trained, read back from its files (peft's adapter config,
+  the trainer state, the adapter's hash), against what 63's manifest chose, key by key and type by
+  type (the data hash and the chosen run's adapter hash included); the keys a file keeps in no
+  particular order (peft writes `target_modules` in set order) compare as sets.
 - `artifact_checks`: every delivered file hashed and found unchanged; a resumed run continues the
   reference loss curve from the checkpoint's optimiser step (not a restart); a reloaded adapter
   reproduces the evaluation within tolerance.
-- `delivery_state`: delivered / needs_rerun / blocked, with every reason; a check that did not run
-  is not a pass.
+- `delivery_state`: delivered / needs_rerun / blocked / rejected, with every reason; a check that did
+  not run is not a pass, and a delivery whose final evaluation fails a gate (no task gain over the
+  base, the base's skill lost beyond the tolerance) is rejected.
 """
 
 from __future__ import annotations
@@ -14,9 +17,14 @@ from __future__ import annotations
 import math
 
 CHECKS = ("files_intact", "resume_continues", "reload_reproduces")
+UNORDERED = ("target_modules",)
+"""The keys whose lists compare as sets (peft writes target_modules in set order)."""
 NEXT_ACTIONS = {"delivered": "hand the adapter and the delivery manifest to 84 (offline DPO) and 85 (online RL)",
                 "needs_rerun": "rerun the delivery under a new label; the failed checks say what broke",
-                "blocked": "the training did not use 63's selection: fix the configuration or rerun 63, then deliver"}
+                "blocked": "the training did not use 63's selection: fix the configuration or rerun 63, then deliver",
+                "rejected": "nothing is delivered: the final evaluation failed a gate (no answer gain over the base, or "
+                            "the base's own skill lost beyond the tolerance); go back to 63 with more replay, a lower "
+                            "rank or learning rate, and select again"}
 
 
 def _same(first, second) -> bool:
@@ -29,15 +37,27 @@ def _same(first, second) -> bool:
     return first == second
 
 
-def upstream_identity(selected, used):
+def _str_list(value) -> bool:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
+
+
+def upstream_identity(selected, used, unordered=()):
     """Key-by-key identity of the used configuration with the selected one (see the notebook's TODO 1)."""
     for name, value in (("selected", selected), ("used", used)):
         if not isinstance(value, dict) or not all(isinstance(key, str) for key in value):
             raise ValueError(f"{name} must be a dict with str keys")
     if "data_sha256" not in selected:
         raise ValueError("the selection must name its data_sha256")
+    if not isinstance(unordered, (list, tuple)) or not all(isinstance(key, str) for key in unordered):
+        raise ValueError("unordered must be a list or tuple of str keys")
+
+    def same(key):
+        if key in unordered and _str_list(selected[key]) and _str_list(used[key]):
+            return set(selected[key]) == set(used[key])
+        return _same(selected[key], used[key])
+
     mismatches = [{"key": key, "expected": selected[key], "actual": used.get(key)}
-                  for key in sorted(selected) if key not in used or not _same(selected[key], used[key])]
+                  for key in sorted(selected) if key not in used or not same(key)]
     return {"matches": not mismatches, "mismatches": mismatches}
 
 
@@ -109,8 +129,8 @@ def artifact_checks(files, resume, reload, loss_tolerance=1e-6, eval_tolerance=1
     return {"checks": checks, "passed": all(check["passed"] is True for check in checks)}
 
 
-def delivery_state(identity, integrity):
-    """delivered / needs_rerun / blocked with every reason (see the notebook's TODO 3)."""
+def delivery_state(identity, integrity, evaluation):
+    """delivered / needs_rerun / blocked / rejected with every reason (see the notebook's TODO 3)."""
     if (not isinstance(identity, dict) or not isinstance(identity.get("matches"), bool)
             or not isinstance(identity.get("mismatches"), (list, tuple))
             or any(not isinstance(item, dict) or not isinstance(item.get("key"), str) for item in identity["mismatches"])):
@@ -127,6 +147,11 @@ def delivery_state(identity, integrity):
         names.append(check["name"])
     if sorted(names) != sorted(CHECKS):
         raise ValueError(f"integrity must hold each of {CHECKS} once")
+    if (not isinstance(evaluation, (list, tuple)) or not evaluation
+            or any(not isinstance(gate, dict) or not isinstance(gate.get("name"), str) or not gate["name"]
+                   or not isinstance(gate.get("passed"), bool) for gate in evaluation)
+            or len({gate["name"] for gate in evaluation}) != len(evaluation)):
+        raise ValueError("evaluation must be a non-empty list of gates {'name': str (unique), 'passed': bool}")
     reasons = [f"mismatch:{item['key']}" for item in identity["mismatches"]]
     by_name = {check["name"]: check for check in integrity["checks"]}
     for name in CHECKS:
@@ -135,5 +160,14 @@ def delivery_state(identity, integrity):
             reasons.append(f"not_run:{name}")
         elif not check["passed"]:
             reasons += [f"{name}:{finding}" for finding in check["findings"]] or [f"{name}:failed"]
-    state = "blocked" if not identity["matches"] else "needs_rerun" if reasons else "delivered"
+    integrity_failed = len(reasons) > len(identity["mismatches"])
+    reasons += [f"evaluation:{gate['name']}" for gate in evaluation if not gate["passed"]]
+    if not identity["matches"]:
+        state = "blocked"
+    elif integrity_failed:
+        state = "needs_rerun"
+    elif reasons:
+        state = "rejected"
+    else:
+        state = "delivered"
     return {"state": state, "reasons": reasons, "next_action": NEXT_ACTIONS[state]}

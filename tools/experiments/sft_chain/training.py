@@ -1,18 +1,31 @@
-"""The chain's training runs: one LoRA adapter on the admitted data, resumable, measured.
+"""The chain's training runs: one LoRA adapter on the admitted data, resumable, measured by its answers.
 
-Projects 63, 65 and 62 train the same way, so their candidates differ only in what they compare
-(the rank, the base precision): the base model (the lab model in cpu_smoke; Qwen2.5-0.5B-Instruct
-from the local cache or `random_init` on CUDA) in float32, bfloat16 or NF4 (transformers'
-`BitsAndBytesConfig`, bitsandbytes' `Linear4bit`), a peft LoRA adapter initialised from the run's
-seed, AdamW over the adapter, a fixed number of steps over batches drawn in a seed-fixed order, the
-loss on the reply tokens only. It measures what the gates read: the evaluation on the frozen split
-(teacher-forced exact match of the whole reply, the accuracy of its tokens, the reply loss), the step time (the first step
-is warm-up and not timed), the training state held by the tensors (adapter parameters, gradients,
-AdamW moments) and, on CUDA, the allocator's peaks and the 0.25 s device sampler (None on a CPU).
+Projects 63, 65 and 62 train the same way, so their runs differ only in what they compare (the rank,
+the base precision): the base model (the lab student in cpu_smoke; Qwen2.5-0.5B-Instruct from the
+local cache or `random_init` on CUDA) in float32, bfloat16 or NF4 (transformers' `BitsAndBytesConfig`,
+bitsandbytes' `Linear4bit`), a peft LoRA adapter initialised from the run's seed (with dropout), AdamW
+under a learning-rate schedule, a fixed number of steps. Every batch mixes the task's records with
+replay records of the base's own task (`replay_fraction` of its rows): the remedy practitioners use
+against forgetting. The loss is on the reply tokens only.
 
-A run can save a checkpoint after step k (adapter, optimiser state, step) and a later process can
-resume it: the optimiser's step counter and the batch order continue where they stopped, so the
-resumed losses are the uninterrupted run's (project 62 checks exactly that).
+What a run measures (`answer_metrics`), on every evaluation set it is given (the task's validation or
+evaluation split, the base's own skill as a regression suite):
+
+- `exact_match`: every reply token (the answer's digits and the end of turn) is the argmax given
+  the correct prefix: the greedy answer of the whole reply (up to ties), from one forward pass;
+- `digit_accuracy`: the share of answer-digit tokens that are right (the end-of-turn token, a
+  format token, is never counted);
+- `eval_loss`: the mean reply-token cross-entropy.
+
+No score counts format tokens alone: a run that only learns to stop gains nothing here. The first
+evaluation set is also measured at every quarter of the run (the learning curve); a run whose loss
+there still fell by more than `UNDERTRAINED_DROP` over the last quarter is marked undertrained.
+
+A checkpoint after step k holds everything the next step depends on: the adapter, the optimiser
+and scheduler states, the torch, Python and NumPy random states (dropout draws from torch's), the
+data-order cursor and the sha256 of the data it was trained on. `train_run(resume_from=...)` loads
+it in a fresh process and makes the steps after k; a checkpoint of another configuration, or of
+other data, is refused before any step.
 """
 
 from __future__ import annotations
@@ -36,16 +49,14 @@ from tools.models.lab import training_batch
 IGNORE_INDEX = -100
 BASES = ("float32", "bfloat16", "nf4")
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "nf4": torch.bfloat16}
-CHECKPOINT_FILES = ("adapter_state.pt", "optimizer.pt", "trainer_state.json")
-QUALITY_METRICS = {
-    "exact_match": "teacher-forced exact match of the whole reply on 64's frozen evaluation split",
-    "token_accuracy": "teacher-forced accuracy of the reply tokens (answer digits and end of turn) on 64's frozen "
-                      "evaluation split",
-}
-"""What a gate may read as quality. In cpu_smoke the lab model does not learn the new operation's whole
-answers in a few dozen adapter steps (exact match stays at a few of the 48 problems, which is noise),
-while its reply tokens move with training (accuracy about 0.29 before, about 0.4 after): cpu_smoke gates
-read `token_accuracy`, real_gpu gates `exact_match`."""
+LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+SCHEDULES = ("constant", "linear", "cosine")
+CHECKPOINT_FILES = ("adapter_state.pt", "training_state.pt", "trainer_state.json")
+UNDERTRAINED_DROP = 0.02
+"""A run is undertrained when its curve's loss fell by more than this share over the last quarter."""
+QUALITY_METRIC = ("answer exact match: every reply token (answer digits and end of turn) the argmax given the "
+                  "correct prefix, i.e. the greedy answer of the whole reply, from one forward pass")
+DIGIT_METRIC = "the share of answer-digit tokens predicted right (the end-of-turn token is not counted)"
 
 
 @dataclass(frozen=True)
@@ -54,32 +65,51 @@ class TrainConfig:
 
     rank: int = 8
     alpha: float = 16.0
-    target_modules: tuple[str, ...] = ("q_proj", "v_proj")
-    steps: int = 30
+    target_modules: tuple[str, ...] = LINEAR
+    dropout: float = 0.05
+    steps: int = 80
     batch_size: int = 16
-    learning_rate: float = 2e-3
+    replay_fraction: float = 0.5
+    learning_rate: float = 3e-3
+    schedule: str = "cosine"
     seed: int = 1
     base: str = "float32"
-    max_length: int = 64
 
     def __post_init__(self) -> None:
-        for name in ("rank", "steps", "batch_size", "seed", "max_length"):
+        for name in ("rank", "steps", "batch_size", "seed"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "seed" else 1):
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}")
         if self.base not in BASES:
             raise ConfigError(f"base must be one of {BASES}, got {self.base!r}")
+        if self.schedule not in SCHEDULES:
+            raise ConfigError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
         for name in ("alpha", "learning_rate"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
                 raise ConfigError(f"{name} must be a finite number > 0, got {value!r}")
-        if not self.target_modules:
+        for name in ("dropout", "replay_fraction"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+                raise ConfigError(f"{name} must be a number in [0, 1), got {value!r}")
+        if not self.target_modules or not all(isinstance(name, str) and name for name in self.target_modules):
             raise ConfigError("target_modules must name at least one module")
+
+    @property
+    def replay_rows(self) -> int:
+        return round(self.batch_size * self.replay_fraction)
 
     def public(self) -> dict:
         data = asdict(self)
         data["target_modules"] = list(self.target_modules)
         return data
+
+    @classmethod
+    def from_public(cls, data: Mapping) -> "TrainConfig":
+        """The config of a `public()` dict (extra keys, such as a data hash, are left out)."""
+        fields = {key: value for key, value in data.items() if key in cls.__dataclass_fields__}
+        fields["target_modules"] = tuple(fields.get("target_modules", LINEAR))
+        return cls(**fields)
 
 
 @contextlib.contextmanager
@@ -113,16 +143,47 @@ def load_base(model_id: str, model_source: str, base: str, device: str):
             load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
             bnb_4bit_compute_dtype=torch.bfloat16)
         kwargs["device_map"] = {"": device if device == "cpu" else 0}
-    with _no_progress_bars():
+    with no_progress_bars():
         model = AutoModelForCausalLM.from_pretrained(folder, **kwargs)
     if base != "nf4":
         model = model.to(device)
+    elif device == "cpu":
+        keep_cpu_training_layout(model)
     model.config.use_cache = False
-    return model, tokenizer, model_identity(folder)
+    identity = model_identity(folder)
+    return model, tokenizer, {**identity, "base_revision": base_revision(identity)}
+
+
+def keep_cpu_training_layout(model) -> None:
+    """bitsandbytes' CPU backend repacks a 4-bit layer's weights for a faster inference kernel the first
+    time the layer runs without gradients on a processor with AVX512-BF16, and the packed layout has
+    no backward: a run that measures its curve mid-training would then fail at its next step, and
+    only on such processors. The repacking is turned off, so every processor runs the same kernels."""
+    for module in model.modules():
+        if type(module).__name__ == "Linear4bit":
+            module.support_avx512bf16_for_cpu = False
+
+
+def numerics_note() -> dict:
+    """What a record's figures depend on besides the code: the CPU numerics in force and where the lab
+    weights came from (`COURSE_LAB_MODELS`: the committed weights, or built under this profile)."""
+    import os
+
+    from tools.core.numerics import cpu_numerics
+
+    return {"cpu_numerics": cpu_numerics(), "lab_models": os.environ.get("COURSE_LAB_MODELS") or "committed"}
+
+
+def base_revision(identity: Mapping) -> str | None:
+    """The revision a delivery names for its base: the hub commit of a cached model, else the sha256 of
+    the weights file of a model built in code (`sha256:<hex>`); None when neither is known."""
+    if identity.get("revision"):
+        return str(identity["revision"])
+    return f"sha256:{identity['weights_sha256']}" if identity.get("weights_sha256") else None
 
 
 @contextlib.contextmanager
-def _no_progress_bars():
+def no_progress_bars():
     """transformers' weight-loading bar off while a base loads (a notebook would show it as a widget)."""
     from transformers.utils import logging as transformers_logging
 
@@ -135,34 +196,92 @@ def _no_progress_bars():
             transformers_logging.enable_progress_bar()
 
 
-def render(tokenizer, prompt: str, reply: str) -> tuple[list[int], int]:
+def render_messages(tokenizer, messages: list[dict], reply: str) -> tuple[list[int], int]:
     """`(ids, prompt_length)` of a chat whose assistant turn is `reply`, ending with its end-of-turn
     token (the newline after it is never predicted)."""
-    def ids(encoded):
-        return list(getattr(encoded, "input_ids", encoded))
+    from tools.models.lab_chat import chat_ids
 
-    head = ids(tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
-                                             tokenize=True))
-    full = ids(tokenizer.apply_chat_template([{"role": "user", "content": prompt},
-                                              {"role": "assistant", "content": reply}], tokenize=True))
-    end = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    if full[:len(head)] != head or end not in full[len(head):]:
-        raise ConfigError("the chat template does not extend the prompt with the reply and its end of turn")
-    return full[:full.index(end, len(head)) + 1], len(head)
+    return chat_ids(tokenizer, messages, reply)
 
 
-def batch_order(count: int, batch_size: int, steps: int, seed: int) -> list[list[int]]:
-    """The example indices of every step: seed-fixed permutations, one after another."""
-    rng, order, plan = random.Random(seed), [], []
-    for _ in range(steps):
-        chunk = []
-        while len(chunk) < batch_size:
-            if not order:
-                order = list(range(count))
-                rng.shuffle(order)
-            chunk.append(order.pop())
-        plan.append(chunk)
-    return plan
+def render_record(tokenizer, record: Mapping) -> tuple[list[int], int]:
+    """A chain record (`tools.data.sft_raw`) rendered: its system and user turns, then its output."""
+    from tools.data.sft_raw import chat_messages
+
+    return render_messages(tokenizer, chat_messages(record), record["output"])
+
+
+def render_problems(tokenizer, problems) -> list[tuple[list[int], int]]:
+    """Lab problems (`tools.data.lab_tasks.LabProblem`) rendered with their own chat and target."""
+    return [render_messages(tokenizer, problem.messages(), problem.target) for problem in problems]
+
+
+@dataclass(frozen=True)
+class TrainData:
+    """The rendered training pools (the task's records, the replay records) and the sha256 of the
+    records they came from (what a checkpoint is tied to)."""
+
+    task: tuple
+    replay: tuple
+    sha256: str
+
+
+def train_data(tokenizer, records: Sequence[Mapping]) -> TrainData:
+    """The admitted training records split into the task pool and the replay pool (source "replay")."""
+    from tools.data.sft_raw import split_sha256
+
+    task = tuple(render_record(tokenizer, r) for r in records if r.get("source") != "replay")
+    replay = tuple(render_record(tokenizer, r) for r in records if r.get("source") == "replay")
+    if not task:
+        raise ConfigError("the training records hold no task record")
+    return TrainData(task, replay, split_sha256(records))
+
+
+class DataOrder:
+    """Which records each step trains on: per pool, seed-drawn permutations taken one after another;
+    its state (random generator, what is left of each permutation, steps drawn) is the data-order
+    cursor a checkpoint keeps."""
+
+    def __init__(self, sizes: Mapping[str, int], seed: int) -> None:
+        self.sizes = dict(sizes)
+        self.rng = random.Random(seed)
+        self.left: dict[str, list[int]] = {pool: [] for pool in self.sizes}
+        self.drawn = 0
+
+    def batch(self, counts: Mapping[str, int]) -> list[tuple[str, int]]:
+        """`(pool, index)` of one step's rows: `counts[pool]` rows of each pool, in pool order."""
+        rows = []
+        for pool, count in counts.items():
+            if count and not self.sizes.get(pool):
+                raise ConfigError(f"a step needs {count} rows of the empty pool {pool!r}")
+            for _ in range(count):
+                if not self.left[pool]:
+                    self.left[pool] = list(range(self.sizes[pool]))
+                    self.rng.shuffle(self.left[pool])
+                rows.append((pool, self.left[pool].pop()))
+        self.drawn += 1
+        return rows
+
+    def state_dict(self) -> dict:
+        version, internal, gauss = self.rng.getstate()
+        return {"sizes": dict(self.sizes), "rng": [version, list(internal), gauss],
+                "left": {pool: list(order) for pool, order in self.left.items()}, "drawn": self.drawn}
+
+    def load_state_dict(self, state: Mapping) -> None:
+        if dict(state["sizes"]) != self.sizes:
+            raise ConfigError(f"the data-order cursor was saved for pools {state['sizes']}, this run has {self.sizes}")
+        version, internal, gauss = state["rng"]
+        self.rng.setstate((version, tuple(internal), gauss))
+        self.left = {pool: list(order) for pool, order in state["left"].items()}
+        self.drawn = int(state["drawn"])
+
+
+def schedule_factor(schedule: str, step: int, steps: int) -> float:
+    """The learning-rate multiplier of the update after `step` updates (0-based) of `steps`."""
+    if schedule == "constant":
+        return 1.0
+    progress = min(step, steps) / steps
+    return 1.0 - progress if schedule == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
 def reply_loss(model, batch: Mapping, device) -> torch.Tensor:
@@ -173,27 +292,32 @@ def reply_loss(model, batch: Mapping, device) -> torch.Tensor:
     return F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1), ignore_index=IGNORE_INDEX)
 
 
-def evaluate(model, rendered: Sequence[tuple[list[int], int]], pad_id: int, device, batch_size: int = 64) -> dict:
-    """Reply loss (token mean) and teacher-forced exact match (every reply token is the argmax given
-    the correct prefix: the greedy answer of the whole reply, up to ties) over `rendered`."""
+def answer_metrics(model, rendered: Sequence[tuple[list[int], int]], pad_id: int, device, batch_size: int = 128
+                   ) -> dict:
+    """`exact_match`, `digit_accuracy` and `eval_loss` over `rendered` (see the module docstring), in
+    eval mode and without gradients; the reply's last token (its end of turn) is never a digit."""
     was_training = model.training
     model.eval()
-    loss_sum, tokens, exact, right_tokens = 0.0, 0, 0, 0
+    loss_sum, tokens, exact, digits, right_digits = 0.0, 0, 0, 0, 0
     with torch.no_grad():
         for start in range(0, len(rendered), batch_size):
             batch = training_batch(rendered[start:start + batch_size], pad_id)
             logits = model(input_ids=batch["input_ids"].to(device),
                            attention_mask=batch["attention_mask"].to(device)).logits[:, :-1].float()
             labels = batch["labels"].to(device)[:, 1:]
+            supervised = labels != IGNORE_INDEX
             loss_sum += float(F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1),
                                               ignore_index=IGNORE_INDEX, reduction="sum"))
-            tokens += int((labels != IGNORE_INDEX).sum())
-            right = (logits.argmax(-1) == labels) | (labels == IGNORE_INDEX)
-            exact += int(right.all(dim=1).sum())
-            right_tokens += int((right & (labels != IGNORE_INDEX)).sum())
+            tokens += int(supervised.sum())
+            right = (logits.argmax(-1) == labels) & supervised
+            exact += int((right | ~supervised).all(dim=1).sum())
+            last = supervised.long().cumsum(dim=1) == supervised.sum(dim=1, keepdim=True)
+            answer = supervised & ~(last & supervised)  # every reply token but the end of turn
+            digits += int(answer.sum())
+            right_digits += int((right & answer).sum())
     model.train(was_training)
-    return {"eval_loss": loss_sum / tokens, "exact_match": exact / len(rendered), "token_accuracy": right_tokens / tokens,
-            "examples": len(rendered)}
+    return {"exact_match": exact / len(rendered), "digit_accuracy": right_digits / digits if digits else None,
+            "eval_loss": loss_sum / tokens, "examples": len(rendered)}
 
 
 # ---- the adapter -------------------------------------------------------------------------------
@@ -203,7 +327,7 @@ def attach_adapter(model, config: TrainConfig):
     from peft import LoraConfig, get_peft_model
 
     torch.manual_seed(config.seed)
-    return get_peft_model(model, LoraConfig(r=config.rank, lora_alpha=config.alpha, lora_dropout=0.0,
+    return get_peft_model(model, LoraConfig(r=config.rank, lora_alpha=config.alpha, lora_dropout=config.dropout,
                                             target_modules=list(config.target_modules), bias="none",
                                             task_type="CAUSAL_LM"))
 
@@ -261,56 +385,101 @@ def base_tensor_bytes(model) -> int:
 
 # ---- one run -----------------------------------------------------------------------------------
 
-def train_run(model, tokenizer, train_rendered: Sequence, eval_rendered: Sequence, config: TrainConfig, *,
+def curve_steps(steps: int) -> list[int]:
+    """Where the learning curve is measured: every quarter of the run (at least the last step)."""
+    return sorted({max(1, round(steps * quarter / 4)) for quarter in (1, 2, 3, 4)})
+
+
+def undertrained(curve: Mapping) -> dict:
+    """`{undertrained, last_quarter_drop}`: the relative fall of the curve's loss over its last
+    quarter; undertrained when it exceeds UNDERTRAINED_DROP (None without two points)."""
+    losses = curve.get("eval_loss") or []
+    if len(losses) < 2:
+        return {"undertrained": None, "last_quarter_drop": None}
+    drop = (losses[-2] - losses[-1]) / losses[-2]
+    return {"undertrained": drop > UNDERTRAINED_DROP, "last_quarter_drop": drop}
+
+
+def train_run(model, tokenizer, data: TrainData, evaluations: Mapping[str, Sequence], config: TrainConfig, *,
               device: str, checkpoint_step: int | None = None, checkpoint_dir: Path | None = None,
-              resume_from: Path | None = None, sample_interval_s: float = 0.25) -> dict:
+              resume_from: Path | None = None, sample_interval_s: float = 0.25, curve: bool = True) -> dict:
     """Train the adapter-wrapped `model` for `config.steps` steps and measure it.
 
-    With `checkpoint_step`, the adapter, the optimiser state and the step are saved to
-    `checkpoint_dir` after that step (the run goes on). With `resume_from`, the adapter and the
-    optimiser state are loaded from a checkpoint first and only the steps after it run."""
+    `evaluations` maps a name to rendered chats; each is measured at the end (`answer_metrics`), the
+    first also at every quarter of the run (the curve; `curve=False` measures the end only). With
+    `checkpoint_step`, the whole training state is saved to `checkpoint_dir` after that step (the
+    run goes on). With `resume_from`, a checkpoint is loaded first (refused when written for another
+    config or other data) and only the steps after it run."""
     from tools.measure.sampler import ResourceSampler, peaks
 
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    plan = batch_order(len(train_rendered), config.batch_size, config.steps, config.seed)
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=config.learning_rate)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=config.learning_rate)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: schedule_factor(config.schedule, step, config.steps))
+    order = DataOrder({"task": len(data.task), "replay": len(data.replay)}, config.seed)
+    counts = {"task": config.batch_size - config.replay_rows, "replay": config.replay_rows}
     first_step = 1
     if resume_from is not None:
-        first_step = load_checkpoint(model, optimizer, Path(resume_from), config) + 1
+        first_step = load_checkpoint(model, optimizer, scheduler, order, Path(resume_from), config, data.sha256) + 1
+    names = list(evaluations)
     cuda = device.startswith("cuda")
     if cuda:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-    losses, times, optimiser_steps = [], [], []
+    losses, times, optimiser_steps, rates = [], [], [], []
+    points = {"steps": [], "exact_match": [], "eval_loss": []}
+    measured_at = set(curve_steps(config.steps)[:-1]) if names and curve else set()
     model.train()
     with ResourceSampler(interval_s=sample_interval_s, device="cuda" if cuda else "cpu") as sampler:
         for step in range(first_step, config.steps + 1):
             started = time.perf_counter()
-            batch = training_batch([train_rendered[index] for index in plan[step - 1]], pad_id)
+            rows = order.batch(counts)
+            batch = training_batch([getattr(data, pool)[index] for pool, index in rows], pad_id)
             optimizer.zero_grad(set_to_none=True)
             loss = reply_loss(model, batch, device)
             loss.backward()
+            rates.append(float(optimizer.param_groups[0]["lr"]))
             optimizer.step()
+            scheduler.step()
             if cuda:
                 torch.cuda.synchronize()
             times.append(time.perf_counter() - started)
             losses.append(float(loss.detach()))
             optimiser_steps.append(_optimiser_step(optimizer))
+            if step in measured_at:
+                point = answer_metrics(model, evaluations[names[0]], pad_id, device)
+                points["steps"].append(step)
+                points["exact_match"].append(point["exact_match"])
+                points["eval_loss"].append(point["eval_loss"])
             if checkpoint_step is not None and step == checkpoint_step:
-                save_checkpoint(model, optimizer, Path(checkpoint_dir), step, config)
+                save_checkpoint(model, optimizer, scheduler, order, Path(checkpoint_dir), step, config, data.sha256)
     samples = sampler.snapshot()
-    evaluation = evaluate(model, eval_rendered, pad_id, device)
+    metrics = {name: answer_metrics(model, rendered, pad_id, device) for name, rendered in evaluations.items()}
+    if names and config.steps >= first_step:
+        points["steps"].append(config.steps)
+        points["exact_match"].append(metrics[names[0]]["exact_match"])
+        points["eval_loss"].append(metrics[names[0]]["eval_loss"])
     timed = times[1:] if len(times) > 1 else times
-    finite = all(math.isfinite(value) for value in losses + [evaluation["eval_loss"]])
+    finite = all(math.isfinite(value) for value in losses) and all(
+        math.isfinite(m["eval_loss"]) for m in metrics.values())
     return {
         "status": "ok" if finite else "failed", "error": None if finite else "a loss is not finite",
-        "config": config.public(), "first_step": first_step, "losses": losses, "optimiser_steps": optimiser_steps,
-        "step_time_s": sum(timed) / len(timed), "step_times_s": times, **evaluation,
+        "config": config.public(), "data_sha256": data.sha256, "first_step": first_step, "losses": losses,
+        "learning_rates": rates, "optimiser_steps": optimiser_steps,
+        "step_time_s": sum(timed) / len(timed) if timed else None, "step_times_s": times,
+        "metrics": metrics, "curve": {"on": names[0] if names else None, **points}, **undertrained(points),
         "training_state_bytes": training_state_bytes(model, optimizer),
         "peak_allocated_bytes": int(torch.cuda.max_memory_allocated()) if cuda else None,
         "peak_reserved_bytes": int(torch.cuda.max_memory_reserved()) if cuda else None,
         "sampled": peaks(samples), "adapter_sha256": state_sha256(adapter_state(model)),
     }
+
+
+def base_metrics(model, tokenizer, evaluations: Mapping[str, Sequence], device: str) -> dict:
+    """The no-adapter base measured like a run: `{name: answer_metrics}` of every evaluation set."""
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    return {name: answer_metrics(model, rendered, pad_id, device) for name, rendered in evaluations.items()}
 
 
 def _optimiser_step(optimizer) -> int | None:
@@ -321,33 +490,65 @@ def _optimiser_step(optimizer) -> int | None:
     return None
 
 
-def save_checkpoint(model, optimizer, folder: Path, step: int, config: TrainConfig) -> dict[str, str]:
-    """Adapter tensors, optimiser state and the step, as files under `folder` (which must not exist)."""
+def random_states() -> dict:
+    """torch's (and CUDA's), Python's and NumPy's global random states."""
+    import numpy
+
+    return {"torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+            "python": random.getstate(), "numpy": numpy.random.get_state()}
+
+
+def set_random_states(states: Mapping) -> None:
+    import numpy
+
+    torch.set_rng_state(states["torch"])
+    if states.get("cuda") is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
+    random.setstate(states["python"])
+    numpy.random.set_state(states["numpy"])
+
+
+def save_checkpoint(model, optimizer, scheduler, order: DataOrder, folder: Path, step: int, config: TrainConfig,
+                    data_sha256: str) -> dict[str, str]:
+    """The whole training state after `step`, as files under `folder` (which must not exist)."""
     folder.mkdir(parents=True, exist_ok=False)
     torch.save(adapter_state(model), folder / CHECKPOINT_FILES[0])
-    torch.save(optimizer.state_dict(), folder / CHECKPOINT_FILES[1])
-    (folder / CHECKPOINT_FILES[2]).write_text(json.dumps({"step": step, "config": config.public()}, indent=2) + "\n",
-                                              encoding="utf-8")
+    torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                "data_order": order.state_dict(), "random": random_states()}, folder / CHECKPOINT_FILES[1])
+    state = {"step": step, "config": config.public(), "data_sha256": data_sha256,
+             "data_order": {"drawn": order.drawn}, "learning_rate": optimizer.param_groups[0]["lr"]}
+    (folder / CHECKPOINT_FILES[2]).write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")
     return file_hashes(folder)
 
 
-def load_checkpoint(model, optimizer, folder: Path, config: TrainConfig) -> int:
-    """Load a checkpoint into `model` and `optimizer`; returns its step. A checkpoint of another
-    configuration is refused."""
+def load_checkpoint(model, optimizer, scheduler, order: DataOrder, folder: Path, config: TrainConfig,
+                    data_sha256: str) -> int:
+    """Load a checkpoint into the run's objects and random generators; returns its step. A
+    checkpoint of another configuration or of other data is refused before anything is loaded."""
     from peft import set_peft_model_state_dict
 
     state = json.loads((folder / CHECKPOINT_FILES[2]).read_text(encoding="utf-8"))
     if state["config"] != config.public():
-        raise ConfigError(f"checkpoint {folder} was written by another configuration: {state['config']}")
+        raise ConfigError(f"checkpoint {folder.name} was written by another configuration: {state['config']}")
+    if state.get("data_sha256") != data_sha256:
+        raise ConfigError(f"checkpoint {folder.name} was trained on data {state.get('data_sha256')}, this run has "
+                          f"{data_sha256}: a resume on other data is refused (train from the start, or resume on the "
+                          "data the checkpoint names)")
+    saved = torch.load(folder / CHECKPOINT_FILES[1], weights_only=False)
     set_peft_model_state_dict(model, torch.load(folder / CHECKPOINT_FILES[0], weights_only=True))
-    optimizer.load_state_dict(torch.load(folder / CHECKPOINT_FILES[1], weights_only=True))
+    optimizer.load_state_dict(saved["optimizer"])
+    scheduler.load_state_dict(saved["scheduler"])
+    order.load_state_dict(saved["data_order"])
+    set_random_states(saved["random"])
     return int(state["step"])
 
 
-def save_adapter(model, folder: Path, base_model: str) -> dict[str, str]:
+def save_adapter(model, folder: Path, base_model: str, revision: str | None) -> dict[str, str]:
     """The adapter in peft's format under `folder` (which must not exist), written to a temporary folder
-    and renamed into place; its config names the base by model id, never by a machine path.
-    Returns the files' sha256."""
+    and renamed into place; its config names the base by model id and revision, never by a machine
+    path, and peft's blank model card is not kept (the delivery writes its own). Returns the files'
+    sha256."""
     import shutil
 
     folder = Path(folder)
@@ -355,9 +556,31 @@ def save_adapter(model, folder: Path, base_model: str) -> dict[str, str]:
         raise ConfigError(f"{folder} already exists; an adapter folder is written once")
     for config in model.peft_config.values():
         config.base_model_name_or_path = base_model
+        config.revision = revision
     temporary = folder.with_name(folder.name + ".partial")
     shutil.rmtree(temporary, ignore_errors=True)
     model.save_pretrained(temporary, save_embedding_layers=False)  # no lookup of the base model online
+    (temporary / "README.md").unlink(missing_ok=True)
+    temporary.rename(folder)
+    return file_hashes(folder)
+
+
+def export_merged(model, folder: Path) -> dict[str, str]:
+    """The base with the adapter merged into its weights (peft's `merge_and_unload` on a copy), saved
+    with transformers under `folder` (which must not exist); its config names no machine path.
+    Returns the files' sha256."""
+    import copy
+    import shutil
+
+    folder = Path(folder)
+    if folder.exists():
+        raise ConfigError(f"{folder} already exists; a merged export is written once")
+    merged = copy.deepcopy(model).merge_and_unload()
+    merged.config._name_or_path = ""
+    temporary = folder.with_name(folder.name + ".partial")
+    shutil.rmtree(temporary, ignore_errors=True)
+    with no_progress_bars():
+        merged.save_pretrained(temporary)
     temporary.rename(folder)
     return file_hashes(folder)
 
