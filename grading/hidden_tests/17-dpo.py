@@ -671,3 +671,108 @@ reference.agrees("judge_beta_sweep", each_of(defects, one_defect, variants=2), c
     **threshold_clauses("max_kl"), **threshold_clauses("min_margin"),
     "max_kl given as an int": lambda sweep, max_kl, min_margin: type(max_kl) is int and max_kl > 0,
 })
+
+# %% hidden exercise=sequence_logprobs points=1 name=positions_the_mask_leaves_out_may_hold_any_value
+# hint: logits at positions that predict no response token (the prompt, the padding, the last position) are left out whatever they hold, NaN and infinities included; a -inf logit of a token the response does not use changes nothing either.
+from hypothesis import strategies as st
+
+from tools.course.grader.clauses import each_of
+
+cases = [(where, value) for where in ("prompt", "padding", "last", "unused_token") for value in
+         (float("nan"), float("inf"), float("-inf"))] + [("valid", n) for n in range(4)]
+
+def ignored_non_finite(case, rng):
+    """A right-padded row and a left-padded row; one left-out position (or one unused token) made non-finite."""
+    where, value = case
+    generator = torch.Generator().manual_seed(rng.randrange(1000))
+    dtype = rng.choice([torch.float32, torch.float64])
+    logits = torch.randn(2, 5, 4, generator=generator).to(dtype)
+    ids = torch.randint(0, 3, (2, 5), generator=generator)
+    mask = torch.tensor([[0, 0, 1, 1, 0], [0, 0, 0, 1, 1]]).to(rng.choice([torch.bool, torch.int64]))
+    if where == "prompt":
+        logits[rng.randrange(2), 0, rng.randrange(4)] = value  # position 0 predicts a prompt token
+    elif where == "padding":
+        logits[0, 3, rng.randrange(4)] = value  # position 3 of row 0 predicts the padding at 4
+    elif where == "last":
+        logits[rng.randrange(2), 4, rng.randrange(4)] = value  # the last position predicts nothing
+    elif where == "unused_token":
+        logits[rng.randrange(2), rng.choice([1, 2, 3]), 3] = -abs(value) if value == value else float("-inf")
+    return logits, ids, mask
+
+
+def non_finite_at(position):
+    return lambda logits, ids, mask: bool((~torch.isfinite(logits[:, position])).any())
+
+
+reference.agrees("sequence_logprobs", each_of(cases, ignored_non_finite, variants=3), cases=3 * len(cases), clauses={
+    "a NaN logit at a prompt position": lambda logits, ids, mask: bool(logits[:, 0].isnan().any()),
+    "an infinite logit at a prompt position": lambda logits, ids, mask: bool(logits[:, 0].isinf().any()),
+    "a non-finite logit where only padding follows": non_finite_at(3),
+    "a non-finite logit at the last position": non_finite_at(4),
+    "a -inf logit of a token the response does not use": lambda logits, ids, mask: bool(
+        (logits[:, 1:4, 3] == float("-inf")).any()),
+    "every logit finite": lambda logits, ids, mask: bool(torch.isfinite(logits).all()),
+})
+
+# %% hidden exercise=dpo_loss points=1 name=a_non_finite_value_anywhere_raises
+# hint: every position of every one of the four tensors is checked, not only the first or the last: NaN, +inf and -inf alike raise ValueError; the same tensors without it give the same result as the reference.
+from tools.course.grader.clauses import each_of
+
+NAMES = ("policy_chosen", "policy_rejected", "reference_chosen", "reference_rejected")
+cases = [(name, index, value) for name in NAMES for index in (0, 2, 4)
+         for value in (float("nan"), float("inf"), float("-inf"))] + [("valid", n, None) for n in range(6)]
+
+def one_non_finite(case, rng):
+    name, index, value = case
+    dtype = rng.choice([torch.float32, torch.float64])
+    tensors = {key: torch.tensor([-rng.uniform(0.1, 4) for _ in range(5)], dtype=dtype) for key in NAMES}
+    if name != "valid":
+        tensors[name][index] = value
+    return (*tensors.values(), rng.choice([0.1, 0.5, 2]))
+
+
+def bad_at(slot, index):
+    return lambda *args: not bool(torch.isfinite(args[slot][index]))
+
+
+reference.agrees("dpo_loss", each_of(cases, one_non_finite, variants=1), cases=len(cases), clauses={
+    **{f"a non-finite {name}[{index}]": bad_at(slot, index) for slot, name in enumerate(NAMES) for index in (0, 2, 4)},
+    "a NaN": lambda *args: any(bool(value.isnan().any()) for value in args[:4]),
+    "-inf": lambda *args: any(bool((value == float("-inf")).any()) for value in args[:4]),
+    "+inf": lambda *args: any(bool((value == float("inf")).any()) for value in args[:4]),
+    "every value finite": lambda *args: all(bool(torch.isfinite(value).all()) for value in args[:4]),
+})
+
+# %% hidden exercise=judge_beta_sweep points=1 name=a_non_finite_log_probability_anywhere_raises
+# hint: every token of every response of every run is checked, under the policy and the reference: a NaN or an infinity in the first, a middle or the last position raises ValueError before anything is judged.
+import math as _math
+
+from tools.course.grader.clauses import each_of
+
+cases = [(side, run, response, token, value) for side in ("policy_logps", "reference_logps") for run in (0, 1)
+         for response, token in ((0, 0), (0, 2), (1, 0), (1, 1)) for value in (float("nan"), float("-inf"))]
+cases += [("policy_logps", 1, 1, 1, float("inf")), ("reference_logps", 0, 0, 1, float("inf"))]
+cases += [("valid", 0, 0, n, None) for n in range(8)]
+
+def one_bad_token(case, rng):
+    side, run, response, token, value = case
+    sweep = [{"beta": beta, "margin": rng.choice([0.2, 0.5, 1.0]),
+              "policy_logps": [[-1.0, -0.5, -2.0], [-0.3, -1.1]],
+              "reference_logps": [[-1.2, -0.6, rng.choice([-2.0, -2.5])], [-0.3, -0.9]]} for beta in (0.1, 0.3)]
+    if side != "valid":
+        sweep[run][side][response][token] = value
+    return (sweep,), {"max_kl": rng.choice([0.05, 0.5]), "min_margin": 0.3}
+
+
+def bad_token(side, run, response, token):
+    return lambda sweep, **k: side != "valid" and not _math.isfinite(sweep[run][side][response][token])
+
+
+reference.agrees("judge_beta_sweep", each_of(cases, one_bad_token, variants=1), cases=len(cases), clauses={
+    **{f"a non-finite {side} in run {run}, response {response}, token {token}": bad_token(side, run, response, token)
+       for side in ("policy_logps", "reference_logps") for run in (0, 1)
+       for response, token in ((0, 0), (0, 2), (1, 0), (1, 1))},
+    "every log-probability finite": lambda sweep, **k: all(
+        _math.isfinite(value) for run in sweep for side in ("policy_logps", "reference_logps")
+        for response in run[side] for value in response),
+})

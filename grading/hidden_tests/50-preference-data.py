@@ -165,7 +165,43 @@ result = split_by_prompt(pairs, eval_fraction=0.5, near_duplicate=0.9)
 assert [group["ids"] for group in result["groups"]] == [["r", "r2"], ["g"]]
 assert sorted(result["train"] + result["eval"]) == ["g", "r", "r2"]
 assert result["train"] == [i for i in ("r", "g", "r2") if i in result["train"]]
-assert split_by_prompt([]) == {"train": [], "eval": [], "groups": []}
+assert split_by_prompt([]) == {"train": [], "eval": [], "held": [], "groups": [], "ledger": {}}
+assert split_by_prompt([], ledger={"x": "eval"})["ledger"] == {"x": "eval"}
+
+# %% hidden exercise=split_by_prompt points=1 name=the_ledger_keeps_assigned_prompts_on_their_side
+# hint: a group with ledger prompts on one side goes there whatever its key's hash says, new near-duplicates follow it, and the returned ledger adds every newly assigned prompt.
+import hashlib as _hashlib
+base = [{"id": "p1", "prompt": "Compute 23 + 19. Reply with the integer."},
+        {"id": "p2", "prompt": "Compute 36 - 3. Reply with the integer."}]
+first = split_by_prompt(base, eval_fraction=0.5, near_duplicate=0.85)
+assert first["ledger"] == {"compute 23 + 19. reply with the integer.": "train",
+                           "compute 36 - 3. reply with the integer.": "eval"}
+grown = base + [{"id": "p3", "prompt": "Again: compute 23 + 19. Reply with the integer."},
+                {"id": "p4", "prompt": "Again: compute 36 - 3. Reply with the integer."}]
+by_hash = split_by_prompt(grown, eval_fraction=0.5, near_duplicate=0.85)
+assert by_hash["eval"] == ["p1", "p3"] and by_hash["train"] == ["p2", "p4"], "the new keys' hashes swap both groups"
+kept = split_by_prompt(grown, eval_fraction=0.5, near_duplicate=0.85, ledger=first["ledger"])
+assert kept["train"] == ["p1", "p3"] and kept["eval"] == ["p2", "p4"] and kept["held"] == []
+assert [group["split"] for group in kept["groups"]] == ["train", "eval"]
+assert kept["groups"][0]["key"] == "again: compute 23 + 19. reply with the integer."
+assert kept["ledger"] == {"compute 23 + 19. reply with the integer.": "train",
+                          "compute 36 - 3. reply with the integer.": "eval",
+                          "again: compute 23 + 19. reply with the integer.": "train",
+                          "again: compute 36 - 3. reply with the integer.": "eval"}
+unseen = split_by_prompt([{"id": "n", "prompt": "question number 3"}], eval_fraction=0.5, near_duplicate=0.85,
+                         ledger={"question number 4": "eval"})
+expected = "eval" if int(_hashlib.sha256(b"question number 3").hexdigest()[:8], 16) < 0.5 * 2 ** 32 else "train"
+assert unseen["groups"][0]["split"] == expected, "a group the ledger has never seen follows its hash"
+
+# %% hidden exercise=split_by_prompt points=1 name=a_group_on_both_sides_of_the_ledger_is_held
+# hint: when new data joins a trained prompt and an evaluated prompt into one group, the whole group goes to neither split ("held") and the ledger gains nothing from it.
+pairs = [{"id": "a", "prompt": "red apple"}, {"id": "b", "prompt": "Red apple, green pear"},
+         {"id": "c", "prompt": "green pear"}, {"id": "d", "prompt": "blue sky"}]
+ledger = {"red apple": "train", "green pear": "eval"}
+result = split_by_prompt(pairs, eval_fraction=0.5, near_duplicate=0.5, ledger=ledger)
+assert result["held"] == ["a", "b", "c"] and [group["split"] for group in result["groups"]][0] == "held"
+assert result["train"] + result["eval"] == ["d"]
+assert result["ledger"] == {"red apple": "train", "green pear": "eval", "blue sky": result["groups"][1]["split"]}
 
 # %% hidden exercise=split_by_prompt points=1 name=malformed_pairs_and_parameters_raise
 # hint: check the list, each pair's id (unique, not blank) and prompt (a str with a word), and both parameters (finite, in range, not bools) before grouping.
@@ -182,6 +218,9 @@ bad_calls = [
     lambda: split_by_prompt(good, eval_fraction="0.2"), lambda: split_by_prompt(good, near_duplicate=0),
     lambda: split_by_prompt(good, near_duplicate=1.01), lambda: split_by_prompt(good, near_duplicate=False),
     lambda: split_by_prompt(good, near_duplicate=float("inf")),
+    lambda: split_by_prompt(good, ledger=[("one", "train")]), lambda: split_by_prompt(good, ledger={"one": "test"}),
+    lambda: split_by_prompt(good, ledger={"one": "Train"}), lambda: split_by_prompt(good, ledger={1: "train"}),
+    lambda: split_by_prompt(good, ledger={"one": None}),
 ]
 for bad_call in bad_calls:
     try:
@@ -293,7 +332,9 @@ import unicodedata as _unicodedata
 from hypothesis import strategies as st
 
 prompts = st.sampled_from(["Compute 2 + 2.", "compute 2 + 2. ", "Ｃompute ２ + 2.", "Compute 2+2.", "Name a prime.", "", "ß"])
-responses = st.sampled_from(["4", " 4", "４", "5", "", "  \n", "four", "FOUR", "ss", "ß"])
+responses = st.one_of(st.sampled_from(["4", " 4", "４", "5", "", "  \n", "four", "FOUR", "ss", "ß"]),
+                      st.sampled_from(["\r4\x0b", "4\u00a0", "\x1c\x0c", "\u200b4", "ﬁve", "five", "e\u0301",
+                                       "é", "ℍ", "h", "\u2028"]))
 
 @st.composite
 def valid_pairs(draw):
@@ -351,6 +392,13 @@ reference.agrees("validate_preference_pairs", valid_pairs(), cases=150, clauses=
         c in contents(pairs)[:i] and pairs[i]["tie"] for i, c in enumerate(contents(pairs))),
     "a tie": lambda pairs: any(p["tie"] for p in pairs),
     "ids that differ only in case or width": lambda pairs: len({norm(p["id"]) for p in pairs}) < len(pairs),
+    "a response holding \\r, \\v, \\f, \\x1c or \\u2028 (whitespace to str.split)": lambda pairs: any(
+        any(ch in p[side]["response"] for ch in "\r\x0b\x0c\x1c\u2028") for p in pairs for side in ("chosen", "rejected")),
+    "responses equal only after NFKC of a ligature, a combining accent or a letter that folds to a capital": lambda pairs:
+        any(c[2] and c[2] == c[3] and {p["chosen"]["response"], p["rejected"]["response"]} in
+            ({"ﬁve", "five"}, {"e\u0301", "é"}, {"ℍ", "h"}) for p, c in zip(pairs, contents(pairs))),
+    "a zero-width space that keeps two responses apart": lambda pairs: any(
+        {p["chosen"]["response"], p["rejected"]["response"]} == {"\u200b4", "4"} for p in pairs),
 })
 
 # %% hidden exercise=validate_preference_pairs points=2 name=agrees_with_reference_on_generated_malformed_pairs
@@ -553,6 +601,104 @@ reference.agrees("split_by_prompt", each_of(defects, one_defect, variants=2), ca
     **parameter_clauses("near_duplicate", lambda value: value > 1 and not not_finite(value)),
     "near_duplicate exactly 1": lambda pairs, eval_fraction, near_duplicate: near_duplicate == 1
         and not is_bool(near_duplicate),
+})
+
+# %% hidden exercise=split_by_prompt points=2 name=agrees_with_reference_on_generated_ledgers
+# hint: a ledger from an earlier split (one side, both sides of a group, prompts no pair has, an empty dict), or a malformed one (not a dict, a side spelt another way, a key that is not a str): the same split and ledger, or the same ValueError.
+import re as _re
+import unicodedata as _unicodedata
+
+from tools.course.grader.clauses import each_of
+
+defects = ([("valid", n) for n in range(40)]
+           + [("ledger", bad) for bad in [[], "train", 3, ("a", "train"), {"a": "TRAIN"}, {"a": "test"}, {"a": "train "},
+                                          {"a": None}, {"a": 1}, {"a": True}, {1: "train"}, {None: "eval"},
+                                          {("a",): "eval"}]])
+PROMPTS = ["Compute 23 + 19.", "Again: compute 23 + 19.", "compute 23+19", "Compute 36 - 3.", "Again, compute 36 - 3.",
+           "red apple", "Red apple, green pear", "green pear", "question_one two", "ｑuestion_one TWO", "Straße frei",
+           "STRASSE frei", "ﬁne day", "fine day"]
+
+
+def _norm(text):
+    return " ".join(_unicodedata.normalize("NFKC", text).casefold().split())
+
+
+def one_ledger(defect, rng):
+    """Pairs from near-duplicate families, and a ledger an earlier split could have written (or a broken one)."""
+    kind, bad = defect
+    chosen = rng.sample(PROMPTS, rng.randint(1, 6))
+    pairs = [{"id": f"q{index}", "prompt": prompt} for index, prompt in enumerate(chosen)]
+    arguments = {"eval_fraction": rng.choice([0.25, 0.5, 0.75]), "near_duplicate": rng.choice([0.5, 0.6, 0.85, 1])}
+    if kind == "ledger":
+        return (pairs,), {**arguments, "ledger": bad}
+    mode = rng.choice(["none", "empty", "some", "some", "own", "bridge", "foreign"])
+    if mode == "bridge":  # new data joins a trained prompt and an evaluated one
+        family = rng.choice([["red apple", "Red apple, green pear", "green pear"],
+                             ["Compute 23 + 19.", "Again: compute 23 + 19.", "compute 23+19"]])
+        pairs = [{"id": f"b{index}", "prompt": prompt} for index, prompt in enumerate(family)] + pairs[:2]
+        sides = rng.sample(["train", "eval"], 2)
+        return (pairs,), {**arguments, "near_duplicate": 0.5, "ledger": {_norm(family[0]): sides[0],
+                                                                         _norm(family[2]): sides[1]}}
+    if mode == "own":  # the ledger an earlier split of some of these very prompts wrote
+        return (pairs,), {**arguments, "ledger": {_norm(p["prompt"]): rng.choice(["train", "eval"])
+                                                  for p in rng.sample(pairs, rng.randint(1, len(pairs)))}}
+    if mode == "none":
+        return (pairs,), arguments
+    if mode == "empty":
+        return (pairs,), {**arguments, "ledger": {}}
+    known = rng.sample(PROMPTS, rng.randint(1, 5))
+    ledger = {_norm(prompt) if mode == "some" else prompt.upper() + "?": rng.choice(["train", "eval"])
+              for prompt in known}
+    return (pairs,), {**arguments, "ledger": ledger}
+
+
+def _groups_with_sides(pairs, eval_fraction, near_duplicate, ledger=None):
+    """The near-duplicate groups of the pairs (as index sets) and the ledger sides each group touches."""
+    words = [set(_re.findall(r"\w+", _norm(p["prompt"]))) for p in pairs]
+    group = list(range(len(pairs)))
+    for i in range(len(pairs)):
+        for j in range(i + 1, len(pairs)):
+            if len(words[i] & words[j]) / len(words[i] | words[j]) >= near_duplicate:
+                old, new = group[j], group[i]
+                group = [new if g == old else g for g in group]
+    sides = {}
+    for index, root in enumerate(group):
+        side = (ledger or {}).get(_norm(pairs[index]["prompt"]))
+        sides.setdefault(root, set()).update([side] if side else [])
+    return list(sides.values())
+
+
+def _hash_side(pairs, eval_fraction, near_duplicate, ledger):
+    import hashlib as _hashlib
+    return {_norm(p["prompt"]): "eval" if int(_hashlib.sha256(_norm(p["prompt"]).encode()).hexdigest()[:8], 16)
+            < eval_fraction * 2 ** 32 else "train" for p in pairs}
+
+
+reference.agrees("split_by_prompt", each_of(defects, one_ledger, variants=3), cases=3 * len(defects), clauses={
+    "no ledger": lambda pairs, **k: "ledger" not in k,
+    "an empty ledger": lambda pairs, **k: k.get("ledger") == {},
+    "a group on one side of the ledger": lambda pairs, **k: isinstance(k.get("ledger"), dict) and any(
+        len(sides) == 1 for sides in _groups_with_sides(pairs, **k)),
+    "a group on both sides of the ledger (held)": lambda pairs, **k: isinstance(k.get("ledger"), dict) and any(
+        len(sides) == 2 for sides in _groups_with_sides(pairs, **k)),
+    "a group the ledger has not seen beside one it has": lambda pairs, **k: isinstance(k.get("ledger"), dict) and any(
+        not sides for sides in _groups_with_sides(pairs, **k)) and any(sides for sides in _groups_with_sides(pairs, **k)),
+    "a ledger side that disagrees with the prompt's own hash": lambda pairs, **k: isinstance(k.get("ledger"), dict)
+        and all(isinstance(v, str) for v in k["ledger"].values()) and any(
+        k["ledger"].get(prompt) not in (None, side) for prompt, side in _hash_side(pairs, **k).items()),
+    "ledger entries for prompts no pair has": lambda pairs, **k: isinstance(k.get("ledger"), dict) and any(
+        isinstance(key, str) and key not in {_norm(p["prompt"]) for p in pairs} for key in k["ledger"]),
+    "a ledger that is not a dict": lambda pairs, **k: "ledger" in k and k["ledger"] is not None
+        and not isinstance(k["ledger"], dict),
+    "a ledger side spelt another way": lambda pairs, **k: isinstance(k.get("ledger"), dict) and any(
+        isinstance(v, str) and v not in ("train", "eval") for v in k["ledger"].values()),
+    "a ledger side that is not a str": lambda pairs, **k: isinstance(k.get("ledger"), dict) and any(
+        not isinstance(v, str) for v in k["ledger"].values()),
+    "a ledger key that is not a str": lambda pairs, **k: isinstance(k.get("ledger"), dict) and any(
+        not isinstance(key, str) for key in k["ledger"]),
+    "prompts equal after NFKC, casefold or ligature folding": lambda pairs, **k: len(
+        {_norm(p["prompt"]) for p in pairs}) < len({p["prompt"] for p in pairs}),
+    "an underscore inside a word": lambda pairs, **k: any("_" in p["prompt"] for p in pairs),
 })
 
 # %% hidden exercise=pairwise_win_rate points=2 name=agrees_with_reference_on_generated_valid_judgements

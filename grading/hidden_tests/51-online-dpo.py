@@ -616,3 +616,117 @@ reference.agrees("guard_rollback", each_of(defects, one_defect, variants=2), cas
     "max_drop not a finite number": lambda log, candidate, guard, max_drop: sound_with_candidate(log, candidate) and (
         not_a_number(max_drop) or not_finite(max_drop)),
 })
+
+# %% hidden exercise=build_online_pairs points=1 name=scores_checked_everywhere_and_compared_exactly
+# hint: a NaN or an infinity in the first, a middle or the last score of any group raises ValueError (stale groups too); scores that differ only by float rounding (0.1 + 0.2 against 0.3) are different scores, not a tie.
+import math as _math
+
+from tools.course.grader.clauses import each_of
+
+cases = ([(group, position, value) for group in (0, 2) for position in (0, 1, 3)
+          for value in (float("nan"), float("inf"), float("-inf"))]
+         + [("inexact", n, None) for n in range(4)] + [("valid", n, None) for n in range(6)])
+
+def one_score_case(case, rng):
+    group, position, value = case
+    groups = [{"prompt_id": f"q{k}", "prompt": "Compute 2 + 2.", "policy_version": "v0" if k == 2 else "v1",
+               "responses": ["4", "5", "44", "four"], "scores": [rng.choice([0, 1, 0.5]) for _ in range(4)]}
+              for k in range(3)]
+    if group == "inexact":
+        groups[rng.randrange(2)]["scores"] = rng.choice([[0.1 + 0.2, 0.3, 0.3, 0.1 + 0.2], [0.3, 0.1 + 0.2, 0.3, 0.3],
+                                                         [1 - 0.9, 0.1, 0.1, 0.1]])
+    elif group != "valid":
+        groups[group]["scores"][position] = value
+    return groups, "v1"
+
+
+def bad_score(group, position):
+    return lambda groups, current: not _math.isfinite(groups[group]["scores"][position])
+
+
+reference.agrees("build_online_pairs", each_of(cases, one_score_case, variants=2), cases=2 * len(cases), clauses={
+    **{f"a non-finite score at position {position} of {'a fresh' if group == 0 else 'a stale'} group":
+       bad_score(group, position) for group in (0, 2) for position in (0, 1, 3)},
+    "scores that differ only by float rounding": lambda groups, current: any(
+        len(set(g["scores"])) > 1 and max(g["scores"]) - min(g["scores"]) < 1e-12 for g in groups),
+})
+
+# %% hidden exercise=adoption_gate points=1 name=decisive_counts_on_the_minimum_and_the_bound_near_one_half
+# hint: exactly min_decisive decisive verdicts is enough evidence (one fewer is not); the lower bound must be strictly above 1/2, so a candidate whose bound lands just below it is kept; ties never count.
+import math as _math
+
+from tools.course.grader.clauses import each_of
+
+cases = [(wins, losses, ties, minimum) for wins, losses, ties, minimum in [
+    (8, 0, 2, 8), (7, 0, 3, 8), (12, 3, 1, 15), (12, 2, 2, 15), (27, 13, 0, 8), (28, 12, 0, 8), (61, 39, 5, 8),
+    (62, 38, 5, 8), (0, 0, 6, 1), (1, 0, 4, 1), (5, 5, 0, 10), (9, 0, 0, 9), (18, 8, 3, 8),
+    (25, 13, 2, 8), (10, 3, 0, 8), (15, 6, 1, 8)]]
+
+def one_count(case, rng):
+    wins, losses, ties, minimum = case
+    verdicts = ["win"] * wins + ["loss"] * losses + ["tie"] * ties
+    rng.shuffle(verdicts)
+    ids = [f"e{k}" for k in range(len(verdicts))]
+    return (dict(zip(ids, verdicts)), ids if rng.random() < 0.5 else tuple(ids)), {
+        "confidence": 0.95, "min_decisive": minimum}
+
+
+def count(outcomes, kind):
+    return sum(value == kind for value in outcomes.values())
+
+
+def lower_bound(outcomes):
+    import statistics as _statistics
+    wins, n = count(outcomes, "win"), count(outcomes, "win") + count(outcomes, "loss")
+    z, p = _statistics.NormalDist().inv_cdf(0.975), wins / n
+    return ((p + z * z / (2 * n)) - z * _math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))) / (1 + z * z / n)
+
+
+reference.agrees("adoption_gate", each_of(cases, one_count, variants=2), cases=2 * len(cases), clauses={
+    "decisive exactly min_decisive": lambda outcomes, ids, **k: count(outcomes, "win") + count(
+        outcomes, "loss") == k["min_decisive"],
+    "decisive one below min_decisive": lambda outcomes, ids, **k: count(outcomes, "win") + count(
+        outcomes, "loss") == k["min_decisive"] - 1,
+    "a lower bound just above 1/2": lambda outcomes, ids, **k: count(outcomes, "win") + count(outcomes, "loss") > 0
+        and 0.5 < lower_bound(outcomes) < 0.52,
+    "a lower bound just below 1/2": lambda outcomes, ids, **k: count(outcomes, "win") + count(outcomes, "loss") > 0
+        and 0.48 < lower_bound(outcomes) <= 0.5,
+    "no decisive verdict": lambda outcomes, ids, **k: count(outcomes, "win") + count(outcomes, "loss") == 0,
+})
+
+# %% hidden exercise=guard_rollback points=1 name=guards_checked_everywhere_and_the_drop_edge_by_rounding
+# hint: a NaN or an infinity as the guard of the first, a middle or the last log entry raises ValueError; a candidate whose guard sits at serving guard - max_drop only up to float rounding is compared as computed, not rounded.
+import hashlib as _hashlib
+import math as _math
+
+from tools.course.grader.clauses import each_of
+
+DIGESTS = [_hashlib.sha256(f"g{k}".encode()).hexdigest() for k in range(5)]
+cases = ([("entry", index, value) for index in (0, 1, 2) for value in (float("nan"), float("inf"), float("-inf"))]
+         + [("edge", guard, max_drop) for guard, max_drop in [(0.2, 0.1), (0.19999999999999998, 0.1), (0.4, 0.2),
+                                                              (0.39999999999999997, 0.2), (0.5, 0.1), (0.1, 0.2)]]
+         + [("valid", n, None) for n in range(4)])
+
+def one_guard_case(case, rng):
+    kind, first, second = case
+    log = [{"version": DIGESTS[0], "parent": None, "guard": 0.6, "state": "good"},
+           {"version": DIGESTS[1], "parent": DIGESTS[0], "guard": 0.3, "state": "good"},
+           {"version": DIGESTS[2], "parent": DIGESTS[1], "guard": 0.1, "state": "regressed"}]
+    guard, max_drop = rng.choice([0.25, 0.35]), 0.05
+    if kind == "entry":
+        log[first]["guard"] = second
+    elif kind == "edge":
+        guard, max_drop = first, second
+    return log, {"version": DIGESTS[3], "parent": DIGESTS[1]}, guard, max_drop
+
+
+reference.agrees("guard_rollback", each_of(cases, one_guard_case, variants=1), cases=len(cases), clauses={
+    **{f"a non-finite guard at log entry {index}": (lambda index: lambda log, candidate, guard, max_drop: not
+       _math.isfinite(log[index]["guard"]))(index) for index in (0, 1, 2)},
+    "a guard exactly at serving - max_drop as computed": lambda log, candidate, guard, max_drop: all(
+        _math.isfinite(entry["guard"]) for entry in log) and guard == 0.3 - max_drop,
+    "a guard one rounding step from serving - max_drop": lambda log, candidate, guard, max_drop: all(
+        _math.isfinite(entry["guard"]) for entry in log) and guard != 0.3 - max_drop and abs(
+        guard - (0.3 - max_drop)) < 1e-15,
+    "every guard finite": lambda log, candidate, guard, max_drop: all(_math.isfinite(e["guard"]) for e in log),
+})

@@ -518,3 +518,105 @@ reference.agrees("kto_class_weights", each_of(defects, one_defect, variants=2), 
     **weight_clauses("undesirable_weight", lambda labels, u, d: u),
     **weight_clauses("desirable_weight", lambda labels, u, d: d),
 })
+
+# %% hidden exercise=kto_reference_point points=1 name=a_non_finite_entry_anywhere_raises
+# hint: every entry of both matrices is checked, also the diagonal and the cells the rotation never reads: a NaN or an infinity in any of them raises ValueError; without it, the same result as the reference.
+from tools.course.grader.clauses import each_of
+
+CELLS = [(0, 0), (1, 1), (0, 3), (2, 1), (3, 2), (1, 3), (3, 3)]
+cases = [(side, cell, value) for side in ("policy", "reference") for cell in CELLS
+         for value in (float("nan"), float("inf"), float("-inf"))] + [("valid", n, None) for n in range(8)]
+
+def one_bad_cell(case, rng):
+    side, cell, value = case
+    dtype = rng.choice([torch.float32, torch.float64])
+    matrices = {"policy": -4 * torch.rand(4, 4, dtype=dtype), "reference": -4 * torch.rand(4, 4, dtype=dtype)}
+    if side != "valid":
+        matrices[side][cell] = value
+    return matrices["policy"], matrices["reference"]
+
+
+def bad_cell(slot, cell):
+    return lambda *matrices: not bool(torch.isfinite(matrices[slot][cell]))
+
+
+ROTATED = {(i, (i - 1) % 4) for i in range(4)}
+reference.agrees("kto_reference_point", each_of(cases, one_bad_cell, variants=2), cases=2 * len(cases), clauses={
+    **{f"a non-finite {side} entry {cell} ({'read by the rotation' if cell in ROTATED else 'never read'})":
+       bad_cell(slot, cell) for slot, side in enumerate(("policy", "reference")) for cell in CELLS},
+    "every entry finite": lambda *matrices: all(bool(torch.isfinite(matrix).all()) for matrix in matrices),
+})
+
+# %% hidden exercise=kto_loss points=1 name=a_non_finite_value_anywhere_raises
+# hint: every example's policy and reference log-probability is checked (first, middle and last), and so is z0: NaN, +inf and -inf raise ValueError; a z0 of exactly 0 and weights given as ints are valid.
+from tools.course.grader.clauses import each_of
+
+cases = ([(side, index, value) for side in ("policy", "reference") for index in (0, 2, 4)
+          for value in (float("nan"), float("inf"), float("-inf"))]
+         + [("z0", None, value) for value in (float("nan"), float("inf"))]
+         + [("zero_z0", n, None) for n in range(3)] + [("valid", n, None) for n in range(6)])
+
+def one_bad_value(case, rng):
+    side, index, value = case
+    dtype = rng.choice([torch.float32, torch.float64])
+    logps = {"policy": torch.tensor([-rng.uniform(0.5, 6) for _ in range(5)], dtype=dtype),
+             "reference": torch.tensor([-rng.uniform(0.5, 6) for _ in range(5)], dtype=dtype)}
+    z0 = torch.tensor(rng.choice([0.0, 0.3, 1.5]), dtype=dtype)
+    if side in logps:
+        logps[side][index] = value
+    elif side == "z0":
+        z0 = torch.tensor(value, dtype=dtype)
+    elif side == "zero_z0":
+        z0 = torch.zeros((), dtype=dtype)
+    desirable = torch.tensor([True, False, rng.random() < 0.5, False, True])
+    return (logps["policy"], logps["reference"], desirable, z0, rng.choice([0.1, 1.0, 2])), {
+        "desirable_weight": rng.choice([1.0, 3, 1.5]), "undesirable_weight": rng.choice([1.0, 2])}
+
+
+def bad_logp(slot, index):
+    return lambda *a, **k: not bool(torch.isfinite(a[slot][index]))
+
+
+reference.agrees("kto_loss", each_of(cases, one_bad_value, variants=1), cases=len(cases), clauses={
+    **{f"a non-finite {side}_logps[{index}]": bad_logp(slot, index) for slot, side in enumerate(("policy", "reference"))
+       for index in (0, 2, 4)},
+    "a non-finite z0": lambda *a, **k: not bool(torch.isfinite(a[3])),
+    "z0 exactly 0": lambda *a, **k: bool(torch.isfinite(a[0]).all() and torch.isfinite(a[1]).all()) and float(a[3]) == 0,
+    "a weight given as an int": lambda *a, **k: type(k["desirable_weight"]) is int or type(k["undesirable_weight"]) is int,
+})
+
+# %% hidden exercise=kto_class_weights points=1 name=weights_on_the_range_edges_by_float_rounding
+# hint: a desirable weight whose ratio is 1 or 4/3 only up to float rounding (7 * 3 / 21, 12 * 2 / 18, 0.1 + 0.2 style arithmetic) is inside the range; one a little beyond the rounding tolerance is outside.
+from tools.course.grader.clauses import each_of
+
+cases = [(n_good, n_bad, weight, bad_weight) for n_good, n_bad, weight, bad_weight in [
+    (3, 21, 7.0, 1.0), (2, 18, 12.0, 1.0), (3, 7, (0.1 + 0.2) * 7 / 0.9, 0.3), (3, 10, 1 / 0.3, 1.0),
+    (2, 18, 12.000001, 1.0), (2, 18, 8.999999, 1.0), (5, 30, 6.0, 1.0), (5, 30, 8.0, 1.0), (5, 30, 8.0000001, 1.0),
+    (1, 3, 3.0, 1.0), (1, 3, 4.0, 1.0), (7, 9, 9 / 7, 1.0), (7, 9, 12 / 7, 1.0), (3, 9, 0.1 * 3 * 10, 1.0),
+    (2, 6, None, 1.0), (2, 6, None, 0.1), (4, 12, 4.0, 1.0), (4, 12, 3.0, 1.0), (3, 7, 4 * 7 / (3 * 3), 1.0),
+    (3, 10, 4 * 10 / (3 * 3), 1.0), (7, 30, 4 * 30 / (3 * 7), 1.0)]]
+
+def one_edge(case, rng):
+    n_good, n_bad, weight, bad_weight = case
+    labels = [True] * n_good + [False] * n_bad
+    rng.shuffle(labels)
+    arguments = {"undesirable_weight": bad_weight}
+    if weight is not None:
+        arguments["desirable_weight"] = weight
+    return (labels if rng.random() < 0.7 else tuple(labels),), arguments
+
+
+def ratio(labels, undesirable_weight=1.0, desirable_weight=None):
+    good = sum(labels)
+    weight = undesirable_weight * (len(labels) - good) / good if desirable_weight is None else desirable_weight
+    return weight * good / (undesirable_weight * (len(labels) - good))
+
+
+reference.agrees("kto_class_weights", each_of(cases, one_edge, variants=2), cases=2 * len(cases), clauses={
+    "a ratio of 1 only up to rounding": lambda *a, **k: ratio(*a, **k) != 1 and abs(ratio(*a, **k) - 1) < 1e-12,
+    "a ratio of 4/3 only up to rounding": lambda *a, **k: ratio(*a, **k) != 4 / 3 and abs(ratio(*a, **k) - 4 / 3) < 1e-12,
+    "a ratio exactly 4/3": lambda *a, **k: ratio(*a, **k) == 4 / 3,
+    "a ratio just beyond 4/3": lambda *a, **k: 4 / 3 + 1e-9 < ratio(*a, **k) < 4 / 3 + 1e-5,
+    "a ratio just below 1": lambda *a, **k: 1 - 1e-5 < ratio(*a, **k) < 1 - 1e-9,
+    "labels given as a tuple": lambda *a, **k: isinstance(a[0], tuple),
+})

@@ -87,6 +87,15 @@ def test_the_framework_record_is_json_and_its_summary_names_the_version(check):
     assert "your functions: not_implemented" in lines[-1]
 
 
+def test_seed_draws_the_checks_pairs_and_the_reference_still_matches(check, reference):
+    """Issue 32: SEED used to change nothing in the framework check; it now draws the pairs (and so the batch)."""
+    assert chapter.framework_pairs(seed=0) != chapter.framework_pairs(seed=1)
+    assert check["seed"] == 0 and check["pairs"] == chapter.framework_pairs(seed=0)
+    other = chapter.trl_dpo_check(reference["sequence_logprobs"], reference["dpo_loss"], seed=1)
+    assert other["pairs"] == chapter.framework_pairs(seed=1) and other["matches"], chapter.framework_lines(other)
+    assert other["trl"]["loss"] != check["trl"]["loss"]
+
+
 def test_the_figures_draw():
     import matplotlib.pyplot as plt
 

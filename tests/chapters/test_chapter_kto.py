@@ -79,6 +79,15 @@ def test_the_framework_record_is_json(check):
     assert lines[0].startswith("evidence level cpu_smoke") and "trl 1.16.0" in lines[1]
 
 
+def test_seed_draws_the_checks_examples_and_the_reference_still_matches(check, reference):
+    """Issue 32: SEED used to change nothing in the framework check; it now draws the examples (and the batch)."""
+    assert chapter.framework_examples(seed=0) != chapter.framework_examples(seed=1)
+    assert [example["label"] for example in chapter.framework_examples(seed=1)].count(True) == 2
+    other = chapter.trl_kto_check(reference["kto_reference_point"], reference["kto_loss"], seed=1)
+    assert other["examples"] == chapter.framework_examples(seed=1) and other["matches"], chapter.framework_lines(other)
+    assert other["trl"]["loss"] != check["trl"]["loss"]
+
+
 def test_the_figures_draw():
     import matplotlib.pyplot as plt
 

@@ -43,8 +43,43 @@ def check(reference, one_cpu_thread):
 def test_the_reference_picks_trls_pairs_and_matches_its_loss(check):
     assert check["framework"]["library"] == "trl" and check["framework"]["version"] == "1.16.0"
     assert check["matches"], chapter.framework_lines(check)
-    assert check["pairs_agreeing_with_trl"] == check["untied_prompts"] == chapter.FRAMEWORK_PROMPTS - len(check["ties"])
+    two, four = check["groups_of_two"], check["groups_of_four"]
+    assert two["groups"] == 2 * chapter.FRAMEWORK_PROMPTS and four["groups"] == chapter.FRAMEWORK_PROMPTS
+    assert two["agreeing"] == two["untied"] and two["ties_reported"] == two["tied"]
+    assert four["agreeing"] == four["untied"]
     assert check["reference_unchanged"] and abs(check["trl"]["loss"] - math.log(2)) > 1e-4
+
+
+def test_the_batch_holds_ties_and_repeated_best_scores(check):
+    """The check can fail only where the contract's hard cases occur: tied groups of two (TRL trains on them) and
+    groups of four whose best or worst score repeats (the first position must win)."""
+    assert check["groups_of_two"]["tied"] >= 1 and check["trl_trains_on_ties"] == check["groups_of_two"]["tied"]
+    scores = check["step"]["sampled"]["scores"]
+    groups, _ = chapter.prompt_groups(check["step"], "v")
+    repeated = [group for group in groups if len(set(group["scores"])) > 1 and (
+        group["scores"].count(max(group["scores"])) > 1 or group["scores"].count(min(group["scores"])) > 1)]
+    assert repeated and set(scores) <= {0.0, 1.0}
+
+
+def test_trls_rule_as_a_knockout_is_the_first_best_against_the_first_worst():
+    assert chapter.trl_rule_knockout([0.0, 1.0, 1.0, 0.0]) == (1, 0)
+    assert chapter.trl_rule_knockout([1.0, 0.0, 0.0, 1.0]) == (0, 1)
+    assert chapter.trl_rule_knockout([2.0, 3.0, 1.0, 1.0]) == (1, 2)
+    assert chapter.trl_rule_knockout([1.0, 1.0, 1.0, 1.0]) is None
+
+
+@pytest.mark.parametrize("mutant", ["last_best_position", "ties_paired_anyway", "sorted_group_ends"])
+def test_the_check_catches_a_learners_pairing_slip(check, mutant):
+    """Chapter mutants that pass on untied groups of two (the old check's only case) fail here."""
+    from tools.course.grader.build import load_mutants
+    from tools.course.layout import CourseLayout
+
+    notebook = read_notebook(find_chapter("51", REPO_ROOT).notebook_path(REPO_ROOT))
+    planted = {item.name: item for item in load_mutants(CourseLayout(REPO_ROOT).mutants("51-online-dpo"), notebook)}
+    namespace = {"math": math, "re": re, "hashlib": hashlib, "wilson_interval": chapter.wilson_interval}
+    exec(planted[mutant].source, namespace)
+    assert chapter.learner_comparison(check["step"], {"build_online_pairs": namespace["build_online_pairs"]})[
+        "status"] == "differs"
 
 
 def test_the_check_catches_pairs_taken_the_wrong_way_round(check, reference):

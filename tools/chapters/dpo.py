@@ -9,10 +9,13 @@ received no gradient, from TRL's step and from ours. Nothing here prints.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Mapping
 
-from tools.chapters import framework_checks
+from tools.chapters import framework_checks, lesson_text
+from tools.chapters.framework_checks import functions_ran_line
 from tools.data.arithmetic import generate_tasks
+from tools.experiments.preference import dpo_sweep
 from tools.experiments.preference.trl_runs import (
     quiet_trl,
     silence_printer,
@@ -114,11 +117,13 @@ def draw_kl_estimators():
 # The framework check: TRL's DPOTrainer on the tiny model
 # ---------------------------------------------------------------------------
 
-def framework_pairs(count: int = FRAMEWORK_PAIRS) -> list[dict]:
-    """The check's preference pairs: arithmetic prompts (training seed 101), a correct vs a wrong answer."""
-    tasks = generate_tasks(seed=101, per_operation=1)[:count]
-    return [{"prompt": task.prompt, "chosen": str(task.label), "rejected": str(task.label + 1 + index)}
-            for index, task in enumerate(tasks)]
+def framework_pairs(count: int = FRAMEWORK_PAIRS, seed: int = 0) -> list[dict]:
+    """The check's preference pairs: `count` arithmetic prompts drawn with `seed` from the training generator
+    (seed 101), each a correct answer against a wrong one drawn with the same seed."""
+    rng = random.Random(f"framework-pairs|{seed}")
+    tasks = rng.sample(generate_tasks(seed=101, per_operation=8), count)
+    return [{"prompt": task.prompt, "chosen": str(task.label), "rejected": str(task.label + rng.choice((-11, -1, 1, 2, 10)))}
+            for task in tasks]
 
 
 def framework() -> dict:
@@ -145,7 +150,7 @@ def run_trl_dpo_step(*, seed: int = 0) -> dict:
         arguments = trainer_arguments(DPOConfig, per_device_train_batch_size=FRAMEWORK_PAIRS, beta=FRAMEWORK_BETA,
                                       learning_rate=1e-2, seed=seed)
         trainer = DPOTrainer(model=policy, ref_model=reference, args=arguments,
-                             train_dataset=Dataset.from_list(framework_pairs()), processing_class=tokenizer)
+                             train_dataset=Dataset.from_list(framework_pairs(seed=seed)), processing_class=tokenizer)
         silence_printer(trainer)
         trainer.train()
         batch = next(iter(trainer.get_train_dataloader()))
@@ -194,7 +199,8 @@ def trl_dpo_check(sequence_logprobs: Callable, dpo_loss: Callable, *, seed: int 
     `run_trl_dpo_step` and `compare_with_trl`), with what the record keeps."""
     step = run_trl_dpo_step(seed=seed)
     batch = step["batch"]
-    return {"framework": framework(), "pairs": framework_pairs(), "batch_shape": list(batch["input_ids"].shape),
+    return {"framework": framework(), "seed": seed, "pairs": framework_pairs(seed=seed),
+            "batch_shape": list(batch["input_ids"].shape),
             "response_tokens": int(batch["completion_mask"].sum()),
             **{key: step[key] for key in ("policy_changed_by_trl_step", "reference_unchanged",
                                           "reference_grad_after_trl_step")},
@@ -291,86 +297,132 @@ def framework_lines(result: Mapping) -> list[str]:
 
 STEP5_CPU_MODEL = "lab"
 """cpu_smoke trains the course's lab model (python -m tools.models lab-build); real_gpu its plan's model."""
-SWEEP_MAX_KL = 0.05
+SWEEP_MAX_KL = dpo_sweep.MAX_KL
 """The drift gate of Step 5.2: mean k3 per sampled token, in nats."""
-SWEEP_MIN_MARGIN = 0.1
+SWEEP_MIN_MARGIN = dpo_sweep.MIN_MARGIN
 """The margin gate of Step 5.2: mean held-out log-ratio margin h, in nats."""
-DECISION_STAGE = "beta_decision"
+DECISION_STAGE = dpo_sweep.DECISION_STAGE
+CONTROL = dpo_sweep.CONTROL
 
 
 def sweep_records(records: Mapping[str, Mapping]) -> list[Mapping]:
-    """The `sweep_<variant>` records of one run that finished, beta ascending."""
-    runs = [record for stage, record in records.items() if stage.startswith("sweep_") and record["status"] == "ok"]
+    """The beta runs of one run that finished (not the control), beta ascending."""
+    runs = [record for stage, record in records.items() if stage.startswith("sweep_") and record["status"] == "ok"
+            and not record.get("control")]
     return sorted(runs, key=lambda record: record["beta"])
+
+
+def control_record(records: Mapping[str, Mapping]) -> Mapping | None:
+    """The mislabelled control's record when it finished, else None."""
+    record = records.get(f"sweep_{CONTROL}")
+    return record if record is not None and record["status"] == "ok" else None
 
 
 def sweep_inputs(records: Mapping[str, Mapping]) -> list[dict]:
     """What `judge_beta_sweep` reads, one run per beta: the held-out margin and the drift samples."""
-    runs = []
-    for record in sweep_records(records):
-        margin = record["held_out_pairs"]["margin"] if record["held_out_pairs"] else record["train_pairs"]["margin"]
-        runs.append({"beta": record["beta"], "margin": margin,
-                     "policy_logps": record["drift_samples"]["policy_logps"],
-                     "reference_logps": record["drift_samples"]["reference_logps"]})
-    return runs
+    return dpo_sweep.judge_inputs(list(sweep_records(records)))
 
 
 def decision_body(records: Mapping[str, Mapping], judged: Mapping) -> dict:
-    """The `beta_decision` record: the gates, the judgement, and per beta what the learner sees moving."""
+    """A `beta_decision` body from the sweep's records and a judgement (the experiment writes its own)."""
     pairs = records["pairs"]
-    return {"gates": {"max_kl": SWEEP_MAX_KL, "min_margin": SWEEP_MIN_MARGIN},
-            "model": pairs["model"], "pair_counts": pairs["pair_counts"],
-            "held_out_exact_match_before": pairs["held_out_exact_match_before"],
-            "per_beta": [{"beta": record["beta"],
-                          "train_pair_accuracy": {"before": record["history"][0]["pair_accuracy"],
-                                                  "after": record["train_pairs"]["pair_accuracy"]},
-                          "held_out_exact_match_after": record["held_out_exact_match"]["after"],
-                          "held_out_margin": (record["held_out_pairs"] or {}).get("margin")}
-                         for record in sweep_records(records)],
-            "judgement": dict(judged), "decision": judged["decision"], "status": "ok"}
+    runs = {record["variant"]: {**record, "variant": record["variant"]} for stage, record in records.items()
+            if stage.startswith("sweep_")}
+    return {**dpo_sweep.decision_body(pairs, runs, judged), "status": "ok"}
+
+
+def _number(value, form: str) -> str:
+    return "-" if value is None else format(value, form)
 
 
 def decision_lines(record: Mapping) -> list[str]:
-    """The `beta_decision` record as text."""
-    lines = [f"beta sweep on {record['model']['model_id']}: gates max_kl {record['gates']['max_kl']}, "
-             f"min_margin {record['gates']['min_margin']}; held-out exact match before "
-             f"{record['held_out_exact_match_before']:.3f}; pairs {record['pair_counts']}",
-             f"  {'beta':>6} {'pair acc':>15} {'exact match':>12} {'margin h':>9} {'kl (k3)':>8}  reasons"]
-    judged = {entry["beta"]: entry for entry in record["judgement"]["per_beta"]}
-    for entry in record["per_beta"]:
-        verdict = judged[entry["beta"]]
-        accuracy = entry["train_pair_accuracy"]
-        lines.append(f"  {entry['beta']:>6.2f} {accuracy['before']:>6.2f} -> {accuracy['after']:<5.2f}"
-                     f" {entry['held_out_exact_match_after']:>12.3f} {verdict['margin']:>9.3f} {verdict['kl']:>8.4f}"
-                     f"  {', '.join(verdict['reasons']) or 'eligible'}")
-    lines.append(f"  chosen beta: {record['judgement']['chosen_beta']} -> decision {record['decision']}")
+    """The `beta_decision` record as text: the start (baseline row), every beta, the control, the judgement."""
+    start = record.get("held_out_pairs_at_start") or {}
+    lines = [functions_ran_line(record["mechanism"])] if record.get("mechanism") else []
+    lines += [f"beta sweep on {record['model']['model_id']}: gates max_kl {record['gates']['max_kl']}, "
+              f"min_margin {record['gates']['min_margin']}; pairs {record['pair_counts']}; "
+              f"{start.get('pairs', 0)} held-out pairs (chance pair accuracy 0.5)",
+              f"  {'run':<18}{'exact match':>12}{'pair acc':>9}{'margin h':>9}{'chosen':>8}{'rejected':>9}"
+              f"{'kl (k3)':>9}  reasons"]
+    lines.append(f"  {'start':<18}{record['held_out_exact_match_before']:>12.3f}{_number(start.get('pair_accuracy'), '.2f'):>9}"
+                 f"{_number(start.get('margin'), '.3f'):>9}{_number(start.get('chosen_logratio'), '+.3f'):>8}"
+                 f"{_number(start.get('rejected_logratio'), '+.3f'):>9}{'0':>9}  (every h = 0: "
+                 f"{start.get('ties', 0)} ties)")
+    judged = {entry["beta"]: entry for entry in record.get("judgement", {}).get("per_beta", [])}
+    for run in record.get("runs", []):
+        verdict = judged.get(run["beta"]) if run["variant"] != CONTROL else None
+        reasons = "control (not a candidate)" if run["variant"] == CONTROL else (
+            ", ".join(verdict["reasons"]) or "eligible" if verdict else run["status"])
+        lines.append(f"  {run['variant']:<18}{_number(run['held_out_exact_match_after'], '.3f'):>12}"
+                     f"{_number(run['held_out_pair_accuracy'], '.2f'):>9}{_number(run['held_out_margin'], '.3f'):>9}"
+                     f"{_number(run['held_out_chosen_logratio'], '+.3f'):>8}"
+                     f"{_number(run['held_out_rejected_logratio'], '+.3f'):>9}"
+                     f"{_number(verdict['kl'] if verdict else None, '.4f'):>9}  {reasons}")
+    if "judgement" in record:
+        lines.append(f"  chosen beta: {record['judgement']['chosen_beta']} -> decision {record['decision']}")
+    else:
+        lines.append(f"  no decision: {record.get('status')} ({record.get('error')})")
     return lines
 
 
-def draw_sweep(records: Mapping[str, Mapping], judged: Mapping):
-    """Left: the training-pair accuracy over the DPO steps per beta; right: held-out exact match before and
-    after, with each beta's margin and drift written beside its bar."""
+def findings(record: Mapping, beta: float = 0.10) -> list[str]:
+    """Sentences the page prints from this run's `beta_decision` record: only what the run measured."""
+    runs = {run["variant"]: run for run in record.get("runs", [])}
+    treated, control = runs.get(f"beta_{beta:.2f}"), runs.get(CONTROL)
+    found = []
+    if treated and treated["status"] == "ok":
+        before = record["held_out_exact_match_before"]
+        found.append(lesson_text.text("dpo.exact_match", beta=f"{beta:.2f}", before=f"{before:.3f}",
+                                      after=f"{treated['held_out_exact_match_after']:.3f}",
+                                      change=f"{treated['held_out_exact_match_after'] - before:+.3f}"))
+        if treated["held_out_chosen_logratio"] < 0 and treated["held_out_rejected_logratio"] < 0:
+            found.append(lesson_text.text("dpo.displacement", chosen=f"{treated['held_out_chosen_logratio']:+.3f}",
+                                          rejected=f"{treated['held_out_rejected_logratio']:+.3f}"))
+        if control and control["status"] == "ok":
+            found.append(lesson_text.text(
+                "dpo.control", accuracy=f"{treated['held_out_pair_accuracy']:.2f}",
+                control_accuracy=f"{control['held_out_pair_accuracy']:.2f}",
+                exact=f"{treated['held_out_exact_match_after']:.3f}",
+                control_exact=f"{control['held_out_exact_match_after']:.3f}"))
+    return found
+
+
+def draw_sweep(records: Mapping[str, Mapping], judged: Mapping | None = None):
+    """Left: the mean implicit reward of the chosen and of the rejected training replies over the DPO steps (beta
+    0.10 and the control; likelihood displacement shows as both falling); right: held-out exact match of the
+    start, every beta and the control, with each run's held-out margin and drift written above its bar."""
     import matplotlib.pyplot as plt
 
     runs = sweep_records(records)
-    before = records["pairs"]["held_out_exact_match_before"]
-    kls = {entry["beta"]: entry["kl"] for entry in judged["per_beta"]}
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    for record in runs:
-        history = record["history"]
-        steps = [entry["step"] for entry in history] + [len(history)]
-        accuracy = [entry["pair_accuracy"] for entry in history] + [record["train_pairs"]["pair_accuracy"]]
-        left.plot(steps, accuracy, marker="o", label=f"beta {record['beta']:.2f}")
-    left.set(xlabel="DPO step", ylabel="pair accuracy (training pairs)", ylim=(-0.05, 1.05),
-             title="pair accuracy before each update")
-    left.legend()
-    names = ["start"] + [f"beta {record['beta']:.2f}" for record in runs]
-    values = [before] + [record["held_out_exact_match"]["after"] for record in runs]
-    bars = right.bar(names, values, color=["grey"] + ["tab:blue"] * len(runs))
-    for bar, record in zip(bars[1:], runs):
+    control = control_record(records)
+    kls = {entry["beta"]: entry["kl"] for entry in (judged or records.get(DECISION_STAGE, {}).get("judgement", {}))
+           .get("per_beta", [])}
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4))
+    for record, style in [(run, "-") for run in runs if abs(run["beta"] - 0.10) < 1e-9] + \
+            ([(control, "--")] if control else []):
+        steps = [entry["step"] for entry in record["history"]]
+        name = record["variant"]
+        left.plot(steps, [entry["chosen_reward"] for entry in record["history"]], style, color="tab:green",
+                  label=f"{name}: chosen")
+        left.plot(steps, [entry["rejected_reward"] for entry in record["history"]], style, color="tab:red",
+                  label=f"{name}: rejected")
+    left.axhline(0, color="black", lw=0.6)
+    left.set(xlabel="DPO step (measured before the update)", ylabel="mean beta * log(pi / pi_ref)",
+             title="chosen and rejected rewards on the training pairs")
+    left.legend(fontsize=8)
+    shown = [*runs, *([control] if control else [])]
+    names = ["start"] + [record["variant"] for record in shown]
+    values = [records["pairs"]["held_out_exact_match_before"]] + [record["held_out_exact_match"]["after"]
+                                                                  for record in shown]
+    colours = ["grey"] + ["tab:blue"] * len(runs) + (["tab:orange"] if control else [])
+    bars = right.bar(names, values, color=colours)
+    for bar, record in zip(bars[1:], shown):
         margin = (record["held_out_pairs"] or record["train_pairs"])["margin"]
-        right.text(bar.get_x() + bar.get_width() / 2, bar.get_height() + 0.01,
-                   f"h {margin:.2f}\nkl {kls[record['beta']]:.3f}", ha="center", va="bottom", fontsize=8)
+        kl = kls.get(record["beta"]) if not record.get("control") else None
+        note = f"h {margin:.2f}" + (f"\nkl {kl:.3f}" if kl is not None else "")
+        right.text(bar.get_x() + bar.get_width() / 2, bar.get_height() + 0.01, note, ha="center", va="bottom",
+                   fontsize=8)
     right.set(ylabel="held-out exact match (greedy)", ylim=(0, 1), title="held-out exact match")
+    right.tick_params(axis="x", labelsize=8)
     fig.tight_layout()
     return fig

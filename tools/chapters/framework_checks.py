@@ -1,5 +1,5 @@
-"""What the TRL framework checks of chapters 17, PT-KTO and 51 share: running a learner's functions
-through the same comparison as the reference, the record body and the summary lines.
+"""What the preference chapters (50, 17, PT-KTO, 51) share around a learner's functions: the TRL framework
+checks' comparison, record body and summary lines, and the line that says which functions Step 5 ran.
 
 Each chapter module runs its own comparison (its trainer, its quantities); this module only wraps it:
 `learner_result` turns a learner's unfinished or broken function into data instead of an exception,
@@ -39,3 +39,18 @@ def summary_lines(record: Mapping, lines_of: Callable[[Mapping], list[str]]) -> 
     level = f"evidence level {record.get('evidence_level')}: an equality check of loss definitions, not a GPU measurement"
     return [level, *lines_of(record["results"]),
             f"  your functions: {learner.get('status')} ({learner.get('detail', '')})"]
+
+
+_SOURCE_WORDS = {"learner": "your", "reference": "the notebook's reference", "package": "the package's"}
+
+
+def functions_ran_line(described: Mapping[str, Mapping]) -> str:
+    """`Step 5 ran your dpo_loss; the notebook's reference judge_beta_sweep` from a record's
+    `mechanism.describe(...)` (`{name: {"source", "code_sha256"}}`)."""
+    grouped: dict[str, list[str]] = {}
+    for name, entry in sorted(described.items()):
+        digest = entry.get("code_sha256")
+        grouped.setdefault(entry["source"], []).append(f"{name} ({digest[:8] if digest else 'no source'})")
+    parts = [f"{_SOURCE_WORDS.get(source, source)} {', '.join(grouped[source])}"
+             for source in ("learner", "reference", "package") if source in grouped]
+    return "Step 5 ran " + "; ".join(parts)

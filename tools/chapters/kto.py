@@ -10,10 +10,13 @@ Nothing here prints.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Mapping
 
-from tools.chapters import framework_checks
+from tools.chapters import framework_checks, lesson_text
+from tools.chapters.framework_checks import functions_ran_line
 from tools.data.arithmetic import generate_tasks
+from tools.experiments.preference import kto_runs
 from tools.experiments.preference.logprobs import pack, response_logprobs
 from tools.experiments.preference.trl_runs import (
     quiet_trl,
@@ -110,12 +113,14 @@ def draw_class_shares(n_desirable: int = 10, n_undesirable: int = 90, weights=((
 # The framework check: TRL's KTOTrainer on the tiny model
 # ---------------------------------------------------------------------------
 
-def framework_examples() -> list[dict]:
-    """The check's unpaired examples: five arithmetic prompts (training seed 101), two answered right
-    (desirable) and three wrong (undesirable)."""
-    tasks = generate_tasks(seed=101, per_operation=2)[:5]
-    return [{"prompt": task.prompt, "completion": str(task.label if index in (0, 2) else task.label + 1 + index),
-             "label": index in (0, 2)} for index, task in enumerate(tasks)]
+def framework_examples(seed: int = 0) -> list[dict]:
+    """The check's unpaired examples: five arithmetic prompts drawn with `seed` from the training generator
+    (seed 101), two answered right (desirable) and three wrong (undesirable), in a seeded order."""
+    rng = random.Random(f"framework-examples|{seed}")
+    tasks = rng.sample(generate_tasks(seed=101, per_operation=8), 5)
+    good = set(rng.sample(range(5), 2))
+    return [{"prompt": task.prompt, "completion": str(task.label if index in good else task.label + rng.choice((-1, 1, 10))),
+             "label": index in good} for index, task in enumerate(tasks)]
 
 
 def framework() -> dict:
@@ -136,7 +141,7 @@ def run_trl_kto_step(*, seed: int = 0) -> dict:
     from datasets import Dataset
     from trl import KTOConfig, KTOTrainer
 
-    examples = framework_examples()
+    examples = framework_examples(seed)
     with quiet_trl():
         policy, reference, tokenizer = tiny_policy_and_reference(seed)
         reference_before, policy_before = state_sha256(reference), state_sha256(policy)
@@ -196,7 +201,8 @@ def compare_with_trl(step: Mapping, kto_reference_point: Callable, kto_loss: Cal
 def trl_kto_check(kto_reference_point: Callable, kto_loss: Callable, *, seed: int = 0) -> dict:
     """The whole framework check with the given functions (see `run_trl_kto_step`, `compare_with_trl`)."""
     step = run_trl_kto_step(seed=seed)
-    return {"framework": framework(), "examples": framework_examples(), "batch_shape": list(step["batch"]["input_ids"].shape),
+    return {"framework": framework(), "seed": seed, "examples": framework_examples(seed),
+            "batch_shape": list(step["batch"]["input_ids"].shape),
             "policy_changed_by_trl_step": step["policy_changed_by_trl_step"],
             "reference_unchanged": step["reference_unchanged"],
             **compare_with_trl(step, kto_reference_point, kto_loss), "step": step}
@@ -245,7 +251,8 @@ def framework_summary(record: Mapping) -> list[str]:
 STEP5_CPU_MODEL = "lab"
 """cpu_smoke trains the course's lab model (python -m tools.models lab-build)."""
 DECISION_STAGE = "weight_decision"
-RUN_STAGES = ("data", "kto_balanced", "kto_imbalanced_weighted", "kto_imbalanced_unweighted")
+RUN_STAGES = ("data", *(f"kto_{name}" for name in kto_runs.VARIANTS))
+CONTROL = kto_runs.CONTROL
 
 
 def imbalanced_labels(records: Mapping[str, Mapping]) -> list[bool]:
@@ -253,64 +260,101 @@ def imbalanced_labels(records: Mapping[str, Mapping]) -> list[bool]:
     return [bool(example["label"]) for example in records["data"]["sets"]["imbalanced"]]
 
 
-def decision_body(records: Mapping[str, Mapping], weights: Mapping | None, refusal: str | None) -> dict:
-    """The `weight_decision` record: what kto_class_weights says about the imbalanced set (its weights, and
-    whether it refuses equal weights), beside what each run did."""
+def decision_body(records: Mapping[str, Mapping]) -> dict:
+    """The `weight_decision` record: what kto_class_weights said about the imbalanced set (in the run), beside
+    what each run did on its training examples and on the held-out examples."""
+    data = records["data"]
     runs = {stage: record for stage, record in records.items() if stage.startswith("kto_")}
-    return {"model": records["data"]["model"], "sources": records["data"]["sources"],
-            "held_out_exact_match_before": records["data"]["held_out_exact_match_before"],
-            "class_weights": dict(weights) if weights is not None else None,
-            "equal_weights_refused": refusal,
-            "runs": {stage: {"status": record["status"], "counts": record["counts"], "weights": record["weights"],
+    held = data["held_out_examples"]
+    return {"model": data["model"], "sources": data["sources"], "mechanism": data.get("mechanism"),
+            "held_out_exact_match_before": data["held_out_exact_match_before"],
+            "held_out_examples": {"desirable": sum(example["label"] for example in held),
+                                  "undesirable": sum(not example["label"] for example in held)},
+            "weighting": data["weighting"],
+            "runs": {stage: {"status": record["status"], "control": record.get("control", False),
+                             "counts": record["counts"], "weights": record["weights"],
                              "weighted_ratio": record["weighted_ratio"],
                              "class_rewards": record.get("class_rewards"),
+                             "held_out_rewards": record.get("held_out_rewards"),
                              "held_out_exact_match_after": (record.get("held_out_exact_match") or {}).get("after")}
                      for stage, record in runs.items()},
             "status": "ok"}
 
 
+def _signed(value) -> str:
+    return "      -" if value is None else f"{value:>+7.4f}"
+
+
 def decision_lines(record: Mapping) -> list[str]:
     """The `weight_decision` record as text."""
-    weights = record["class_weights"]
-    lines = [f"KTO on {record['model']['model_id']}: held-out exact match before "
-             f"{record['held_out_exact_match_before']:.3f}; own samples {record['sources']}"]
+    weighting = record["weighting"]
+    weights = weighting["class_weights"]
+    lines = [functions_ran_line(record["mechanism"])] if record.get("mechanism") else []
+    lines.append(f"KTO on {record['model']['model_id']}: held-out exact match before "
+                 f"{record['held_out_exact_match_before']:.3f}; own samples {record['sources']}; held-out examples "
+                 f"{record['held_out_examples']['desirable']} D / {record['held_out_examples']['undesirable']} U "
+                 "(never trained on; every reward is 0 before training)")
     if weights is not None:
         lines.append(f"  kto_class_weights on the imbalanced set ({weights['n_desirable']} D / {weights['n_undesirable']} U): "
                      f"desirable_weight {weights['desirable_weight']:.3f} (range {weights['desirable_range'][0]:.3f}"
                      f"-{weights['desirable_range'][1]:.3f}), ratio {weights['ratio']:.3f}")
-    lines.append(f"  equal weights on the imbalanced set: {record['equal_weights_refused'] or 'accepted'}")
-    lines.append(f"  {'run':<26}{'D/U':>7}{'lambda_D':>9}{'ratio':>7}{'reward D':>10}{'reward U':>10}"
-                 f"{'exact match':>13}")
+    else:
+        lines.append(f"  kto_class_weights gave no weights: {weighting['error']}")
+    lines.append(f"  equal weights on the imbalanced set: {weighting['equal_weights_refused'] or 'accepted'}")
+    lines.append(f"  {'run':<26}{'D/U':>7}{'ratio':>7}{'train D':>8}{'train U':>8}{'held D':>8}{'held U':>8}"
+                 f"{'held gap':>9}{'exact match':>12}")
     for stage, run in record["runs"].items():
-        rewards = run["class_rewards"] or {}
-        lines.append(f"  {stage:<26}{run['counts']['desirable']:>3}/{run['counts']['undesirable']:<3}"
-                     f"{run['weights']['desirable_weight']:>9.2f}{run['weighted_ratio']:>7.2f}"
-                     f"{rewards.get('desirable', float('nan')):>+10.4f}{rewards.get('undesirable', float('nan')):>+10.4f}"
-                     f"{run['held_out_exact_match_after'] if run['held_out_exact_match_after'] is not None else float('nan'):>13.3f}")
+        train, held = run["class_rewards"] or {}, run["held_out_rewards"] or {}
+        ratio = "-" if run["weighted_ratio"] is None else f"{run['weighted_ratio']:.2f}"
+        exact = run["held_out_exact_match_after"]
+        name = stage + (" (control)" if run["control"] else "")
+        lines.append(f"  {name:<26}{run['counts']['desirable']:>3}/{run['counts']['undesirable']:<3}{ratio:>7}"
+                     f"{_signed(train.get('desirable'))}{_signed(train.get('undesirable'))}"
+                     f" {_signed(held.get('desirable'))}{_signed(held.get('undesirable'))} {_signed(held.get('gap'))}"
+                     f"{'-' if exact is None else format(exact, '.3f'):>12}")
     return lines
 
 
+def findings(record: Mapping) -> list[str]:
+    """Sentences the page prints from this run's `weight_decision` record: only what the run measured."""
+    runs = record["runs"]
+    balanced, control = runs.get("kto_balanced"), runs.get(f"kto_{CONTROL}")
+    weighted, unweighted = runs.get("kto_imbalanced_weighted"), runs.get("kto_imbalanced_unweighted")
+    found = []
+    if balanced and control and balanced["status"] == control["status"] == "ok":
+        found.append(lesson_text.text("kto.held_out_gap", gap=f"{balanced['held_out_rewards']['gap']:+.4f}",
+                                      control_gap=f"{control['held_out_rewards']['gap']:+.4f}"))
+    if weighted and unweighted and weighted["status"] == unweighted["status"] == "ok":
+        found.append(lesson_text.text(
+            "kto.weights", weighted=f"{weighted['class_rewards']['desirable']:+.4f}",
+            unweighted=f"{unweighted['class_rewards']['desirable']:+.4f}",
+            held_weighted=f"{weighted['held_out_rewards']['desirable']:+.4f}",
+            held_unweighted=f"{unweighted['held_out_rewards']['desirable']:+.4f}"))
+    return found
+
+
 def draw_runs(records: Mapping[str, Mapping]):
-    """Left: the mean implicit reward of each class after training, per run; right: held-out exact match
-    before and after each run."""
+    """Left: the mean implicit reward of each class on the held-out examples after each run (0 before any
+    training); right: held-out exact match before and after each run."""
     import matplotlib.pyplot as plt
 
     runs = [(stage, record) for stage, record in records.items()
             if stage.startswith("kto_") and record["status"] == "ok"]
     names = [stage.removeprefix("kto_") for stage, _ in runs]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4))
     positions = range(len(runs))
-    left.bar([p - 0.2 for p in positions], [record["class_rewards"]["desirable"] for _, record in runs], width=0.4,
+    left.bar([p - 0.2 for p in positions], [record["held_out_rewards"]["desirable"] for _, record in runs], width=0.4,
              label="desirable (D)", color="tab:green")
-    left.bar([p + 0.2 for p in positions], [record["class_rewards"]["undesirable"] for _, record in runs], width=0.4,
-             label="undesirable (U)", color="tab:red")
+    left.bar([p + 0.2 for p in positions], [record["held_out_rewards"]["undesirable"] for _, record in runs],
+             width=0.4, label="undesirable (U)", color="tab:red")
     left.axhline(0, color="black", linewidth=0.8)
-    left.set_xticks(list(positions), names)
-    left.set(ylabel="mean implicit reward beta * log(pi / pi_ref)", title="rewards of the training examples")
+    left.set_xticks(list(positions), names, fontsize=8)
+    left.set(ylabel="mean implicit reward beta * log(pi / pi_ref)", title="rewards of held-out replies")
     left.legend()
     before = records["data"]["held_out_exact_match_before"]
     right.bar(["start"] + names, [before] + [record["held_out_exact_match"]["after"] for _, record in runs],
-              color=["grey"] + ["tab:blue"] * len(runs))
+              color=["grey"] + ["tab:orange" if record.get("control") else "tab:blue" for _, record in runs])
     right.set(ylabel="held-out exact match (greedy)", ylim=(0, 1), title="held-out exact match")
+    right.tick_params(axis="x", labelsize=8)
     fig.tight_layout()
     return fig

@@ -3,10 +3,13 @@ check against TRL's experimental OnlineDPOTrainer.
 
 The learner writes the mechanism (`build_online_pairs`, `adoption_gate`, `guard_rollback`); nothing here
 implements it. The framework check takes `build_online_pairs`: TRL 1.16's OnlineDPOTrainer samples two
-completions per prompt from the tiny model and scores them with a reward function; the learner's pairs
-(groups of two) must pick the same chosen and rejected completions as TRL for every prompt without a
-tie, and the DPO loss of those pairs must equal TRL's. Ties are where the two differ on purpose: TRL
-trains on a tie with the first completion as chosen; the chapter's contract skips it. Nothing here prints.
+completions for each row of a batch in which every prompt appears twice (so four per prompt) from the tiny
+model and scores them with a coarse reward (0 or 1), so that ties are common. Per row (a group of two) the
+learner's pair must be TRL's chosen and rejected where the scores differ, and a tie must be reported as a
+tie where TRL trains on it anyway (first completion chosen: the one difference on purpose). Per prompt (a
+group of four, in TRL's completion order) the learner's pair must be what TRL's own rule (`first >= second`,
+ties to the earlier completion) picks when it is run as a knock-out over the group: the first best and the
+first worst. The DPO loss the package computes on TRL's pairs must equal TRL's. Nothing here prints.
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 
-from tools.chapters import framework_checks
+from tools.chapters import framework_checks, lesson_text
+from tools.chapters.framework_checks import functions_ran_line
 from tools.data.arithmetic import generate_tasks
 from tools.errors import ConfigError
 from tools.experiments.preference.logprobs import pack, response_logprobs
@@ -133,22 +137,22 @@ STEP3_LOG = [
 # The framework check: TRL's OnlineDPOTrainer on the tiny model
 # ---------------------------------------------------------------------------
 
-def hash_score(prompts, completions, completion_ids=None, **_) -> list[float]:
-    """A reward that only tells completions apart (a fraction from the sha256 of the text): the check needs
-    scores that differ, not scores that mean anything."""
-    return [int(hashlib.sha256(text.encode("utf-8")).hexdigest()[:8], 16) / 2 ** 32 for text in completions]
+def tied_score(prompts, completions, completion_ids=None, **_) -> list[float]:
+    """A coarse reward, 0.0 or 1.0 from the sha256 of the text: it tells completions apart only half the time,
+    so a batch holds tied groups (the check needs ties and repeated best scores, not meaningful scores)."""
+    return [float(int(hashlib.sha256(text.encode("utf-8")).hexdigest()[:8], 16) % 2) for text in completions]
 
 
 class _RecordingReward:
     """A reward function that remembers what TRL showed it (the last call's prompts, completions, ids, scores)."""
 
-    __name__ = "hash_score"
+    __name__ = "tied_score"
 
     def __init__(self):
         self.calls = []
 
     def __call__(self, prompts, completions, completion_ids, **kwargs):
-        scores = hash_score(prompts, completions)
+        scores = tied_score(prompts, completions)
         self.calls.append({"prompts": list(prompts), "completions": list(completions),
                            "completion_ids": [list(ids) for ids in completion_ids], "scores": scores})
         return scores
@@ -169,8 +173,8 @@ def framework_prompts(tokenizer, count: int = FRAMEWORK_PROMPTS) -> list[str]:
 def framework() -> dict:
     found = versions()
     return {"library": "trl", "version": found["trl"], "transformers": found["transformers"],
-            "reference_call": "trl.experimental.online_dpo.OnlineDPOTrainer.training_step (2 completions per prompt, "
-                              "reward function, sigmoid loss) after one train() step",
+            "reference_call": "trl.experimental.online_dpo.OnlineDPOTrainer.training_step (2 completions per row, every "
+                              "prompt in two rows, a 0/1 reward function, sigmoid loss) after one train() step",
             "beta": FRAMEWORK_BETA, "tolerance_abs": FRAMEWORK_TOLERANCE}
 
 
@@ -190,11 +194,12 @@ def run_trl_online_dpo_step(*, seed: int = 0) -> dict:
         policy, reference, tokenizer = tiny_policy_and_reference(seed)
         reference_before = state_sha256(reference)
         prompts = framework_prompts(tokenizer)
-        arguments = trainer_arguments(OnlineDPOConfig, per_device_train_batch_size=len(prompts), beta=FRAMEWORK_BETA,
+        rows = [prompt for prompt in prompts for _ in (0, 1)]
+        arguments = trainer_arguments(OnlineDPOConfig, per_device_train_batch_size=len(rows), beta=FRAMEWORK_BETA,
                                       learning_rate=1e-2, seed=seed, max_new_tokens=FRAMEWORK_NEW_TOKENS,
                                       temperature=1.0)
         trainer = OnlineDPOTrainer(model=policy, ref_model=reference, reward_funcs=reward, args=arguments,
-                                   train_dataset=Dataset.from_list([{"prompt": p} for p in prompts]),
+                                   train_dataset=Dataset.from_list([{"prompt": p} for p in rows]),
                                    processing_class=tokenizer)
         silence_printer(trainer)
         trainer.train()
@@ -209,12 +214,38 @@ def run_trl_online_dpo_step(*, seed: int = 0) -> dict:
 
 
 def sampled_groups(step: Mapping, version: str) -> list[dict]:
-    """TRL's samples as the chapter's groups: prompt k's two completions are rows k and k + B."""
+    """TRL's samples as the chapter's groups of two: row k's completions are k and k + B."""
     sampled = step["sampled"]
     half = len(sampled["prompts"]) // 2
-    return [{"prompt_id": f"p{k}", "prompt": sampled["prompts"][k], "policy_version": version,
+    return [{"prompt_id": f"row{k}", "prompt": sampled["prompts"][k], "policy_version": version,
              "responses": [sampled["completions"][k], sampled["completions"][k + half]],
              "scores": [sampled["scores"][k], sampled["scores"][k + half]]} for k in range(half)]
+
+
+def prompt_groups(step: Mapping, version: str) -> tuple[list[dict], list[list[int]]]:
+    """TRL's samples as one group per prompt (every completion of that prompt, in TRL's order), and the
+    completion indices of each group."""
+    sampled = step["sampled"]
+    order: dict[str, list[int]] = {}
+    for index, prompt in enumerate(sampled["prompts"]):
+        order.setdefault(prompt, []).append(index)
+    groups = [{"prompt_id": f"prompt{number}", "prompt": prompt, "policy_version": version,
+               "responses": [sampled["completions"][index] for index in indices],
+               "scores": [sampled["scores"][index] for index in indices]}
+              for number, (prompt, indices) in enumerate(order.items())]
+    return groups, list(order.values())
+
+
+def trl_rule_knockout(scores: Sequence[float]) -> tuple[int, int] | None:
+    """TRL's pair rule (`first >= second` makes the first the chosen one) run as a knock-out over a group:
+    the position kept as chosen and the position kept as rejected; None when every score ties."""
+    if max(scores) == min(scores):
+        return None
+    chosen = rejected = 0
+    for position in range(1, len(scores)):
+        chosen = chosen if scores[chosen] >= scores[position] else position
+        rejected = rejected if scores[position] >= scores[rejected] else position
+    return chosen, rejected
 
 
 def _until_eos(ids: Sequence[int], eos_ids: Sequence[int]) -> list[int]:
@@ -224,26 +255,46 @@ def _until_eos(ids: Sequence[int], eos_ids: Sequence[int]) -> list[int]:
     return list(ids)
 
 
+def _pairs_agree(built: Mapping, groups: Sequence[Mapping], expected: Mapping[str, tuple[int, int] | None]) -> dict:
+    """How the learner's pairs and ties compare with the expected (chosen, rejected) positions per group."""
+    by_prompt = {pair["prompt_id"]: pair for pair in built["pairs"]}
+    agree = tied_reported = 0
+    for group in groups:
+        want = expected[group["prompt_id"]]
+        pair = by_prompt.get(group["prompt_id"])
+        if want is None:
+            tied_reported += pair is None and group["prompt_id"] in built["ties"]
+        elif pair is not None:
+            agree += (pair["chosen"], pair["rejected"]) == (group["responses"][want[0]], group["responses"][want[1]])
+    tied = sum(value is None for value in expected.values())
+    return {"groups": len(groups), "untied": len(groups) - tied, "agreeing": agree, "tied": tied,
+            "ties_reported": tied_reported,
+            "all_agree": agree == len(groups) - tied and tied_reported == tied
+            and len(built["pairs"]) == len(groups) - tied}
+
+
 def compare_with_trl(step: Mapping, build_online_pairs: Callable) -> dict:
-    """The learner's pairs against TRL's choice, then the DPO loss on TRL's completions against TRL's loss."""
+    """The learner's pairs against TRL's choice (groups of two) and TRL's rule as a knock-out (groups of four),
+    then the package's DPO loss on TRL's pairs against TRL's loss."""
     import torch
 
     version = state_sha256(step["policy"])
-    groups = sampled_groups(step, version)
-    built = build_online_pairs(groups, version)
-    by_prompt = {pair["prompt_id"]: pair for pair in built["pairs"]}
-    sampled, half = step["sampled"], len(groups)
-    rows, agree = [], 0
-    for k, group in enumerate(groups):
+    rows = sampled_groups(step, version)
+    sampled, half = step["sampled"], len(rows)
+    trl_choice = {}
+    for k, group in enumerate(rows):
         first_wins = group["scores"][0] >= group["scores"][1]  # TRL: a tie goes to the first completion
-        chosen, rejected = (k, k + half) if first_wins else (k + half, k)
-        pair = by_prompt.get(group["prompt_id"])
-        if pair is not None:
-            agree += (pair["chosen"], pair["rejected"]) == (sampled["completions"][chosen], sampled["completions"][rejected])
-        rows.append((chosen, rejected))
+        trl_choice[group["prompt_id"]] = (k, k + half) if first_wins else (k + half, k)
+    two = _pairs_agree(build_online_pairs(rows, version), rows,
+                       {group["prompt_id"]: None if group["scores"][0] == group["scores"][1]
+                        else ((0, 1) if group["scores"][0] > group["scores"][1] else (1, 0)) for group in rows})
+    groups, _ = prompt_groups(step, version)
+    four = _pairs_agree(build_online_pairs(groups, version), groups,
+                        {group["prompt_id"]: trl_rule_knockout(group["scores"]) for group in groups})
     tokenizer = step["tokenizer"]
     prompt_ids = [tokenizer(sampled["prompts"][k], add_special_tokens=False)["input_ids"] for k in range(half)]
-    ids = [_until_eos(sampled["completion_ids"][index], step["eos_ids"]) for pair in rows for index in pair]
+    ids = [_until_eos(sampled["completion_ids"][index], step["eos_ids"]) for k in range(half)
+           for index in trl_choice[f"row{k}"]]
     batch = pack([prompt_ids[k] for k in range(half) for _ in (0, 1)], ids, tokenizer.pad_token_id)
     with torch.no_grad():
         policy = response_logprobs(step["policy"], batch, frozen=True).reshape(half, 2)
@@ -253,11 +304,9 @@ def compare_with_trl(step: Mapping, build_online_pairs: Callable) -> dict:
             "rewards/rejected": float(loss["rejected_rewards"].mean()), "rewards/margins": float(loss["margins"].mean()),
             "rewards/accuracies": float(loss["accuracy"])}
     difference = max(abs(ours[key] - step["trl"][key]) for key in COMPARED)
-    untied = half - len(built["ties"])
-    return {"ours": ours, "trl": dict(step["trl"]), "max_abs_diff": difference, "prompts": half,
-            "ties": list(built["ties"]), "stale": list(built["stale"]), "pairs_agreeing_with_trl": agree,
-            "untied_prompts": untied,
-            "matches": difference <= FRAMEWORK_TOLERANCE and agree == untied == len(built["pairs"])}
+    return {"ours": ours, "trl": dict(step["trl"]), "max_abs_diff": difference, "rows": half,
+            "groups_of_two": two, "groups_of_four": four, "trl_trains_on_ties": two["tied"],
+            "matches": difference <= FRAMEWORK_TOLERANCE and two["all_agree"] and four["all_agree"]}
 
 
 def trl_online_dpo_check(build_online_pairs: Callable, *, seed: int = 0) -> dict:
@@ -272,12 +321,16 @@ def learner_comparison(step: Mapping, functions: Mapping[str, Callable]) -> dict
 
 
 def framework_lines(result: Mapping) -> list[str]:
-    check = result["framework"]
+    check, two, four = result["framework"], result["groups_of_two"], result["groups_of_four"]
     lines = [
         (f"framework check: {check['library']} {check['version']} (transformers {check['transformers']}), "
          f"{check['reference_call']}, beta {check['beta']}, tolerance {check['tolerance_abs']:g} (absolute)"),
-        (f"  {result['prompts']} prompts x 2 sampled completions; ties {result['ties']}; pairs that pick the same "
-         f"chosen / rejected as TRL: {result['pairs_agreeing_with_trl']} of {result['untied_prompts']} untied prompts"),
+        (f"  groups of two (TRL's rows): {two['agreeing']} of {two['untied']} untied groups pick TRL's chosen / "
+         f"rejected; {two['ties_reported']} of {two['tied']} tied groups reported as ties (TRL trains on them, "
+         "first completion chosen)"),
+        (f"  groups of four (one per prompt): {four['agreeing']} of {four['untied']} untied groups pick what TRL's "
+         f"rule picks as a knock-out (first best, first worst); {four['ties_reported']} of {four['tied']} fully tied "
+         "groups reported as ties"),
         f"  {'quantity':<20}{'ours':>14}{'TRL':>14}",
     ]
     for key in COMPARED:
@@ -302,7 +355,7 @@ def framework_summary(record: Mapping) -> list[str]:
 STEP5_CPU_MODEL = "lab"
 """cpu_smoke trains the course's lab model (python -m tools.models lab-build)."""
 DECISION_STAGE = "online_decisions"
-RUN_STAGES = ("setup", "round_1", "round_2")
+RUN_STAGES = ("setup", "round_1", "round_2", "round_3")
 
 
 def round_records(records: Mapping[str, Mapping]) -> list[Mapping]:
@@ -311,81 +364,86 @@ def round_records(records: Mapping[str, Mapping]) -> list[Mapping]:
                                                key=lambda s: int(s.split("_")[1]))]
 
 
-GROUP_KEYS = ("prompt_id", "prompt", "policy_version", "responses", "scores")
-"""What `build_online_pairs` reads of a recorded group; the record also keeps the verifier's own scores
-beside the judge's (`verifier_scores`), which the chapter's function does not take."""
+def round_summary(record: Mapping) -> dict:
+    """What the page shows of one round: its judge, pairs, the gate's verdict, the exact match of both versions
+    on the evaluation set, the guard and where serving went."""
+    if record["status"] != "ok":
+        return {"round": record["round"], "status": record["status"], "error": record.get("error")}
+    return {"round": record["round"], "status": "ok", "judge": record["round_settings"]["judge"],
+            "pairs": record["pair_count"], "ties": len(record["ties"]), "stale": len(record["stale"]),
+            "pairs_preferring_a_wrong_answer": record["pairs_preferring_a_wrong_answer"],
+            "gate": record.get("gate"), "serving_exact_match": record["serving_evaluation_exact_match"],
+            "candidate_exact_match": record.get("candidate_evaluation_exact_match"), "guard": record.get("guard"),
+            "control": record.get("control"), "serving_version": record["serving_version"], "candidate_version": record.get("candidate_version"),
+            "serving_after": record["serving_after"]}
 
 
-def rederived(records: Mapping[str, Mapping], build_online_pairs: Callable, adoption_gate: Callable,
-              guard_rollback: Callable) -> list[dict]:
-    """Every round's decisions again, from its recorded groups, outcomes and guard numbers, through the
-    chapter's three functions; beside each, the experiment's own decision, so a disagreement shows."""
-    settings = records["setup"]["settings"]
-    eval_ids = [task["task_id"] for task in records["setup"]["evaluation_tasks"]]
-    log = [dict(entry) for entry in records["setup"]["version_log"]]
-    found = []
-    for record in round_records(records):
-        if record["status"] != "ok":
-            found.append({"round": record["round"], "status": record["status"]})
-            continue
-        groups = [{key: group[key] for key in GROUP_KEYS} for group in record["groups"]]
-        pairs = build_online_pairs(groups, record["serving_version"])
-        entry = {"round": record["round"], "status": "ok", "pairs": len(pairs["pairs"]), "ties": len(pairs["ties"]),
-                 "recorded_pairs": record["pair_count"], "recorded_gate": record["gate"]["decision"]}
-        if record["candidate_version"] is not None:
-            gate = adoption_gate(record["outcomes"], eval_ids, confidence=settings["confidence"],
-                                 min_decisive=settings["min_decisive"])
-            entry["gate"] = gate
-            if gate["decision"] == "adopt":
-                rolled = guard_rollback(log, {"version": record["candidate_version"],
-                                              "parent": record["serving_version"]},
-                                        record["guard"]["candidate"], settings["max_drop"])
-                log = rolled["log"]
-                entry["guard"] = {"candidate": record["guard"]["candidate"], "serving": record["guard"]["serving"],
-                                  "drop": rolled["drop"], "rolled_back": rolled["rolled_back"],
-                                  "recorded_rolled_back": record["guard"]["rolled_back"]}
-        entry["serving_after"] = next(item["version"] for item in reversed(log) if item["state"] == "good")
-        entry["recorded_serving_after"] = record["serving_after"]
-        found.append(entry)
-    return found
-
-
-def decision_body(records: Mapping[str, Mapping], rounds: list[dict]) -> dict:
-    """The `online_decisions` record: the rounds as the chapter's functions decide them, and whether every
-    decision agrees with the experiment's."""
-    agrees = all(entry["status"] != "ok" or (
-        entry["pairs"] == entry["recorded_pairs"]
-        and entry.get("gate", {}).get("decision", "keep") == entry["recorded_gate"]
-        and entry["serving_after"] == entry["recorded_serving_after"]) for entry in rounds)
-    last = [record for record in round_records(records) if record["status"] == "ok"]
-    return {"model": records["setup"]["model"], "settings": records["setup"]["settings"], "rounds": rounds,
-            "version_log": last[-1]["version_log"] if last else records["setup"]["version_log"],
-            "agrees_with_the_experiment": agrees, "status": "ok"}
+def decision_body(records: Mapping[str, Mapping]) -> dict:
+    """The `online_decisions` record: every round as the chapter's functions decided it inside the run, and the
+    version log after the last round."""
+    rounds = round_records(records)
+    finished = [record for record in rounds if record["status"] == "ok"]
+    return {"model": records["setup"]["model"], "settings": records["setup"]["settings"],
+            "mechanism": records["setup"].get("mechanism"),
+            "start_evaluation_exact_match": records["setup"]["evaluation_exact_match"],
+            "start_guard": records["setup"]["version_log"][0]["guard"],
+            "rounds": [round_summary(record) for record in rounds],
+            "version_log": finished[-1]["version_log"] if finished else records["setup"]["version_log"],
+            "status": "ok"}
 
 
 def decision_lines(record: Mapping) -> list[str]:
     """The `online_decisions` record as text."""
     settings = record["settings"]
-    lines = [f"online DPO on {record['model']['model_id']}: gate on {settings['eval_problems']} two-digit sums "
-             f"(confidence {settings['confidence']}, >= {settings['min_decisive']} decisive), guard on "
-             f"{settings['guard_problems']} three-digit sums (max drop {settings['max_drop']})"]
+    lines = [functions_ran_line(record["mechanism"])] if record.get("mechanism") else []
+    lines.append(f"online DPO on {record['model']['model_id']}: gate on {settings['eval_problems']} held-out two-digit "
+                 f"sums (confidence {settings['confidence']}, >= {settings['min_decisive']} decisive), guard on "
+                 f"{settings['guard_problems']} three-digit sums (max drop {settings['max_drop']}); start: exact match "
+                 f"{record['start_evaluation_exact_match']:.3f} on the evaluation set, guard {record['start_guard']:.3f}")
     for entry in record["rounds"]:
         if entry["status"] != "ok":
-            lines.append(f"  round {entry['round']}: {entry['status']}")
+            lines.append(f"  round {entry['round']}: {entry['status']} ({entry.get('error')})")
             continue
-        text = f"  round {entry['round']}: {entry['pairs']} pairs ({entry['ties']} tied groups)"
+        text = (f"  round {entry['round']} (judge {entry['judge']}): {entry['pairs']} pairs, {entry['ties']} tied groups, "
+                f"{entry['pairs_preferring_a_wrong_answer']} pairs prefer a wrong answer")
         gate = entry.get("gate")
         if gate is not None:
             low, high = gate["interval"] or (float("nan"), float("nan"))
-            text += (f"; gate {gate['wins']} wins / {gate['losses']} losses / {gate['ties']} ties, Wilson "
-                     f"[{low:.3f}, {high:.3f}] -> {gate['decision']}")
+            text += (f"; exact match {entry['serving_exact_match']:.3f} -> {entry['candidate_exact_match']:.3f}; gate "
+                     f"{gate['wins']} wins / {gate['losses']} losses / {gate['ties']} ties, Wilson [{low:.3f}, "
+                     f"{high:.3f}] -> {gate['decision']}")
         guard = entry.get("guard")
         if guard is not None:
-            text += (f"; guard {guard['serving']:.3f} -> {guard['candidate']:.3f} (drop {guard['drop']:+.3f}) -> "
-                     f"{'rolled back' if guard['rolled_back'] else 'kept'}")
+            verdict = {True: "rolled back", False: "kept", None: "not adopted, not logged"}[guard["rolled_back"]]
+            text += f"; guard {guard['serving']:.3f} -> {guard['candidate']:.3f} ({verdict})"
+        control = entry.get("control")
+        if control and control.get("guard") is not None:
+            text += (f"; control (same replies judged by the {control['judge']}, {control['pair_count']} pairs, never "
+                     f"served): guard {control['guard']:.3f}, exact match {control['evaluation_exact_match']:.3f}")
         lines.append(text + f"; serving {short_hash(entry['serving_after'])}")
-    lines.append(f"  the chapter's functions agree with the experiment's decisions: {record['agrees_with_the_experiment']}")
     return lines
+
+
+def findings(record: Mapping) -> list[str]:
+    """Sentences the page prints from this run's `online_decisions` record: what each round measured."""
+    found = []
+    for entry in record["rounds"]:
+        gate, guard = entry.get("gate"), entry.get("guard")
+        if entry["status"] != "ok" or gate is None:
+            continue
+        fields = {"round": entry["round"], "before": f"{entry['serving_exact_match']:.3f}",
+                  "after": f"{entry['candidate_exact_match']:.3f}", "decision": gate["decision"]}
+        found.append(lesson_text.text("online_dpo.gate", **fields))
+        if guard is not None and guard["rolled_back"] is not None:
+            key = "online_dpo.guard_rolled_back" if guard["rolled_back"] else "online_dpo.guard_kept"
+            found.append(lesson_text.text(key, round=entry["round"], serving=f"{guard['serving']:.3f}",
+                                          candidate=f"{guard['candidate']:.3f}"))
+        control = entry.get("control")
+        if guard is not None and control and control.get("guard") is not None:
+            found.append(lesson_text.text("online_dpo.guard_control", round=entry["round"],
+                                          candidate=f"{guard['candidate']:.3f}", control=f"{control['guard']:.3f}",
+                                          serving=f"{guard['serving']:.3f}"))
+    return found
 
 
 def draw_rounds(record: Mapping):
@@ -393,8 +451,8 @@ def draw_rounds(record: Mapping):
     import matplotlib.pyplot as plt
 
     rounds = [entry for entry in record["rounds"] if entry.get("gate")]
-    fig, ax = plt.subplots(figsize=(6, 3.2))
-    names = [f"round {entry['round']}" for entry in rounds]
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    names = [f"round {entry['round']}\n({entry['judge']})" for entry in rounds]
     bottom = [0] * len(rounds)
     for key, colour in (("wins", "tab:green"), ("losses", "tab:red"), ("ties", "lightgrey")):
         values = [entry["gate"][key] for entry in rounds]
@@ -403,6 +461,7 @@ def draw_rounds(record: Mapping):
     for index, entry in enumerate(rounds):
         ax.text(index, bottom[index] + 1, entry["gate"]["decision"], ha="center", fontsize=9)
     ax.set(ylabel="evaluation prompts", title="candidate vs serving version on the fixed evaluation set")
+    ax.tick_params(axis="x", labelsize=8)
     ax.legend(loc="lower right")
     fig.tight_layout()
     log_figure = draw_version_log(record["version_log"], record["rounds"][-1].get("serving_after"))

@@ -17,6 +17,7 @@ import re
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 
+from tools.chapters.framework_checks import functions_ran_line
 from tools.data.arithmetic import ArithmeticTask, generate_tasks
 from tools.errors import ConfigError
 from tools.experiments.preference.judge import PairwiseJudge, is_correct
@@ -35,6 +36,7 @@ ANSWER_ACCURACY = {"candidate": 0.50, "baseline": 0.75}
 POSITION_BIAS = 0.4
 """Probability that the simulated judge names the first answer without reading either."""
 FIXED_SEED = 7
+EXERCISES = ("validate_preference_pairs", "split_by_prompt", "pairwise_win_rate")
 
 
 def normalised(text: str) -> str:
@@ -251,6 +253,33 @@ def delivered_pairs(seed: int = TRAIN_TASK_SEED) -> list[dict]:
     return pairs
 
 
+def appended_pairs(kept: Sequence[Mapping]) -> list[dict]:
+    """Step 5's second delivery: every kept pair again, its prompt prefixed with "Again: " (a near-duplicate
+    whose normalised prompt sorts before the original, so it becomes its group's new key)."""
+    return [{"id": f"again-{pair['id']}", "prompt": "Again: " + pair["prompt"], "chosen": pair["chosen"],
+             "rejected": pair["rejected"]} for pair in kept]
+
+
+def moved_prompts(before: Mapping, after: Mapping) -> dict:
+    """Pair ids of a first split that sit on another side (or in neither) after a second split."""
+    side_after = {pair_id: side for side in ("train", "eval", "held") for pair_id in after.get(side, [])}
+    return {f"{side}_moved": [pair_id for pair_id in before[side] if side_after.get(pair_id) != side]
+            for side in ("train", "eval")}
+
+
+def appended_check(split_by_prompt: Callable, kept: Sequence[Mapping]) -> dict:
+    """Split the kept pairs, then the kept pairs plus the second delivery twice: by the hash alone and with
+    the first split's ledger; which first-split pairs changed sides each way."""
+    arguments = {"eval_fraction": SETTINGS["eval_fraction"], "near_duplicate": SETTINGS["near_duplicate"]}
+    first = split_by_prompt(kept, **arguments)
+    grown = [*kept, *appended_pairs(kept)]
+    by_hash = split_by_prompt(grown, **arguments)
+    with_ledger = split_by_prompt(grown, **arguments, ledger=first["ledger"])
+    return {"new_pairs": len(grown) - len(kept), "by_hash": moved_prompts(first, by_hash),
+            "with_ledger": {**moved_prompts(first, with_ledger), "held": list(with_ledger["held"])},
+            "ledger_entries": {"before": len(first["ledger"]), "after": len(with_ledger["ledger"])}}
+
+
 def naive_split_by_id(pairs: Sequence[Mapping], eval_fraction: float) -> dict:
     """The split a hurried pipeline makes: each pair alone by the hash of its id (prompts ignored)."""
     train, held = [], []
@@ -317,7 +346,7 @@ def run_fixed_check(validate_preference_pairs: Callable, split_by_prompt: Callab
     verifier = judge_in_both_orders(tasks, candidate, baseline, PairwiseJudge(0.0, seed))
     confidence = SETTINGS["confidence"]
     return {
-        "seed": seed, "position_bias": position_bias,
+        "seed": seed, "position_bias": position_bias, "appended": appended_check(split_by_prompt, kept),
         "delivered": len(delivered), "issues": report["issues"], "counts": report["counts"],
         "duplicate_of": report["duplicate_of"], "kept": [pair["id"] for pair in kept],
         "split": {"train": split["train"], "eval": split["eval"], "groups": len(split["groups"])},
@@ -332,6 +361,17 @@ def run_fixed_check(validate_preference_pairs: Callable, split_by_prompt: Callab
     }
 
 
+def run_step5(mechanism, *, seed: int = FIXED_SEED, position_bias: float = POSITION_BIAS) -> dict:
+    """Step 5 with the notebook's functions (`tools.chapters.mechanism.step5_mechanism`: the learner's where
+    implemented, else the reference): the fixed check, and which functions ran (name, source, code sha256)."""
+    missing = [name for name in EXERCISES if name not in mechanism.functions]
+    if missing:
+        raise ConfigError(f"Step 5 needs the chapter's functions {list(EXERCISES)}; missing {missing}")
+    results = run_fixed_check(*(mechanism.functions[name] for name in EXERCISES), seed=seed,
+                              position_bias=position_bias)
+    return {**results, "functions": mechanism.describe({})}
+
+
 def _summary(result: Mapping) -> dict:
     return {key: result[key] for key in ("counts", "consistent", "win_rate", "interval", "decision")}
 
@@ -341,15 +381,26 @@ def verdict_flipped(results: Mapping) -> bool:
     return results["one_order"]["decision"] != results["both_orders"]["decision"]
 
 
+def appended_line(appended: Mapping) -> str:
+    """The second delivery as text: which first-split pairs change sides by the hash alone and with the ledger."""
+    by_hash, kept = appended["by_hash"], appended["with_ledger"]
+    return (f"second delivery ({appended['new_pairs']} near-duplicate prompts that sort first): by the hash alone "
+            f"{len(by_hash['train_moved'])} trained pairs leave train and {len(by_hash['eval_moved'])} evaluated pairs "
+            f"leave eval; with the ledger {len(kept['train_moved'])} and {len(kept['eval_moved'])} "
+            f"({len(kept['held'])} held)")
+
+
 def summary_lines(results: Mapping) -> list[str]:
     """The fixed check as text: data issues, split, leaks, and the three evaluations."""
     counts = ", ".join(f"{code} {count}" for code, count in results["counts"].items())
     split, leaks, accuracy = results["split"], results["leaks"], results["accuracy"]
-    lines = [
+    lines = [functions_ran_line(results["functions"])] if "functions" in results else []
+    lines += [
         f"delivered {results['delivered']} pairs -> kept {len(results['kept'])}; issues: {counts}",
         (f"split by prompt: {len(split['train'])} train / {len(split['eval'])} eval pairs in {split['groups']} "
          f"prompt groups; eval pairs with a near-duplicate prompt in train: by prompt {len(leaks['by_prompt'])}, "
          f"by pair id {len(leaks['by_id'])} {leaks['by_id']}"),
+        appended_line(results["appended"]),
         (f"evaluation: {results['evaluation_tasks']} tasks ({results['evaluation_dropped']} dropped as "
          f"near-duplicates of training prompts); assumed answer accuracy candidate {accuracy['candidate']:.2f}, "
          f"baseline {accuracy['baseline']:.2f}"),
@@ -364,6 +415,7 @@ def summary_lines(results: Mapping) -> list[str]:
         lines.append(f"{title:<34}{counts['win']:>5}{counts['loss']:>6}{counts['tie']:>5}{counts['inconsistent']:>9}"
                      f"{rate:>10}  {interval:<16}{row['decision']}")
     lines.append(f"verdict flipped by judging both orders: {verdict_flipped(results)}")
+
     return lines
 
 
@@ -407,7 +459,7 @@ def record_body(results: Mapping) -> dict:
                    "train_tasks_per_operation": TRAIN_TASKS_PER_OPERATION, "eval_task_seed": EVAL_TASK_SEED,
                    "eval_tasks_per_operation": EVAL_TASKS_PER_OPERATION, "answer_accuracy": dict(ANSWER_ACCURACY),
                    "position_bias": results["position_bias"], "seed": results["seed"]},
-        "results": dict(results),
+        "results": dict(results), "mechanism": results.get("functions"),
         "decision": {"both_orders": results["both_orders"]["decision"],
                      "one_order": results["one_order"]["decision"], "verdict_flipped": verdict_flipped(results)},
         "registry_headline": (f"position bias {results['position_bias']}: one order says "

@@ -29,11 +29,15 @@ def _side(text, eval_fraction):
     return "eval" if int(hashlib.sha256(text.encode("utf-8")).hexdigest()[:8], 16) < eval_fraction * 2 ** 32 else "train"
 
 
-def split_by_prompt(pairs, eval_fraction=0.25, near_duplicate=0.85):
+def split_by_prompt(pairs, eval_fraction=0.25, near_duplicate=0.85, ledger=None):
     texts = _canonical_prompts(pairs, eval_fraction, near_duplicate)
-    distinct = list(dict.fromkeys(texts))
-    groups = [{"ids": [p["id"] for p, t in zip(pairs, texts) if t == text], "key": text,
-               "split": _side(text, eval_fraction)} for text in distinct]
-    return {"groups": groups,
-            "train": [p["id"] for p, t in zip(pairs, texts) if _side(t, eval_fraction) == "train"],
-            "eval": [p["id"] for p, t in zip(pairs, texts) if _side(t, eval_fraction) == "eval"]}
+    if ledger is not None and (not isinstance(ledger, dict)
+                               or any(type(k) is not str or v not in ("train", "eval") for k, v in ledger.items())):
+        raise ValueError("bad ledger")
+    known = dict(ledger or {})
+    side = {text: known.get(text) or _side(text, eval_fraction) for text in dict.fromkeys(texts)}
+    groups = [{"ids": [p["id"] for p, t in zip(pairs, texts) if t == text], "key": text, "split": side[text]}
+              for text in side]
+    return {"groups": groups, "held": [], "ledger": {**known, **side},
+            "train": [p["id"] for p, t in zip(pairs, texts) if side[t] == "train"],
+            "eval": [p["id"] for p, t in zip(pairs, texts) if side[t] == "eval"]}

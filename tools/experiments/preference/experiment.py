@@ -16,30 +16,36 @@ def add_dpo_arguments(parser) -> None:
 EXPERIMENTS = (
     Experiment(
         name="dpo_beta_sweep",
-        title="DPO on pairs from the model's own samples, beta 0.05 / 0.10 / 0.30 from the same start",
+        title=("DPO on pairs from the model's own samples, beta 0.05 / 0.10 / 0.30 from the same start, beside a "
+               "mislabelled control; the beta decision"),
         chapters=("17",),
         runner="tools.experiments.preference.dpo_sweep:run",
         stages=("sweep",),
         default_stage="sweep",
         variants="tools.experiments.preference.dpo_sweep:variant_names",
         arguments="tools.experiments.preference.experiment:add_dpo_arguments",
+        mechanism=("sequence_logprobs", "dpo_loss", "judge_beta_sweep"),
         device_steps=(DeviceStep("dpo_17", "dpo_beta_sweep", order=50, stage="sweep", chapter="17", max_s=240),),
     ),
     Experiment(
         name="kto_binary",
-        title="KTO from the verifier's binary labels: a balanced set, and an imbalanced one with and without weights",
+        title=("KTO from the verifier's binary labels: a balanced set beside a shuffled-label control, and an "
+               "imbalanced one with and without weights, measured on held-out replies"),
         chapters=("PT-KTO",),
         runner="tools.experiments.preference.kto_runs:run",
         stages=("train",),
         default_stage="train",
         variants="tools.experiments.preference.kto_runs:variant_names",
+        mechanism=("kto_reference_point", "kto_loss", "kto_class_weights"),
     ),
     Experiment(
         name="online_dpo",
-        title="Online DPO rounds: the serving version's own samples, an adoption gate, a guard metric and rollback",
+        title=("Online (iterative) DPO rounds: the serving version's own samples, an adoption gate, a guard metric "
+               "and rollback, and a round whose judge prefers wrong answers (the gate's control)"),
         chapters=("51",),
         runner="tools.experiments.preference.online_runs:run",
         stages=("rounds",),
         default_stage="rounds",
+        mechanism=("build_online_pairs", "adoption_gate", "guard_rollback"),
     ),
 )

@@ -3,8 +3,10 @@
 Prompts and responses are token-id lists; `pack` joins each prompt with its response, pads the rows
 on the right and marks the response tokens. `response_logprobs` sums, per row, the log-probability
 the model gives each response token (position t - 1 scores token t); prompt and padding are left
-out. `token_logprobs` returns the same per token, for drift estimates. The frozen reference is
-called under `torch.no_grad()`; the policy keeps its graph.
+out. The sum itself is `sequence_logprobs(logits, input_ids, response_mask)`, the package's copy of
+chapter 17's TODO 1; a stage that runs a learner's version passes it instead. `token_logprobs`
+returns the same per token, for drift estimates. The frozen reference is called under
+`torch.no_grad()`; the policy keeps its graph.
 """
 
 from __future__ import annotations
@@ -37,7 +39,16 @@ def pack(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], p
     return {"input_ids": input_ids, "attention_mask": attention, "response_mask": response_mask}
 
 
-def _token_table(model, batch: dict, *, frozen: bool):
+def sequence_logprobs(logits, input_ids, response_mask):
+    """Per row, the summed log-probability of the tokens where `response_mask` is 1, position t - 1 of
+    `logits` scoring token t (the package's copy of chapter 17's exercise; no input checks)."""
+    import torch
+
+    picked = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    return torch.where(response_mask[:, 1:].bool(), picked, torch.zeros_like(picked)).sum(dim=1)
+
+
+def _logits(model, batch: dict, *, frozen: bool):
     import torch
 
     device = next(model.parameters()).device
@@ -45,18 +56,27 @@ def _token_table(model, batch: dict, *, frozen: bool):
     context = torch.no_grad() if frozen else torch.enable_grad()
     with context:
         logits = model(input_ids=ids, attention_mask=batch["attention_mask"].to(device)).logits.float()
-        picked = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
-    mask = batch["response_mask"].to(device)[:, 1:].bool()
-    return picked, mask
+    return logits, ids, batch["response_mask"].to(device)
 
 
-def response_logprobs(model, batch: dict, *, frozen: bool = False):
-    """Per row, the summed log-probability of the response tokens (float32 tensor [rows]); `frozen=True`
-    computes it without a graph (the reference)."""
+def _token_table(model, batch: dict, *, frozen: bool):
     import torch
 
-    picked, mask = _token_table(model, batch, frozen=frozen)
-    return torch.where(mask, picked, torch.zeros_like(picked)).sum(dim=1)
+    logits, ids, response_mask = _logits(model, batch, frozen=frozen)
+    with torch.no_grad() if frozen else torch.enable_grad():
+        picked = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    return picked, response_mask[:, 1:].bool()
+
+
+def response_logprobs(model, batch: dict, *, frozen: bool = False, summed=None):
+    """Per row, the summed log-probability of the response tokens (float32 tensor [rows]); `frozen=True`
+    computes it without a graph (the reference). `summed` is the function that sums them
+    (`sequence_logprobs(logits, input_ids, response_mask)`; default the package's copy)."""
+    import torch
+
+    logits, ids, response_mask = _logits(model, batch, frozen=frozen)
+    with torch.no_grad() if frozen else torch.enable_grad():
+        return (summed or sequence_logprobs)(logits, ids, response_mask)
 
 
 def token_logprobs(model, batch: dict) -> list[list[float]]:

@@ -33,11 +33,13 @@ def kto_loss(policy_logps, reference_logps, desirable, z0, beta: float, desirabl
     return {"loss": losses.mean(), "losses": losses, "rewards": (beta * ratios).detach()}
 
 
-def kto_reference_point(policy_matrix, reference_matrix):
-    """z0 from the pairs (i, i - 1 mod n) of the prompt x completion log-probability matrices, detached,
-    clamped at 0."""
+def kto_reference_point(policy_matrix, reference_matrix) -> dict:
+    """z0 from the pairs (i, i - 1 mod n) of the prompt x completion log-probability matrices, detached and
+    clamped at 0, in the shape of chapter PT-KTO's exercise: `{"z0", "raw_mean", "pairs"}`."""
     import torch
 
     n = policy_matrix.shape[0]
     rows = torch.arange(n)
-    return (policy_matrix - reference_matrix).detach()[rows, (rows - 1) % n].mean().clamp(min=0)
+    raw = (policy_matrix - reference_matrix).detach()[rows, (rows - 1) % n].mean()
+    return {"z0": raw.clamp(min=0), "raw_mean": float(raw),
+            "pairs": [[int(i), int(j)] for i, j in zip(rows, (rows - 1) % n)]}
