@@ -361,12 +361,11 @@ def bench_ray_class(root: Path, chapter: Chapter, copies: int = 8, jobs: int = 2
     grading_local = local["graded_s"] - local["workers_ready_s"]
     grading_ray = remote["graded_s"] - remote["workers_ready_s"]
     per_submission = grading_ray * jobs / copies  # one actor's seconds per submission
+    fixed_start = remote["cluster_start_s"] + remote["workers_ready_s"]
     result.update(
         ray_overhead_per_submission_s=round((grading_ray - grading_local) * jobs / copies, 2),
-        ray_fixed_start_s=round(remote["cluster_start_s"] + remote["workers_ready_s"], 2),
-        ray_per_submission_s=round(per_submission, 2),
-        projected={f"{actors}_actors_min": round((result["ray_fixed_start_s"] if actors else 0)
-                                                 / 60 + projected * per_submission / actors / 60, 1)
+        ray_fixed_start_s=round(fixed_start, 2), ray_per_submission_s=round(per_submission, 2),
+        projected={f"{actors}_actors_min": round((fixed_start + projected * per_submission / actors) / 60, 1)
                    for actors in (1, 8, 32, 128)},
         projected_submissions=projected, load_after=load_average())
     return result
