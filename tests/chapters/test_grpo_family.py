@@ -140,17 +140,21 @@ def test_the_stage_writes_variant_and_mismatch_records(tmp_path, one_cpu_thread)
     records = [ref.load() for ref in run(plan, RecordSink.for_plan(plan))]
     recipe = next(record for record in records if record["variant"] == "dapo_recipe")
     assert recipe["status"] == "ok" and recipe["rollout_groups"] <= 8
-    assert all(step["groups_kept"] == 4 or step["groups_drawn"] >= 8 for step in recipe["steps"])
+    assert all(step["groups_kept"] == 4 or step["groups_drawn"] == step["group_budget"] for step in recipe["steps"])
+    assert sum(step["groups_drawn"] for step in recipe["steps"]) == recipe["rollout_groups"]
     assert recipe["mechanism"]["fill_batch"]["source"] == "package" and recipe["cpu_numerics"]["machine"]
     grpo = next(record for record in records if record["variant"] == "grpo")
     assert grpo["rollout_groups"] == 8 and len(grpo["steps"]) == 2
     assert all(line for line in page.table_lines(records))
     mismatch_plan = plan.replace(stage="mismatch", label="short_mismatch", variants=(), options={})
     mismatch = [ref.load() for ref in run(mismatch_plan, RecordSink.for_plan(mismatch_plan))][0]
-    assert mismatch["status"] == "ok" and set(mismatch["modes"]) == set(family_losses.IS_MODES)
-    assert mismatch["gap"]["max_abs"] > 0, "bfloat16 and float32 log-probabilities differ"
-    assert mismatch["modes"]["sequence_mask"]["zero_share"] >= mismatch["modes"]["token_mask"]["zero_share"]
-    assert len(page.mismatch_lines(mismatch)) == 1 + len(family_losses.IS_MODES)
+    assert mismatch["status"] == "ok" and set(mismatch["samplers"]) == {"bfloat16", "temperature 1.5"}
+    low, hot = mismatch["samplers"]["bfloat16"], mismatch["samplers"]["temperature 1.5"]
+    assert all(set(entry["modes"]) == set(family_losses.IS_MODES) for entry in (low, hot))
+    assert 0 < low["gap"]["max_abs"] and low["gap"]["mean_abs"] < hot["gap"]["mean_abs"], "bfloat16 is the nearer sampler"
+    assert hot["modes"]["token_truncate"]["changed"] > 0, "a sampler at another temperature leaves the bounds"
+    assert hot["modes"]["sequence_mask"]["zero_share"] >= hot["modes"]["token_mask"]["zero_share"]
+    assert len(page.mismatch_lines(mismatch)) == 2 * (1 + len(family_losses.IS_MODES))
 
 
 def _unsigned_losses(*args, **kwargs):

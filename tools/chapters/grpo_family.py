@@ -38,7 +38,7 @@ VERL_TOLERANCE = 1e-7
 """float64 tensors given to verl and to the learner's functions alike; verl's `seq-mean-token-mean` divides
 each response's token sum by its count plus 1e-8, which moves the loss by about 1e-9."""
 MAX_COMPLETION_LENGTH = 20
-OLD_NOISE, REF_NOISE = 0.3, 0.2
+OLD_NOISE, REF_NOISE, VERL_OLD_NOISE = 0.3, 0.2, 0.5
 """Standard deviations of the seeded shifts that make the old and the reference log-probabilities differ from
 the current ones, so that clipping and the KL term are exercised."""
 
@@ -270,13 +270,14 @@ def compare_with_verl(functions: Mapping[str, Callable], *, seed: int = 0) -> di
     lengths = [7, 3, 5, 1, 6]
     mask = torch.tensor([[position < length for position in range(width)] for length in lengths])
     logps = -torch.rand(rows, width, generator=generator, dtype=torch.float64) * 3
-    old = logps + torch.randn(rows, width, generator=generator, dtype=torch.float64) * OLD_NOISE
+    old = logps + torch.randn(rows, width, generator=generator, dtype=torch.float64) * VERL_OLD_NOISE
+    old[1, 0] = logps[1, 0] - 1.0  # a negative-advantage token with ratio e: the dual clip binds on it
     ref = logps + torch.randn(rows, width, generator=generator, dtype=torch.float64) * REF_NOISE
     advantages = torch.tensor([1.0, -1.0, 0.5, -0.7, 1.3], dtype=torch.float64)
     core = verl_reference.core_algos()
     results = {}
     for loss_type, mode in VERL_AGG.items():
-        for label, high, dual in (("", 0.2, None), ("+clip_higher", 0.28, None), ("+dual_clip", 0.2, 2.0)):
+        for label, high, dual in (("", 0.2, None), ("+clip_higher", 0.28, None), ("+dual_clip", 0.2, 1.5)):
             info = {"global_batch_size": rows}
             extra = {}
             if loss_type == "dr_grpo":
@@ -397,15 +398,18 @@ def run_lines(records: Sequence[Mapping]) -> list[str]:
 
 
 def mismatch_lines(record: Mapping) -> list[str]:
-    """The `mismatch` record as text: the gap, then each correction mode."""
+    """The `mismatch` record as text: per sampler the gap, then each correction mode."""
     if record.get("status") != "ok":
         return [f"mismatch: status {record.get('status')} ({record.get('error')})"]
-    gap = record["gap"]
-    lines = [lesson_text.text("pt_grpo_family.mismatch", tokens=record["tokens"], mean=gap["mean"], mean_abs=gap["mean_abs"],
-                              max_abs=gap["max_abs"], sequence=record["sequence_gap_max_abs"])]
-    for mode, entry in record["modes"].items():
-        lines.append(lesson_text.text("pt_grpo_family.mode", mode=mode, changed=entry["changed"],
-                                      mean=entry["mean_weight"], max=entry["max_weight"]))
+    lines = []
+    for sampler, entry in record["samplers"].items():
+        gap = entry["gap"]
+        lines.append(lesson_text.text("pt_grpo_family.mismatch", sampler=sampler, tokens=entry["tokens"], mean=gap["mean"],
+                                      mean_abs=gap["mean_abs"], max_abs=gap["max_abs"],
+                                      sequence=entry["sequence_gap_max_abs"]))
+        for mode, weights in entry["modes"].items():
+            lines.append(lesson_text.text("pt_grpo_family.mode", mode=mode, changed=weights["changed"],
+                                          mean=weights["mean_weight"], max=weights["max_weight"]))
     return lines
 
 

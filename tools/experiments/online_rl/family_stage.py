@@ -16,9 +16,10 @@ model's replies are format errors that carry extra tokens (longer and wrong). GR
 gives each token of a long wrong reply a smaller share of the penalty than a token of a short one; the
 token-level aggregations do not. The records show what the lengths did.
 
-Stage `mismatch`: the importance-sampling correction. The same replies are scored by a sampler (the model
-in bfloat16, or at another temperature) and by the trainer (float32, temperature 1); the per-token
-log-probability gap, and the weights of the four correction modes through `importance_sampling_weights`.
+Stage `mismatch`: the importance-sampling correction. Replies are drawn by a sampler (the model in bfloat16,
+and the model at temperature 1.5) with the log-probabilities the sampler reported, and scored again by the
+trainer (float32, temperature 1); the per-token log-probability gap, and the weights of the four correction
+modes through `importance_sampling_weights`.
 
 The mechanism functions come from `plan.mechanism` (the learner's, passed by the notebook) or this
 package's `family_losses`.
@@ -66,9 +67,9 @@ PLANS = {
 }
 MISMATCH_PLANS = {
     "cpu_smoke": {"problems": 32, "group_size": 4, "max_new_tokens": 8, "seed": 0, "clip_max": 2.0, "clip_min": 0.5,
-                  "sampler_temperature": 1.0},
+                  "hot_temperature": 1.5},
     "real_gpu": {"problems": 16, "group_size": 4, "max_new_tokens": 64, "seed": 0, "clip_max": 2.0, "clip_min": 0.5,
-                 "sampler_temperature": 1.0},
+                 "hot_temperature": 1.5},
 }
 STAGES = ("compare", "mismatch")
 LAB_TASK = lab_tasks.PRETRAINING_TASK
@@ -137,10 +138,11 @@ def collect_groups(model, tokenizer, stream, settings: dict, variant: dict, func
             filled = functions["fill_batch"](view, want, budget, bool(variant.get("mask_truncated", False)))
             if filled["full"] or len(groups) >= budget:
                 return {"groups": groups, "kept": filled["kept"], "loss_masks": filled["loss_masks"],
-                        "drawn": len(groups)}
+                        "drawn": len(groups), "budget": budget}
             continue
         masks = [[not (variant.get("mask_truncated", False) and item["truncated"]) for item in group] for group in view]
-        return {"groups": groups, "kept": list(range(len(groups))), "loss_masks": masks, "drawn": len(groups)}
+        return {"groups": groups, "kept": list(range(len(groups))), "loss_masks": masks, "drawn": len(groups),
+                "budget": want}
 
 
 def update_step(model, optimizer, tokenizer, collected: dict, settings: dict, variant: dict, functions: dict) -> dict:
@@ -161,7 +163,8 @@ def update_step(model, optimizer, tokenizer, collected: dict, settings: dict, va
             row_masks.append(keep)
     drawn = [reply for group in collected["groups"] for reply in group]
     wrong = [len(reply["reply_ids"]) for reply in drawn if reply["outcome"] != "correct"]
-    record = {"groups_drawn": collected["drawn"], "groups_kept": len(collected["kept"]),
+    record = {"groups_drawn": collected["drawn"], "group_budget": collected["budget"],
+              "groups_kept": len(collected["kept"]),
               "scoreable_share": normalised["scoreable_share"],
               "mean_reward": sum(reply["reward"] for reply in drawn) / len(drawn),
               "mean_length": sum(len(reply["reply_ids"]) for reply in drawn) / len(drawn),
@@ -290,16 +293,13 @@ def _measured(work: Callable[[], dict], device: str) -> dict:
             "sampled": {**peaks(sampler.snapshot()), **sampler.summary()}}
 
 
-def mismatch(model, tokenizer, settings: dict, functions: dict) -> dict:
-    """The sampler (bfloat16) against the trainer (float32) on the sampler's own replies: per-token gap and
-    the weights of every correction mode."""
+def _sampler_gap(model, sampler_model, tokenizer, problems, settings: dict, temperature: float, functions: dict) -> dict:
+    """Replies drawn by `sampler_model` at `temperature`, with the log-probabilities it reported, against the
+    trainer's (float32 `model`, temperature 1) on the same tokens; every correction mode's weights."""
     import torch
 
-    problems = lab_tasks.sample_problems(LAB_TASK, "train", settings["problems"], settings["seed"])
-    sampler_model = copy.deepcopy(model).to(torch.bfloat16).eval()
     groups = sample_replies(sampler_model, tokenizer, [prompt_of(task) for task in problems], settings["group_size"],
-                            max_new_tokens=settings["max_new_tokens"], temperature=settings["sampler_temperature"],
-                            seed=settings["seed"])
+                            max_new_tokens=settings["max_new_tokens"], temperature=temperature, seed=settings["seed"])
     replies = [reply for group in groups for reply in group]
     batch = {key: value.to(next(model.parameters()).device) for key, value in
              pack([reply["prompt_ids"] for reply in replies], [reply["reply_ids"] for reply in replies],
@@ -310,19 +310,33 @@ def mismatch(model, tokenizer, settings: dict, functions: dict) -> dict:
         sampler_logps[row, :len(reply["logprobs"])] = torch.tensor(reply["logprobs"])
     with torch.no_grad():
         trainer_logps, _ = logps_and_entropy(model.eval(), batch, 1.0)
+    sampler_logps = sampler_logps.to(trainer_logps.dtype)
     gap = (trainer_logps - sampler_logps)[mask]
     modes = {}
     for mode in family_losses.IS_MODES:
-        out = functions["importance_sampling_weights"](trainer_logps, sampler_logps.to(trainer_logps.dtype), mask, mode,
-                                                       settings["clip_max"], settings["clip_min"])
+        out = functions["importance_sampling_weights"](trainer_logps, sampler_logps, mask, mode, settings["clip_max"],
+                                                       settings["clip_min"])
         weights = out["weights"][mask]
         modes[mode] = {"changed": out["changed"], "mean_weight": float(weights.mean()),
                        "zero_share": float((weights == 0).float().mean()), "max_weight": float(weights.max())}
-    return {"replies": len(replies), "tokens": int(mask.sum()), "sampler": "bfloat16", "trainer": "float32",
-            "sampler_temperature": settings["sampler_temperature"],
+    return {"replies": len(replies), "tokens": int(mask.sum()), "sampler_temperature": temperature,
             "gap": {"mean": float(gap.mean()), "mean_abs": float(gap.abs().mean()), "max_abs": float(gap.abs().max())},
             "sequence_gap_max_abs": float((trainer_logps - sampler_logps).masked_fill(~mask, 0).sum(dim=1).abs().max()),
             "modes": modes}
+
+
+def mismatch(model, tokenizer, settings: dict, functions: dict) -> dict:
+    """Two samplers against the float32 trainer (temperature 1) on their own replies: the model in bfloat16 (what
+    an inference engine often runs) and the model itself sampling at a higher temperature (a sampler whose
+    log-probabilities come from another distribution)."""
+    import torch
+
+    problems = lab_tasks.sample_problems(LAB_TASK, "train", settings["problems"], settings["seed"])
+    low_precision = copy.deepcopy(model).to(torch.bfloat16).eval()
+    return {"trainer": "float32, temperature 1",
+            "samplers": {"bfloat16": _sampler_gap(model, low_precision, tokenizer, problems, settings, 1.0, functions),
+                         f"temperature {settings['hot_temperature']}": _sampler_gap(
+                             model, model, tokenizer, problems, settings, settings["hot_temperature"], functions)}}
 
 
 def run(plan, sink, *, log: Callable | None = None) -> None:
@@ -338,8 +352,9 @@ def run(plan, sink, *, log: Callable | None = None) -> None:
         if plan.seeds:
             settings["seed"] = plan.seeds[0]
         if not plan.writes:
-            say(f"would score {settings['problems']} x {settings['group_size']} sampled replies with a bfloat16 sampler "
-                f"and a float32 trainer on {plan.model}, and weight them under {', '.join(family_losses.IS_MODES)}")
+            say(f"would score {settings['problems']} x {settings['group_size']} sampled replies of a bfloat16 sampler and "
+                f"of a sampler at temperature {settings['hot_temperature']} with a float32 trainer on {plan.model}, and "
+                f"weight them under {', '.join(family_losses.IS_MODES)}")
             return
         sink.require_new(["mismatch"])
         start, tokenizer, identity = load_quietly(plan.model, plan.model_source, plan.device)
