@@ -141,47 +141,58 @@ def test_the_reference_matches_every_trl_loss_within_the_tolerance(reference, on
 # Step 5 on the lab model
 # ---------------------------------------------------------------------------
 
-def _orpo_without_sft(policy_chosen, policy_rejected, chosen_lengths, rejected_lengths, loss_type, beta, gamma=0.0):
-    """A learner's slip (the mutant orpo_without_sft): ORPO's odds-ratio term alone."""
-    result = family_losses.reference_free_loss(policy_chosen, policy_rejected, chosen_lengths, rejected_lengths,
-                                               loss_type, beta, gamma)
-    if loss_type == "orpo":
-        result = {**result, "loss": result["pair_losses"].mean()}
-    return result
+def _sft_sign_flipped(policy_chosen, policy_rejected, reference_chosen, reference_rejected, chosen_lengths,
+                      rejected_lengths, loss_type, beta, label_smoothing=0.0, rpo_alpha=0.0):
+    """A learner's slip: RPO's SFT term written as the chosen tokens' mean log-likelihood instead of its
+    negative, so the 'anchor' pushes the chosen replies down."""
+    result = family_losses.dpo_family_loss(policy_chosen, policy_rejected, reference_chosen, reference_rejected,
+                                           chosen_lengths, rejected_lengths, loss_type, beta, label_smoothing, rpo_alpha)
+    if result["sft_loss"] is None:
+        return result
+    return {**result, "sft_loss": -result["sft_loss"], "loss": result["loss"] - 2 * rpo_alpha * result["sft_loss"]}
 
 
 @pytest.mark.effect
 @pytest.mark.slow
 def test_a_planted_wrong_learner_function_changes_step_5(tmp_path, one_cpu_thread):
-    """Step 5 takes the learner's functions through `run(plan)`: ORPO without its SFT term no longer raises the
-    chosen replies' log-probability on held-out pairs, and the record says the function was the learner's."""
-    def orpo_run(label, mechanism):
+    """Step 5 takes the learner's functions through `run(plan)`: with RPO's SFT term of the wrong sign, RPO loses
+    held-out exact match instead of keeping it, and the record says the function was the learner's."""
+    def rpo_run(label, mechanism):
         plan = Plan(experiment="dpo_family", chapter=page.CHAPTER_ID, run_mode="cpu_smoke", label=label,
-                    results_dir=tmp_path, variants=("orpo",), seeds=(0,), model="lab", mechanism=mechanism,
+                    results_dir=tmp_path, variants=("rpo",), seeds=(0,), model="lab", mechanism=mechanism,
                     options={"labels": ("clean",)})
         return {ref.stage: ref.load() for ref in run(plan, RecordSink.for_plan(plan))}
 
-    reference_run = orpo_run("reference_orpo", Mechanism())
-    planted = orpo_run("planted_orpo", Mechanism({"reference_free_loss": _orpo_without_sft},
-                                                 {"reference_free_loss": "learner"}))
-    assert planted["orpo_clean"]["mechanism"]["reference_free_loss"]["source"] == "learner"
-    assert reference_run["orpo_clean"]["mechanism"]["reference_free_loss"]["source"] == "package"
-    kept = page.metric(reference_run["orpo_clean"], "chosen_logp_change")
-    lost = page.metric(planted["orpo_clean"], "chosen_logp_change")
-    assert kept > 0 and kept - lost > PLANTED_MARGIN, (kept, lost)
+    reference_run = rpo_run("reference_rpo", Mechanism())
+    planted = rpo_run("planted_rpo", Mechanism({"dpo_family_loss": _sft_sign_flipped}, {"dpo_family_loss": "learner"}))
+    assert planted["rpo_clean"]["mechanism"]["dpo_family_loss"]["source"] == "learner"
+    assert reference_run["rpo_clean"]["mechanism"]["dpo_family_loss"]["source"] == "package"
+    kept = page.metric(reference_run["rpo_clean"], "exact_match")
+    lost = page.metric(planted["rpo_clean"], "exact_match")
+    assert kept - lost > PLANTED_MARGIN, (kept, lost)
+    assert page.metric(planted["rpo_clean"], "chosen_logp_change") < page.metric(reference_run["rpo_clean"],
+                                                                                 "chosen_logp_change")
 
 
 PLANTED_MARGIN = 0.1
-"""Held-out chosen log-probability change, ORPO minus ORPO without its SFT term, seed 0 (nats)."""
+"""Held-out exact match, RPO minus RPO with its SFT term's sign flipped, seed 0."""
 EFFECT_SEEDS = tuple(range(8))
-"""The seeds of the effect tests (the page's table shows the same runs)."""
+"""The seeds of the effect tests (the page's claims table shows the same runs)."""
 EFFECTS = {
-    ("exact_match", ("rpo", "clean"), ("dpo", "clean")): 0.0,
-    ("exact_match", ("rpo", "noisy"), ("dpo", "noisy")): 0.0,
-    ("exact_match", ("orpo", "clean"), ("dpo", "clean")): 0.0,
-    ("exact_match", ("cdpo", "noisy"), ("dpo", "noisy")): 0.0,
+    ("exact_match", ("orpo", "clean"), ("dpo", "clean")): (0.01, "greater"),
+    ("exact_match", ("rpo", "clean"), ("dpo", "clean")): (0.005, "greater"),
+    ("exact_match", ("rpo", "noisy"), ("dpo", "noisy")): (0.02, "greater"),
+    ("exact_match", ("cdpo", "noisy"), ("dpo", "noisy")): (0.005, "greater"),
+    ("exact_match", ("robust", "noisy"), ("dpo", "noisy")): (0.0, "less"),
+    ("chosen_logp_change", ("rpo", "clean"), ("dpo", "clean")): (0.01, "greater"),
 }
-"""metric, treatment, control -> margin: the differences the page claims, each asserted over EFFECT_SEEDS."""
+"""metric, treatment, control -> (margin, direction): the differences the page claims, each asserted over
+EFFECT_SEEDS. Measured (95 % intervals over seeds 0-7), pinned profile / generic profile:
+ORPO - DPO clean exact match +0.092 [+0.053, +0.132] / +0.051 [+0.020, +0.082];
+RPO - DPO clean +0.048 [+0.029, +0.067] / +0.031 [+0.012, +0.050]; noisy +0.048 [+0.039, +0.057] / +0.042
+[+0.027, +0.058]; cDPO - DPO noisy +0.046 [+0.019, +0.072] / +0.031 [+0.012, +0.049]; robust - DPO noisy
+-0.049 [-0.082, -0.016] / -0.036 [-0.066, -0.006]; RPO - DPO chosen log-probability change (clean, nats)
++0.059 [+0.029, +0.088] / +0.028 [+0.016, +0.039]."""
 
 
 @pytest.fixture(scope="module")
@@ -189,7 +200,7 @@ def seed_records(one_cpu_thread):
     """Per seed, the variant bodies the effects read (the experiment's own `prepare` and `train_variant`)."""
     from tools.experiments.online_rl.models import load_quietly
 
-    wanted = sorted({side for _, *sides in EFFECTS for side in sides})
+    wanted = sorted({side for _, *sides in EFFECTS for side in sides} | {side for _, side in BASELINE_EFFECTS})
     by_seed = {}
     for seed in EFFECT_SEEDS:
         start, tokenizer, _ = load_quietly("lab")
@@ -200,7 +211,30 @@ def seed_records(one_cpu_thread):
         by_seed[seed] = {f"{name}_{label}": {"status": "ok", **family_runs.train_variant(
             start, reference, tokenizer, prepared, name, label, settings, family_runs.MECHANISM_DEFAULTS)}
             for name, label in wanted}
+        by_seed[seed]["start"] = prepared["baseline"]
     return by_seed
+
+
+BASELINE_EFFECTS = {
+    ("pair_accuracy", ("dpo", "clean")): (0.5, 0.03, "greater"),
+    ("exact_match", ("dpo", "noisy")): ("start", 0.01, "less"),
+}
+"""metric, variant -> (what it is compared with, margin, direction): DPO on clean pairs ranks held-out pairs
+better than a coin (+0.099 [+0.044, +0.154] / +0.147 [+0.114, +0.180]); with 30 % of the pairs swapped it ends
+below the start's held-out exact match (-0.096 [-0.155, -0.037] / -0.057 [-0.099, -0.015])."""
+
+
+@pytest.mark.effect
+@pytest.mark.slow
+@pytest.mark.parametrize("claim", list(BASELINE_EFFECTS), ids=lambda claim: f"{claim[0]}-{claim[1][0]}_{claim[1][1]}")
+def test_dpo_against_its_baseline_over_seeds(seed_records, claim):
+    metric, side = claim
+    against, margin, direction = BASELINE_EFFECTS[claim]
+    treatment = {seed: page.metric(records[f"{side[0]}_{side[1]}"], metric) for seed, records in seed_records.items()}
+    control = {seed: records["start"]["exact_match"] if against == "start" else against
+               for seed, records in seed_records.items()}
+    effect = effects.paired_effect(treatment, control, metric=f"{metric}: {side} - {against}")
+    assert effects.holds(effect, margin, direction), effects.describe(effect)
 
 
 @pytest.mark.effect
@@ -208,5 +242,6 @@ def seed_records(one_cpu_thread):
 @pytest.mark.parametrize("claim", list(EFFECTS), ids=lambda claim: f"{claim[1][0]}_{claim[1][1]}-{claim[2][0]}")
 def test_the_claimed_difference_holds_over_seeds(seed_records, claim):
     metric, treatment, control = claim
+    margin, direction = EFFECTS[claim]
     effect = page.paired(seed_records, treatment, control, metric)
-    assert effects.holds(effect, EFFECTS[claim]), effects.describe(effect)
+    assert effects.holds(effect, margin, direction), effects.describe(effect)

@@ -372,7 +372,7 @@ def framework_record(check: Mapping, sources: Mapping[str, str]) -> dict:
 # ---------------------------------------------------------------------------
 
 COMPARE_EXPERIMENT = "grpo_family"
-STEP5_VARIANTS = ("grpo", "bnpo", "dr_grpo", "dapo", "dapo_recipe")
+STEP5_VARIANTS = ("grpo", "bnpo", "dr_grpo", "dapo", "clip_higher", "dapo_recipe")
 """The variants the notebook's cpu_smoke runs, on one seed."""
 
 

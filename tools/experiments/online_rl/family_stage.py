@@ -2,9 +2,9 @@
 
 Stage `compare`: one record per variant. Every variant starts from the same weights and sees the same
 prompts in the same order, the same number of sampled groups (the rollout budget) and the same number of
-updates; only the loss aggregation differs (`grpo`, `bnpo`, `dr_grpo`, `dapo`), or, for `dapo_recipe`,
-DAPO's other pieces as well (clip-higher, dynamic sampling with refill inside the same budget, overlong
-masking). Per step: sample a group per prompt at the sampling temperature, verify (integer-answer-v1),
+updates; only the loss aggregation differs (`grpo`, `bnpo`, `dr_grpo`, `dapo`); `clip_higher` is `dapo` with
+epsilon_high 0.28 alone (the control that isolates clip-higher); `dapo_recipe` adds DAPO's other pieces as well
+(dynamic sampling with refill inside the same budget, overlong masking). Per step: sample a group per prompt at the sampling temperature, verify (integer-answer-v1),
 normalise the rewards inside each group (chapter 18's group advantages: a group whose rewards do not vary
 gives nothing), then `updates_per_batch` updates, each over `micro_batches` micro-batches with gradient
 accumulation (so `bnpo` and `dapo` normalise by different token counts). Measured: held-out exact match
@@ -54,6 +54,7 @@ VARIANTS = {
     "bnpo": {"loss_type": "bnpo"},
     "dr_grpo": {"loss_type": "dr_grpo"},
     "dapo": {"loss_type": "dapo"},
+    "clip_higher": {"loss_type": "dapo", "epsilon_high": 0.28},
     "dapo_recipe": {"loss_type": "dapo", "epsilon_high": 0.28, "dynamic_sampling": True, "mask_truncated": True},
 }
 """Variant -> what differs from the shared settings (eps 0.2 both sides, no dynamic sampling, no overlong mask)."""
