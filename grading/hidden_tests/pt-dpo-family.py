@@ -209,7 +209,8 @@ import torch.nn.functional as F
 pc, pr = torch.tensor([-1.0, -2.0, -4.0], dtype=torch.float64), torch.tensor([-3.0, -1.0, -4.0], dtype=torch.float64)
 rc, rr = torch.tensor([-2.0, -2.5, -3.0], dtype=torch.float64), torch.tensor([-2.0, -1.5, -5.0], dtype=torch.float64)
 lengths = torch.tensor([1, 2, 3])
-z = 0.7 * ((pc - rc) - (pr - rr))
+margins = (pc - rc) - (pr - rr)
+z = 0.7 * margins
 e = 0.3
 expected = {"sigmoid": -F.logsigmoid(z), "hinge": torch.relu(1 - z),
             "robust": (-(1 - e) * F.logsigmoid(z) + e * F.logsigmoid(-z)) / (1 - 2 * e),
@@ -219,7 +220,7 @@ for loss_type, values in expected.items():
     result = dpo_family_loss(pc, pr, rc, rr, lengths, lengths, loss_type, 0.7, smoothing)
     assert torch.allclose(result["pair_losses"], values, rtol=1e-12), loss_type
     assert torch.allclose(result["loss"], values.mean(), rtol=1e-12), loss_type
-    assert torch.equal(result["margins"], (pc - rc) - (pr - rr)) and result["sft_loss"] is None
+    assert torch.equal(result["margins"], margins) and result["sft_loss"] is None
 
 # %% hidden exercise=dpo_family_loss points=1 name=ipo_compares_per_token_means_with_one_over_two_beta
 # hint: IPO divides each log-ratio by its own response's token count before taking the difference, and squares the distance to 1 / (2 beta).

@@ -210,10 +210,10 @@ ref = torch.tensor([[-1.5, -1.0, -0.5], [-0.5, -2.0, float("nan")]])
 mask = torch.tensor([[True, True, True], [True, True, False]])
 advantages, old = torch.zeros(2), logprobs.clone()
 d = torch.tensor([[-0.5, 1.0, 0.0], [1.0, -1.0, 0.0]])
+expected_k3 = torch.where(mask, torch.exp(d) - d - 1, torch.zeros(2, 3))
 k1 = clipped_token_losses(logprobs, old, advantages, mask, ref_logprobs=ref, kl_estimator="k1")
 k3 = clipped_token_losses(logprobs, old, advantages, mask, ref_logprobs=ref, beta=0.5)
 assert torch.allclose(k1["kl"], -d) and torch.allclose(k1["token_losses"], torch.zeros(2, 3))
-expected_k3 = torch.where(mask, torch.exp(d) - d - 1, torch.zeros(2, 3))
 assert torch.allclose(k3["kl"], expected_k3) and not k3["kl"].requires_grad
 assert torch.allclose(k3["token_losses"], 0.5 * expected_k3)
 assert clipped_token_losses(logprobs, old, advantages, mask)["kl"] is None
