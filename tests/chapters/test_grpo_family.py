@@ -95,7 +95,7 @@ def test_the_figures_draw():
 def test_the_experiment_describes_both_stages_in_dry_run_and_refuses_unknown_options():
     lines = []
     plan = Plan(experiment="grpo_family", chapter=page.CHAPTER_ID, run_mode="dry_run", label="x")
-    assert run(plan, log=lines.append) == [] and "grpo, bnpo, dr_grpo, dapo, dapo_recipe" in lines[0]
+    assert run(plan, log=lines.append) == [] and "grpo, bnpo, dr_grpo, dapo, clip_higher, dapo_recipe" in lines[0]
     assert run(plan.replace(stage="mismatch"), log=lines.append) == [] and "bfloat16" in lines[-1]
     with pytest.raises(ValueError, match="unknown option"):
         run(plan.replace(options={"epochs": 3}))
