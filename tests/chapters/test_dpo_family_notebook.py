@@ -10,7 +10,7 @@ import pytest
 from chapter_factory import REPO_ROOT
 
 from tools.core.catalog import find_chapter
-from tools.course.runs.runner import KERNEL_ARGUMENTS
+from tools.course.runs.runner import KERNEL_ARGUMENTS, unexpected_error
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -69,9 +69,15 @@ def test_step_5_runs_the_learners_function_in_a_papermill_run(tmp_path):
     copy = tmp_path / "learner.ipynb"
     copy.write_text(json.dumps(notebook), encoding="utf-8")
     results = tmp_path / "results"
-    papermill.execute_notebook(str(copy), str(tmp_path / "out.ipynb"), cwd=str(REPO_ROOT / "notebooks"),
-                               parameters={"RUN_MODE": "cpu_smoke", "RUN_LABEL": "learner_run", "RESULTS_DIR": str(results)},
-                               kernel_name="python3", progress_bar=False, extra_arguments=KERNEL_ARGUMENTS)
+    executed = tmp_path / "out.ipynb"
+    try:
+        papermill.execute_notebook(str(copy), str(executed), cwd=str(REPO_ROOT / "notebooks"),
+                                   parameters={"RUN_MODE": "cpu_smoke", "RUN_LABEL": "learner_run",
+                                               "RESULTS_DIR": str(results)},
+                                   kernel_name="python3", progress_bar=False, extra_arguments=KERNEL_ARGUMENTS)
+    except papermill.PapermillExecutionError:
+        pass  # the visible tests of the two exercises left as stubs fail, as they do for a learner
+    assert unexpected_error(executed) is None, unexpected_error(executed)
     folder = results / chapter.slug
     framework = json.loads((folder / f"{chapter.slug}_framework_check_learner_run.json").read_text(encoding="utf-8"))
     assert framework["functions"]["reference_free_loss"] == "learner"
@@ -80,6 +86,6 @@ def test_step_5_runs_the_learners_function_in_a_papermill_run(tmp_path):
     orpo = json.loads((folder / f"{chapter.slug}_orpo_clean_learner_run.json").read_text(encoding="utf-8"))
     assert orpo["mechanism"]["reference_free_loss"]["source"] == "learner"
     assert orpo["mechanism"]["length_desensitised_logps"]["source"] == "reference"
-    output = json.loads((tmp_path / "out.ipynb").read_text(encoding="utf-8"))
+    output = json.loads(executed.read_text(encoding="utf-8"))
     printed = "".join(part for cell in output["cells"] for out in cell.get("outputs", []) for part in out.get("text", []))
     assert "Step 5 will run your reference_free_loss" in printed
