@@ -16,6 +16,17 @@ EXPERIMENTS = (
         device_steps=(DeviceStep("grpo_18", "grpo_rlvr", order=60, chapter="18", max_s=240),),
     ),
     Experiment(
+        name="grpo_family",
+        title="The GRPO family's loss aggregations and the DAPO recipe at one rollout budget; sampler/trainer mismatch",
+        chapters=("PT-GRPO-FAMILY",),
+        runner="tools.experiments.online_rl.family_stage:run",
+        stages=("compare", "mismatch"),
+        default_stage="compare",
+        variants="tools.experiments.online_rl.family_stage:variant_names",
+        run_modes=("dry_run", "cpu_smoke", "real_gpu"),
+        mechanism=("aggregate_loss", "clipped_token_losses", "fill_batch", "importance_sampling_weights"),
+    ),
+    Experiment(
         name="tool_use_rl",
         title="The lab model learns to call the calculator tool (REINFORCE over candidate actions) vs shuffled rewards",
         chapters=("PT-AGENTIC-RL",),

@@ -1,5 +1,6 @@
-"""The preference experiments in the experiment registry: chapter 17's DPO beta sweep (a GPU-batch step), and
-PT-KTO's binary-label runs and 51's online rounds (CPU: the original course registered no GPU result for them)."""
+"""The preference experiments in the experiment registry: chapter 17's DPO beta sweep (a GPU-batch step),
+PT-DPO-FAMILY's side-by-side losses, and PT-KTO's binary-label runs and 51's online rounds (CPU: the original
+course registered no GPU result for them)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,14 @@ def add_dpo_arguments(parser) -> None:
     parser.add_argument("--pairs", type=int, default=None, help="preference pairs to train on")
     parser.add_argument("--steps", type=int, default=None, help="full-batch DPO updates per beta")
     parser.add_argument("--learning-rate", dest="learning_rate", type=float, default=None)
+
+
+def add_family_arguments(parser) -> None:
+    """The DPO family's own knobs (None keeps the run mode's default)."""
+    parser.add_argument("--steps", type=int, default=None, help="full-batch updates per variant")
+    parser.add_argument("--learning-rate", dest="learning_rate", type=float, default=None)
+    parser.add_argument("--noise-rate", dest="noise_rate", type=float, default=None,
+                        help="share of training pairs swapped for the noisy runs")
 
 
 EXPERIMENTS = (
@@ -26,6 +35,17 @@ EXPERIMENTS = (
         arguments="tools.experiments.preference.experiment:add_dpo_arguments",
         mechanism=("sequence_logprobs", "dpo_loss", "judge_beta_sweep"),
         device_steps=(DeviceStep("dpo_17", "dpo_beta_sweep", order=50, stage="sweep", chapter="17", max_s=240),),
+    ),
+    Experiment(
+        name="dpo_family",
+        title="The DPO family (DPO, IPO, hinge, robust, cDPO, RPO, LD-DPO, SimPO, ORPO) from one start, clean and noisy labels",
+        chapters=("PT-DPO-FAMILY",),
+        runner="tools.experiments.preference.family_runs:run",
+        stages=("compare",),
+        default_stage="compare",
+        variants="tools.experiments.preference.family_runs:variant_names",
+        arguments="tools.experiments.preference.experiment:add_family_arguments",
+        mechanism=("length_desensitised_logps", "dpo_family_loss", "reference_free_loss"),
     ),
     Experiment(
         name="kto_binary",
