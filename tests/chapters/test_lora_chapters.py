@@ -198,7 +198,7 @@ def test_the_plans_compare_what_the_chapters_say():
     for run_mode in ("cpu_smoke", "real_gpu"):
         names = [(spec.name, spec.method, spec.rank) for spec in ch_31.variants(run_mode)]
         assert names == [(f"{method}_r{rank}", method, rank) for rank in (1, 4, 16, 64)
-                         for method in ("lora", "rslora", "dora")] + [("dora_r7_budget", "dora", 7)]
+                         for method in ("lora", "rslora", "dora")] + [("dora_budget", "dora", 7)]
         assert {spec.alpha for spec in ch_31.variants(run_mode)} == {16.0}  # one alpha: matched scaling at rank 1
     assert plan_for("14").measure is ch_14.measure and plan_for("31").measure is ch_31.measure
 
@@ -213,7 +213,7 @@ def test_the_chapter_31_plan_records_its_measurements(tmp_path, monkeypatch):
     monkeypatch.setattr(ch_31, "variants", lambda run_mode: original(run_mode)[-1:])  # the budget DoRA only
     written = lora.run_plan(_context(tmp_path, "31", "31-lora-variants"))
     record = json.loads(written[0]["path"].read_text(encoding="utf-8"))
-    assert record["status"] == "ok" and record["stage"] == "sft_dora_r7_budget", record.get("error")
+    assert record["status"] == "ok" and record["stage"] == "sft_dora_budget", record.get("error")
     measured = record["chapter_measurements"]
     assert measured["count"]["matches"] and measured["count"]["analytic"] == record["parameters"]["trainable"]
     assert measured["budget"] == {"parameters": 3584, "fits": True}
@@ -222,7 +222,7 @@ def test_the_chapter_31_plan_records_its_measurements(tmp_path, monkeypatch):
     assert record["measurements"]["peak_allocated_mib"] is None and record["comparable"] == {}
     verdict = lora.variant_verdict(record)
     assert verdict["mechanism"] == "accept_mechanism" and verdict["decision"] in ("accept_mechanism", "tune")
-    assert "dora_r7_budget" in lora.summary_table([record])
+    assert "dora_budget" in lora.summary_table([record])
 
 
 def _record(**changes) -> dict:
