@@ -1,7 +1,7 @@
 # %% hidden exercise=build_sft_example points=1 name=headers_default_system_and_separators_are_masked
 # hint: the template adds a default system turn and a "<|im_start|>role\n" header before every turn; none of these, nor the newline after <|im_end|>, is something the model should learn to generate.
 _messages = [{"role": "user", "content": "What is 6 * 7?"}, {"role": "assistant", "content": "The answer is 42."}]
-_example = build_sft_example(_messages, TOKENIZER)
+_example = build_sft_example([dict(message) for message in _messages], TOKENIZER)
 _ids, _labels = _example["input_ids"], _example["labels"]
 _rendered = TOKENIZER.apply_chat_template(_messages, tokenize=False)
 assert _ids == TOKENIZER(_rendered, add_special_tokens=False)["input_ids"]
@@ -81,7 +81,7 @@ for _messages, _max_length in _cases:
 torch.manual_seed(0)
 _logits = torch.randn(2, 5, 7)
 _labels = torch.tensor([[-100, 3, 4, -100, -100], [-100, -100, 6, 0, 2]])
-_result = shifted_token_nll(_logits, _labels)
+_result = shifted_token_nll(_logits.clone(), _labels.clone())
 _targets = _labels[:, 1:]
 _expected = F.cross_entropy(_logits[:, :-1].reshape(-1, 7), _targets.reshape(-1), ignore_index=-100,
                             reduction="none").reshape(2, 4)
@@ -106,9 +106,9 @@ assert _norms[1].item() > 0.0 and _norms[2].item() > 0.0
 torch.manual_seed(1)
 _logits32 = torch.randn(1, 6, 11) * 4
 _labels = torch.tensor([[-100, 1, 2, 3, 4, 5]])
+_reference = F.cross_entropy(_logits32.to(torch.bfloat16).float()[0, :-1], _labels[0, 1:], reduction="none")
 _half = shifted_token_nll(_logits32.to(torch.bfloat16), _labels)
 assert _half["token_nll"].dtype == torch.float32
-_reference = F.cross_entropy(_logits32.to(torch.bfloat16).float()[0, :-1], _labels[0, 1:], reduction="none")
 assert torch.allclose(_half["token_nll"][0], _reference, atol=1e-5)
 
 # %% hidden exercise=shifted_token_nll points=1 name=custom_ignore_index_and_column_zero_labels
@@ -174,7 +174,7 @@ torch.manual_seed(2)
 _nll = torch.rand(4, 6) * 5
 _mask = torch.tensor([[True] * 6, [True, False, False, False, False, False], [False] * 3 + [True] * 3, [True, True] + [False] * 4])
 for _mode in ("token", "sample"):
-    _result = reduce_sft_loss(_nll, _mask, _mode)
+    _result = reduce_sft_loss(_nll.clone(), _mask.clone(), _mode)
     _weights = _result["token_weights"]
     assert tuple(_weights.shape) == (4, 6)
     assert torch.all(_weights[~_mask] == 0)
@@ -182,7 +182,8 @@ for _mode in ("token", "sample"):
     assert math.isclose(float((_weights * torch.where(_mask, _nll, torch.zeros_like(_nll))).sum()),
                         _result["loss"].item(), rel_tol=1e-5)
     assert all(math.isclose(a, float(b), rel_tol=1e-5) for a, b in zip(_result["sample_weights"], _weights.sum(dim=1)))
-assert math.isclose(reduce_sft_loss(_nll, _mask, "token")["loss"].item(), float(_nll[_mask].mean()), rel_tol=1e-5)
+assert math.isclose(reduce_sft_loss(_nll.clone(), _mask.clone(), "token")["loss"].item(), float(_nll[_mask].mean()),
+                    rel_tol=1e-5)
 
 # %% hidden exercise=reduce_sft_loss points=1 name=loss_keeps_its_gradient_in_token_mode
 # hint: return a tensor that is still connected to the graph; the gradient of the per-token loss is one over the number of supervised tokens at every supervised position.
@@ -228,7 +229,7 @@ except ValueError:
 else:
     raise AssertionError("a reply whose first token merges with the template's header was accepted")
 _aligned = build_sft_example([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "5"}], _glued)
-assert _glued.decode([t for t in _aligned["labels"] if t != -100]) == "5<|im_end|>"
+assert TOKENIZER.decode([t for t in _aligned["labels"] if t != -100]) == "5<|im_end|>"
 
 # %% hidden exercise=build_sft_example points=1 name=messages_are_not_modified_and_types_are_plain
 # hint: never write into the caller's messages; return plain Python lists of ints (not tensors, not tuples) and ints for the counts.
@@ -238,7 +239,7 @@ _messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "conte
 _snapshot = copy.deepcopy(_messages)
 _example = build_sft_example(_messages, TOKENIZER, max_length=40)
 assert _messages == _snapshot
-_rendered = TOKENIZER(TOKENIZER.apply_chat_template(_messages, tokenize=False), add_special_tokens=False)["input_ids"]
+_rendered = TOKENIZER(TOKENIZER.apply_chat_template(_snapshot, tokenize=False), add_special_tokens=False)["input_ids"]
 assert _example["input_ids"] == list(_rendered[:40]), "the ids of this conversation, cut to max_length"
 assert type(_example["input_ids"]) is list and type(_example["labels"]) is list
 assert all(type(value) is int for value in _example["input_ids"] + _example["labels"])

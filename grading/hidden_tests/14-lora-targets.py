@@ -72,8 +72,8 @@ for _targets, _rank in ((["q_proj", "Q_PROJ"], 8), (("v_proj", "v_proj"), 8), ("
 # %% hidden exercise=lora_trainable_count points=1 name=equals_peft_on_every_module_alone
 # hint: framework check: on Qwen2.5-0.5B (meta device), each of the seven modules alone at rank 4 counts exactly what peft counts.
 for _module in QWEN2_LINEAR:
-    _ours = lora_trainable_count(lora.architecture("Qwen/Qwen2.5-0.5B-Instruct"), [_module], 4)["total"]
     _theirs = lora.peft_trainable(QWEN_META, [_module], 4)
+    _ours = lora_trainable_count(lora.architecture("Qwen/Qwen2.5-0.5B-Instruct"), [_module], 4)["total"]
     assert _ours == _theirs, f"{_module}: {_ours} != peft {_theirs}"
 
 # %% hidden exercise=lora_trainable_count points=2 name=agrees_with_reference_on_generated_configs

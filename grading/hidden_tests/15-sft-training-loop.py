@@ -27,10 +27,10 @@ for _name, _grad in _without["gradients"].items():
 # hint: position t predicts labels[:, t + 1], so a label in the first column is never predicted and never counted.
 _model = ToyCausalLM(seed=13)
 _batch = make_batch([[4, 5, 6], [7, 8, 9]], [0, 1])
-_result = accumulate_gradients(_model, [_batch])
-assert _result["supervised_tokens"] == 4 and _result["micro_batch_tokens"] == [4]
 _logits = _model(input_ids=_batch["input_ids"]).logits.detach()
 _expected = F.cross_entropy(_logits[:, :-1].reshape(-1, 13), _batch["labels"][:, 1:].reshape(-1), reduction="sum") / 4
+_result = accumulate_gradients(_model, [_batch])
+assert _result["supervised_tokens"] == 4 and _result["micro_batch_tokens"] == [4]
 assert abs(_result["loss"] - float(_expected)) < 1e-12
 
 # %% hidden exercise=accumulate_gradients points=1 name=old_gradients_are_discarded
@@ -409,9 +409,10 @@ assert _model.training is False, "a model that was in eval mode must stay in eva
 _model = ToyCausalLM(seed=23, dropout=0.4)
 _model.train()
 _batches = [make_batch([[1, 2, 3, 4, 5, 6, 7, 8]], [1]), make_batch([[9, 10, 11]], [2])]
+_expected = mean_token_loss(_model, concat_batches(_batches))
 _result = isolated_evaluation(_model, _batches, torch.optim.SGD(_model.parameters(), lr=0.1), [], [])
 assert _result["supervised_tokens"] == 8
-assert abs(_result["loss"] - mean_token_loss(_model, concat_batches(_batches))) < 1e-12
+assert abs(_result["loss"] - _expected) < 1e-12
 assert type(_result["loss"]) is float and type(_result["supervised_tokens"]) is int
 
 # %% hidden exercise=isolated_evaluation points=1 name=side_effects_of_the_forward_pass_are_reported

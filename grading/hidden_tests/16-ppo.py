@@ -49,6 +49,19 @@ _out = backward_through(ppo_policy_loss, _new, _old, _adv, torch.ones(1, 3, dtyp
                         reduce=None)
 assert torch.allclose(_new.grad, torch.tensor([[0.0, -2.0 * 1.1 / 3, 0.9 / 3]], dtype=torch.float64), atol=1e-12)
 
+# %% hidden exercise=ppo_policy_loss points=1 name=far_moved_tokens_are_clamped_like_verl
+# hint: clamp log_probs - old_log_probs to [-20, 20] before exp (verl's bound): a log-ratio of 90 in float32 must not become inf, and 0 * inf is NaN; approx_kl uses the clamped log-ratio too.
+_old = torch.zeros(1, 4)
+_new = torch.tensor([[90.0, -90.0, 25.0, 0.1]])
+_adv = torch.tensor([[0.0, 1.0, -2.0, 1.0]])
+_out = ppo_policy_loss(_new, _old, _adv, torch.ones(1, 4, dtype=torch.long), 0.2)
+_expected = (0.0 + -math.exp(-20.0) + 2.0 * math.exp(20.0) + -1.1 * 1.0) / 4
+assert math.isfinite(float(_out["loss"])), "a log-ratio of 90 with a zero advantage must not give NaN"
+assert math.isclose(float(_out["loss"]), _expected, rel_tol=1e-5)
+assert math.isclose(_out["approx_kl"], -(20.0 - 20.0 + 20.0 + 0.1) / 4, rel_tol=1e-5)
+_same = ppo_policy_loss(_old.clone(), _old, _adv, torch.ones(1, 4, dtype=torch.long), 0.2)
+assert math.isclose(float(_same["loss"]), -sum([0.0, 1.0, -2.0, 1.0]) / 4, rel_tol=1e-6)
+
 # %% hidden exercise=ppo_policy_loss points=1 name=ppo_policy_invalid_inputs_refused_valid_ones_scored
 # hint: check the three tensors (finite floats, same dtype and shape), the mask (0/1, at least one valid token) and 0 < clip_ratio < 1 before computing.
 _lp = torch.tensor([[-0.5, -1.0]], dtype=torch.float64)
@@ -81,11 +94,17 @@ def _policy_batches(draw):
     grid = lambda low, high: torch.tensor(draw(st.lists(st.lists(st.floats(low, high), min_size=time, max_size=time),
                                                         min_size=batch, max_size=batch)), dtype=torch.float64)
     old = grid(-4.0, 0.0)
-    new = old + grid(-0.6, 0.6)
+    shift = grid(-0.6, 0.6)
+    for _ in range(draw(st.integers(0, 2))):  # tokens that moved far since sampling, at any position (valid or masked)
+        shift[draw(st.integers(0, batch - 1)), draw(st.integers(0, time - 1))] = draw(st.sampled_from([-90.0, -25.0, 25.0, 90.0]))
+    new = old + shift
     rows = [draw(st.lists(st.integers(0, 1), min_size=time, max_size=time)) for _ in range(batch)]
     rows[0][0] = 1
     mask = torch.tensor(rows, dtype=draw(st.sampled_from([torch.long, torch.bool])))
-    return new, old, grid(-2.0, 2.0), mask, draw(st.sampled_from([0.1, 0.2, 0.3, 0.5]))
+    advantages = grid(-2.0, 2.0)
+    if draw(st.booleans()):  # a zero advantage somewhere (with a far-moved token it is the 0 * inf case)
+        advantages[draw(st.integers(0, batch - 1)), draw(st.integers(0, time - 1))] = 0.0
+    return new, old, advantages, mask, draw(st.sampled_from([0.1, 0.2, 0.3, 0.5]))
 
 
 def _clipped(new, old, adv, mask, eps, sign):
@@ -103,6 +122,10 @@ reference.agrees("ppo_policy_loss", _policy_batches(), cases=80, clauses={
     "a bool mask": lambda n, o, a, m, e: m.dtype == torch.bool,
     "responses with different valid counts": lambda n, o, a, m, e: len(set(m.long().sum(dim=1).tolist())) > 1,
     "a response of one token": lambda n, o, a, m, e: n.shape[1] == 1,
+    "a valid token whose log-ratio is above +20": lambda n, o, a, m, e: bool(((n - o) > 20)[m.bool()].any()),
+    "a valid token whose log-ratio is below -20": lambda n, o, a, m, e: bool(((n - o) < -20)[m.bool()].any()),
+    "a far-moved valid token with a zero advantage": lambda n, o, a, m, e: bool((((n - o).abs() > 20) & (a == 0))[m.bool()].any()),
+    "a far-moved masked token": lambda n, o, a, m, e: bool(((n - o).abs() > 20)[~m.bool()].any()),
 })
 
 # %% hidden exercise=ppo_policy_loss points=2 name=ppo_policy_generated_defects_agree_with_reference
@@ -116,6 +139,13 @@ _defects = {
     "empty_mask": lambda a: {**a, "mask": torch.zeros_like(a["mask"])},
     "mask_minus": lambda a: {**a, "mask": -a["mask"]},
     "nan": lambda a: {**a, "new": a["new"] * float("nan")},
+    "nan_one_token": lambda a: {**a, "new": _put(a["new"], (0, -1), float("nan"))},
+    "inf_old_masked": lambda a: {**a, "old": _put(a["old"], (0, -1), float("inf")),
+                                 "mask": _put(a["mask"], (0, -1), 0)},
+    "minus_inf_adv_first": lambda a: {**a, "adv": _put(a["adv"], (0, 0), -float("inf"))},
+    "nan_adv_masked": lambda a: {**a, "adv": _put(a["adv"], (-1, 1), float("nan")), "mask": _put(a["mask"], (-1, 1), 0)},
+    "eps_inf": lambda a: {**a, "eps": float("inf")},
+    "eps_nan": lambda a: {**a, "eps": float("nan")},
     "eps_one": lambda a: {**a, "eps": 1},
     "eps_zero": lambda a: {**a, "eps": 0.0},
     "eps_bool": lambda a: {**a, "eps": False},
@@ -123,7 +153,13 @@ _defects = {
     "eps_text": lambda a: {**a, "eps": "0.2"},
     "list_adv": lambda a: {**a, "adv": a["adv"].tolist()},
 }
-from tools.course.grader.clauses import each_of, is_bool, is_number
+from tools.course.grader.clauses import each_of, is_bool, is_number, not_finite
+
+
+def _put(tensor, where, value):
+    changed = tensor.clone()
+    changed[where] = value
+    return changed
 
 
 def _broken(case, rng):
@@ -143,7 +179,12 @@ reference.agrees("ppo_policy_loss", each_of(_cases, _broken, variants=2), cases=
     "a float mask": lambda n, o, a, m, e: m.is_floating_point(),
     "a mask without a valid token": lambda n, o, a, m, e: not m.is_floating_point() and not bool(m.any()),
     "a negative mask value": lambda n, o, a, m, e: bool((m < 0).any()),
-    "a NaN log-probability": lambda n, o, a, m, e: bool(n.isnan().any()),
+    "a NaN log-probability": lambda n, o, a, m, e: bool(n.isnan().all()),
+    "one NaN log-probability on a valid token": lambda n, o, a, m, e: bool(n.isnan().any()) and not bool(n.isnan().all()),
+    "an infinite old log-probability on a masked token": lambda n, o, a, m, e: bool((o.isinf() & ~m.bool()).any()),
+    "a -inf advantage on the first token": lambda n, o, a, m, e: isinstance(a, torch.Tensor) and a.dim() == 2 and bool(a[0, 0].isinf()),
+    "a NaN advantage on a masked token": lambda n, o, a, m, e: isinstance(a, torch.Tensor) and bool((a.isnan() & ~m.bool()).any()),
+    "a clip ratio that is not finite": lambda n, o, a, m, e: not_finite(e),
     "a clip ratio of 1": lambda n, o, a, m, e: is_number(e) and e >= 1,
     "a clip ratio of 0": lambda n, o, a, m, e: is_number(e) and e <= 0,
     "a clip ratio that is a bool": lambda n, o, a, m, e: is_bool(e),
@@ -225,7 +266,18 @@ def _value_batches(draw):
     rows = [draw(st.lists(st.integers(0, 1), min_size=time, max_size=time)) for _ in range(batch)]
     rows[-1][-1] = 1
     mask = torch.tensor(rows, dtype=draw(st.sampled_from([torch.long, torch.bool, torch.int32])))
-    return grid(), grid(), grid(), mask, draw(st.sampled_from([0.05, 0.2, 0.5, 1, 3.0]))
+    c = draw(st.sampled_from([0.05, 0.2, 0.5, 1, 3.0]))
+    new, old = grid(), grid()
+    edge = draw(st.sampled_from(["none", "exact", "inexact"]))
+    row, column = draw(st.integers(0, batch - 1)), draw(st.integers(0, time - 1))
+    if edge == "exact":  # the new value exactly c away from the old one: a tie, not clipped
+        old[row, column], new[row, column] = 0.5, 0.5 + c
+    elif edge == "inexact":  # 0.3 - 0.1 is 0.19999999999999998 in float64: just inside a clip range of 0.2
+        old[row, column], new[row, column] = 0.1, 0.1 + 0.2 if c == 0.2 else 0.1 + c
+    return new, old, grid(), mask, c
+
+
+from tools.course.grader.clauses import near_but_not_equal
 
 
 def _value_cases(new, old, ret, mask, c):
@@ -243,6 +295,9 @@ reference.agrees("ppo_value_loss", _value_batches(), cases=80, clauses={
     "an int32 mask": lambda n, o, r, m, c: m.dtype == torch.int32,
     "a clip range that is an int": lambda n, o, r, m, c: type(c) is int,
     "a response of one token": lambda n, o, r, m, c: n.shape[1] == 1,
+    "a valid value exactly at the clip edge": lambda n, o, r, m, c: bool(((n - o).abs() == c)[m.bool()].any()),
+    "a value a rounding error from the clip edge": lambda n, o, r, m, c: any(
+        near_but_not_equal(abs(float(x)), float(c)) for x in (n - o)[m.bool()]),
 })
 
 # %% hidden exercise=ppo_value_loss points=2 name=ppo_value_generated_defects_agree_with_reference
@@ -255,6 +310,9 @@ _defects = {
     "float_mask": lambda a: {**a, "mask": a["mask"].float()},
     "empty_mask": lambda a: {**a, "mask": torch.zeros_like(a["mask"])},
     "inf": lambda a: {**a, "ret": a["ret"] + float("inf")},
+    "nan_value_masked": lambda a: {**a, "new": _put(a["new"], (0, 0), float("nan")), "mask": _put(a["mask"], (0, 0), 0)},
+    "inf_old_last": lambda a: {**a, "old": _put(a["old"], (-1, -1), -float("inf"))},
+    "nan_c": lambda a: {**a, "c": float("nan")},
     "zero_c": lambda a: {**a, "c": 0.0},
     "bool_c": lambda a: {**a, "c": True},
     "none_c": lambda a: {**a, "c": None},
@@ -262,7 +320,13 @@ _defects = {
     "negative_c": lambda a: {**a, "c": -0.2},
     "one_dim": lambda a: {**a, "new": a["new"][0], "old": a["old"][0], "ret": a["ret"][0], "mask": a["mask"][0]},
 }
-from tools.course.grader.clauses import below, each_of, is_bool
+from tools.course.grader.clauses import below, each_of, is_bool, not_finite
+
+
+def _put(tensor, where, value):
+    changed = tensor.clone()
+    changed[where] = value
+    return changed
 
 
 def _broken(case, rng):
@@ -281,6 +345,9 @@ reference.agrees("ppo_value_loss", each_of(_cases, _broken, variants=2), cases=2
     "a float mask": lambda n, o, r, m, c: m.is_floating_point(),
     "a mask without a valid token": lambda n, o, r, m, c: not m.is_floating_point() and not bool(m.any()),
     "an infinite return": lambda n, o, r, m, c: r.is_floating_point() and bool(r.isinf().any()),
+    "a NaN value on a masked token": lambda n, o, r, m, c: n.is_floating_point() and bool((n.isnan() & ~m.bool()).any()),
+    "a -inf old value on the last token": lambda n, o, r, m, c: o.is_floating_point() and n.dim() == 2 and bool(o[-1, -1].isinf()),
+    "a clip range that is NaN": lambda n, o, r, m, c: not_finite(c),
     "a clip range of 0": lambda n, o, r, m, c: c == 0 and not is_bool(c),
     "a negative clip range": lambda n, o, r, m, c: below(c, 0),
     "a clip range that is a bool": lambda n, o, r, m, c: is_bool(c),
@@ -313,7 +380,7 @@ _k_only = ppo_resident_memory(_small, {**_setup, "lora_targets": ["k_proj"]}, 1)
 assert _k_only == 3 * 2 * (64 + 16)
 
 # %% hidden exercise=ppo_resident_memory points=1 name=roles_keep_the_right_states
-# hint: only trained roles keep gradients (W per trained parameter), AdamW state (8 per trained parameter) and activations (tokens * L * d * 17 * W); with LoRA the weights still include the whole base.
+# hint: only trained roles keep gradients (W per trained parameter), optimizer state (8 per trained parameter with 4-byte weights) and activations (tokens * L * d * 17 * W); with LoRA the weights still include the whole base.
 _small = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
           "num_key_value_heads": 2, "vocab_size": 50, "tie_word_embeddings": False}
 _setup = {"finetune": "lora", "lora_rank": 4, "lora_targets": ["q_proj"], "shared_reference": False, "weight_bytes": 4,
@@ -328,6 +395,35 @@ assert _out["roles"]["value"]["gradients"] == 4 * (_counts["lora"] + 32)
 assert _out["roles"]["reference"] == {"weights": 4 * _counts["causal_lm"], "gradients": 0, "optimizer": 0,
                                       "activations": 0, "total": 4 * _counts["causal_lm"]}
 assert _out["roles"]["reward"]["activations"] == 0 and _out["roles"]["reward"]["weights"] == 4 * _counts["scalar_model"]
+
+# %% hidden exercise=ppo_resident_memory points=1 name=mixed_precision_keeps_fp32_master_weights
+# hint: with 2-byte weights AdamW updates an fp32 master copy of the trained weights (4 bytes) beside its two fp32 moments (8 bytes): 12 bytes per trained parameter; with 4-byte weights, 8.
+_small = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
+          "num_key_value_heads": 2, "vocab_size": 50, "tie_word_embeddings": True}
+_full = {"finetune": "full", "shared_reference": False, "weight_bytes": 2, "batch_tokens": 5}
+_half = ppo_resident_memory(_small, _full, 1)
+_single = ppo_resident_memory(_small, {**_full, "weight_bytes": 4}, 1)
+_counts = _half["parameters"]
+assert _half["roles"]["policy"]["optimizer"] == 12 * _counts["causal_lm"]
+assert _half["roles"]["value"]["optimizer"] == 12 * _counts["scalar_model"]
+assert _single["roles"]["policy"]["optimizer"] == 8 * _counts["causal_lm"]
+_lora = ppo_resident_memory(_small, {**_full, "finetune": "lora", "lora_rank": 2, "lora_targets": ["v_proj"]}, 1)
+assert _lora["roles"]["value"]["optimizer"] == 12 * (_lora["parameters"]["lora"] + 32)
+assert _lora["roles"]["reward"]["optimizer"] == 0 and _lora["roles"]["reference"]["optimizer"] == 0
+
+# %% hidden exercise=ppo_resident_memory points=1 name=weight_bytes_are_the_ints_2_or_4
+# hint: bytes are whole numbers: weight_bytes is the int 2 or 4; 2.0, 4.0, True, 3 and "2" are refused.
+_small = {"hidden_size": 8, "intermediate_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2,
+          "num_key_value_heads": 1, "vocab_size": 10, "tie_word_embeddings": True}
+_setup = {"finetune": "full", "shared_reference": False, "weight_bytes": 4, "batch_tokens": 2}
+_valid = ppo_resident_memory(_small, _setup, 1)
+assert type(_valid["total_bytes"]) is int and type(_valid["roles"]["policy"]["weights"]) is int
+for _bad in (2.0, 4.0, True, 3, "2", None):
+    try:
+        ppo_resident_memory(_small, {**_setup, "weight_bytes": _bad}, 1)
+    except ValueError:
+        continue
+    raise AssertionError(f"weight_bytes {_bad!r} was accepted")
 
 # %% hidden exercise=ppo_resident_memory points=1 name=shared_reference_only_with_lora
 # hint: sharing the reference removes its weights; with a full fine-tune it is refused, because the base weights change.
@@ -355,8 +451,8 @@ assert type(_total) is int
 _exact = ppo_resident_memory(_tiny, _setup, _total / 2 ** 30)
 assert _exact["fits"] is True and type(_exact["total_gib"]) is float and math.isclose(_exact["total_gib"], _total / 2 ** 30)
 assert ppo_resident_memory(_tiny, _setup, (_total - 1) / 2 ** 30)["fits"] is False
-_full = ppo_resident_memory(QWEN25_05B_CONFIG, {**_setup, "batch_tokens": 4096}, 18.5)
-assert _full["fits"] is True and ppo_resident_memory(QWEN25_05B_CONFIG, {**_setup, "batch_tokens": 4096}, 19.8e9 / 2 ** 30)["fits"] is False
+_full = ppo_resident_memory(QWEN25_05B_CONFIG, {**_setup, "batch_tokens": 4096}, 22.2)
+assert _full["fits"] is True and ppo_resident_memory(QWEN25_05B_CONFIG, {**_setup, "batch_tokens": 4096}, 22.2e9 / 2 ** 30)["fits"] is False
 
 # %% hidden exercise=ppo_resident_memory points=1 name=ppo_memory_invalid_inputs_refused_valid_ones_scored
 # hint: validate every config and setup value (ints not bools, divisibility, the finetune kind, LoRA rank and targets, weight bytes 2 or 4) and gpu_gib > 0.
@@ -401,7 +497,10 @@ def _accounts(draw):
     if lora:
         setup["lora_rank"] = draw(st.integers(1, 64))
         setup["lora_targets"] = draw(st.lists(st.sampled_from(PROJECTIONS), min_size=1, max_size=7, unique=True))
-    return config, setup, draw(st.sampled_from([0.001, 0.01, 0.1, 1, 24.0]))
+    gpu = draw(st.sampled_from([0.001, 0.01, 0.1, 1, 24.0, "exact"]))
+    if gpu == "exact":  # exactly the account's total: the inclusive edge of "fits"
+        gpu = reference("ppo_resident_memory")(config, setup, 1)["total_bytes"] / 2 ** 30
+    return config, setup, gpu
 
 
 def _fits(config, setup, gpu):
@@ -419,6 +518,7 @@ reference.agrees("ppo_resident_memory", _accounts(), cases=80, clauses={
     "a setup that fits the GPU": lambda c, s, g: _fits(c, s, g),
     "a setup that does not fit": lambda c, s, g: not _fits(c, s, g),
     "a GPU size that is an int": lambda c, s, g: type(g) is int,
+    "a GPU exactly as large as the total": lambda c, s, g: reference("ppo_resident_memory")(c, s, g)["total_bytes"] == g * 2 ** 30,
 })
 
 # %% hidden exercise=ppo_resident_memory points=2 name=ppo_memory_generated_defects_agree_with_reference
@@ -434,6 +534,11 @@ _defects = {
     "unknown_target": lambda a: {**a, "setup": {**a["setup"], "lora_targets": ["qkv_proj"]}},
     "rank_bool": lambda a: {**a, "setup": {**a["setup"], "lora_rank": True}},
     "bytes_three": lambda a: {**a, "setup": {**a["setup"], "weight_bytes": 3}},
+    "bytes_float_two": lambda a: {**a, "setup": {**a["setup"], "weight_bytes": 2.0}},
+    "bytes_float_four": lambda a: {**a, "setup": {**a["setup"], "weight_bytes": 4.0}},
+    "bytes_bool": lambda a: {**a, "setup": {**a["setup"], "weight_bytes": True}},
+    "gpu_inf": lambda a: {**a, "gpu": float("inf")},
+    "tokens_float": lambda a: {**a, "setup": {**a["setup"], "batch_tokens": 8.0}},
     "gpu_zero": lambda a: {**a, "gpu": 0.0},
     "gpu_nan": lambda a: {**a, "gpu": float("nan")},
     "gpu_bool": lambda a: {**a, "gpu": True},
@@ -468,7 +573,12 @@ reference.agrees("ppo_resident_memory", each_of(_cases, _broken, variants=2), ca
     "a LoRA rank that is a bool": lambda c, s, g: is_bool(s.get("lora_rank")),
     "a LoRA rank of 0": lambda c, s, g: s.get("lora_rank") == 0 and not is_bool(s.get("lora_rank")),
     "weight bytes of 3": lambda c, s, g: s["weight_bytes"] == 3,
+    "weight bytes of 2.0": lambda c, s, g: type(s["weight_bytes"]) is float and s["weight_bytes"] == 2,
+    "weight bytes of 4.0": lambda c, s, g: type(s["weight_bytes"]) is float and s["weight_bytes"] == 4,
+    "weight bytes that are a bool": lambda c, s, g: is_bool(s["weight_bytes"]),
+    "batch tokens that are a float": lambda c, s, g: isinstance(s["batch_tokens"], float),
+    "a GPU size that is infinite": lambda c, s, g: is_number(g) and g == float("inf"),
     "a GPU size of 0": lambda c, s, g: is_number(g) and g == 0,
-    "a GPU size that is NaN": lambda c, s, g: not_finite(g),
+    "a GPU size that is NaN": lambda c, s, g: is_number(g) and g != g,
     "a GPU size that is a bool": lambda c, s, g: is_bool(g),
 })

@@ -30,6 +30,7 @@ generator = torch.Generator().manual_seed(5)
 logits = torch.randn(2, 5, 4, generator=generator)
 ids = torch.tensor([[1, 2, 3, 0, 0], [3, 3, 1, 2, 1]])
 mask = torch.tensor([[0, 1, 1, 0, 0], [0, 0, 0, 1, 1]])
+table = torch.log_softmax(logits, dim=-1)
 base = sequence_logprobs(logits, ids, mask)
 noisy = logits.clone()
 noisy[0, 2:] = 100.0 * torch.randn(3, 4, generator=generator)
@@ -39,7 +40,6 @@ other_ids = ids.clone()
 other_ids[0, 3:] = 2
 other_ids[1, 0] = 0
 assert torch.allclose(sequence_logprobs(noisy, other_ids, mask), base, atol=1e-6)
-table = torch.log_softmax(logits, dim=-1)
 assert torch.allclose(base, torch.stack([table[0, 0, 2] + table[0, 1, 3], table[1, 2, 2] + table[1, 3, 1]]), atol=1e-5)
 
 # %% hidden exercise=sequence_logprobs points=1 name=a_sum_not_a_mean

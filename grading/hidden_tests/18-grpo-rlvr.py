@@ -44,16 +44,21 @@ for _args in ((None, 1, True), (b"42", 42, True), (42, 42, True), ("42", 42.0, T
     raise AssertionError(f"invalid arguments accepted: {_args!r}")
 
 # %% hidden exercise=verify_integer_answer points=1 name=generated_replies_match_the_reference
-# hint: on any reply (integers in many spellings, working lines, blank lines, tabs, carriage returns, full-width digits, text) and any label, finished or not, the outcome, parsed integer and reward are exactly the reference's.
+# hint: on any reply (integers in many spellings and scripts, working lines, every kind of line break and Unicode space, blank lines, text) and any label, finished or not, the outcome, parsed integer and reward are exactly the reference's: lines are split at "\n" only.
 from hypothesis import strategies as st
 _numbers = st.integers(-120, 120)
+_other_digits = {"full-width": "０１２３４５６７８９", "arabic-indic": "٠١٢٣٤٥٦٧٨٩", "devanagari": "०१२३४५६७८९"}
 _spellings = st.one_of(_numbers.map(str), _numbers.map(lambda n: f"+{n}"), _numbers.map(lambda n: f"0{abs(n)}"),
                        _numbers.map(lambda n: f"{n}."), _numbers.map(lambda n: f"{n}.0"), st.just("-0"),
-                       _numbers.map(lambda n: str(n).translate(str.maketrans("0123456789", "０１２３４５６７８９"))),
+                       st.tuples(_numbers, st.sampled_from(sorted(_other_digits.values()))).map(
+                           lambda drawn: str(drawn[0]).translate(str.maketrans("0123456789", drawn[1]))),
+                       st.tuples(_numbers, st.sampled_from(["\xa0", "\u3000", "\u2009", "\ufeff", "\x0b", "\x0c"]),
+                                 st.booleans()).map(lambda drawn: f"{drawn[1]}{drawn[0]}" if drawn[2] else f"{drawn[0]}{drawn[1]}"),
                        st.sampled_from(["The answer is 42.", "", " ", "\t", "forty-two", "4 2", "1_0", "42!"]))
 _lines = st.lists(st.one_of(_spellings, st.sampled_from(["12 + 30 = 42", "Let me think.", "= 7"])), min_size=1,
                   max_size=3)
-_replies = st.tuples(_lines, st.sampled_from(["\n", "\r\n", "\n\n"]), st.sampled_from(["", "\n", " \n\t", "  "])).map(
+_breaks = ["\n", "\r\n", "\n\n", "\r", "\x0b", "\x0c", "\x1c", "\x85", "\u2028", "\u2029"]
+_replies = st.tuples(_lines, st.sampled_from(_breaks), st.sampled_from(["", "\n", " \n\t", "  ", "\u2028", "\xa0\n"])).map(
     lambda drawn: drawn[1].join(drawn[0]) + drawn[2])
 
 
@@ -69,10 +74,21 @@ def _reads_as_int(line):
     return True
 
 
-_correct = _numbers.flatmap(lambda n: st.tuples(st.sampled_from([f"{n}", f"12 + 30\n{n}", f" {n} \n", f"x\r\n{n}\r\n"]),
+_correct = _numbers.flatmap(lambda n: st.tuples(st.sampled_from([f"{n}", f"12 + 30\n{n}", f" {n} \n", f"x\r\n{n}\r\n",
+                                                                  f"\u3000{n}\xa0", f"7\u2028{n}", f"x\n{n}\u2029",
+                                                                  f"\ufeff{n}", f"x\n{n}\ufeff"]),
                                                  st.just(n), st.just(True)))
+_zero = st.tuples(st.sampled_from(["0", "-0", "+0", "00", "0\n", "1\n-0"]), st.just(0), st.just(True))
+_wrong = _numbers.flatmap(lambda n: st.tuples(st.sampled_from([str(n + 1), f"{n}\n{n - 1}", f"{-n - 1} "]), st.just(n),
+                                               st.just(True)))
+
+
+def _other_line_break(text):
+    return any(mark in text.rstrip() for mark in ("\r", "\x0b", "\x0c", "\x1c", "\x85", "\u2028", "\u2029"))
+
+
 reference.agrees("verify_integer_answer", st.one_of(st.tuples(_replies, st.one_of(_numbers, st.just(42)), st.booleans()),
-                                                    _correct), cases=200, clauses={
+                                                    _correct, _zero, _wrong), cases=260, clauses={
     "an unfinished reply": lambda text, label, finished: not finished,
     "a correct canonical final line": lambda text, label, finished: finished and _final_line(text) == str(label),
     "a wrong canonical integer": lambda text, label, finished: finished and _reads_as_int(_final_line(text))
@@ -87,6 +103,15 @@ reference.agrees("verify_integer_answer", st.one_of(st.tuples(_replies, st.one_o
     "a carriage return": lambda text, label, finished: finished and "\r" in text,
     "an unfinished reply whose final line is correct": lambda text, label, finished: not finished
         and _final_line(text) == str(label),
+    "a line break splitlines() sees and split('\\n') does not (\\r, \\x0b, \\x0c, \\x1c, \\x85, \\u2028, \\u2029)":
+        lambda text, label, finished: finished and _other_line_break(text),
+    "Unicode whitespace strip() removes around the final line (no-break, ideographic, thin space)":
+        lambda text, label, finished: finished and any(mark in text for mark in ("\xa0", "\u3000", "\u2009")),
+    "a zero-width no-break space strip() keeps": lambda text, label, finished: finished and "\ufeff" in _final_line(text),
+    "digits of another script int() reads (full-width, Arabic-Indic, Devanagari)":
+        lambda text, label, finished: finished and any(c in text for digits in _other_digits.values() for c in digits),
+    "label 0 against 0, -0, +0 and 00": lambda text, label, finished: finished and label == 0
+        and _final_line(text) in ("0", "-0", "+0", "00"),
 })
 
 # %% hidden exercise=verify_integer_answer points=1 name=generated_invalid_arguments_raise_as_the_reference
@@ -170,12 +195,16 @@ for _groups, _kwargs in _cases:
 # %% hidden exercise=group_advantages points=1 name=generated_groups_match_the_reference
 # hint: on any list of groups (ints and floats, equal rewards, single answers, large and tiny spreads, with or without the std, any positive eps given by position or keyword) the advantages, scoreable flags and share are exactly the reference's.
 from hypothesis import strategies as st
+import math
+
 _rewards = st.one_of(st.sampled_from([0, 1, 0.0, 1.0, 0.5, -1.0]), st.integers(-3, 3),
                      st.floats(-10, 10, allow_nan=False, allow_infinity=False))
-_groups = st.lists(st.lists(_rewards, min_size=1, max_size=6), min_size=1, max_size=4)
+_last_bit = st.sampled_from([0.3, 1.0, 0.1, -2.5]).map(lambda r: [r, math.nextafter(r, math.inf), r])
+_inexact = st.sampled_from([[0.1, 0.2, 0.7], [0.1 + 0.2, 0.3], [0.1, 0.1, 0.1, 0.3 - 0.2], [1e-16, 0.0, 1e-16]])
+_groups = st.lists(st.one_of(st.lists(_rewards, min_size=1, max_size=6), _last_bit, _inexact), min_size=1, max_size=4)
 _calls = st.one_of(st.tuples(_groups),
                    st.tuples(_groups, st.booleans()),
-                   st.tuples(_groups, st.booleans(), st.sampled_from([1e-4, 1e-6, 0.5, 1, 2.0])),
+                   st.tuples(_groups, st.booleans(), st.sampled_from([1e-4, 1e-6, 0.5, 1, 2.0, 5e-324, 1e300])),
                    st.tuples(st.tuples(_groups), st.fixed_dictionaries({"scale_by_std": st.booleans(),
                                                                         "eps": st.sampled_from([1e-4, 0.1, 3])})))
 
@@ -195,6 +224,11 @@ reference.agrees("group_advantages", _calls, cases=150, clauses={
     "without the std": lambda *a, **k: _settings(*a, **k)[1] is False,
     "a given eps other than the default": lambda *a, **k: _settings(*a, **k)[2] != 1e-4,
     "settings by keyword": lambda *a, **k: bool(k),
+    "rewards that differ only in their last bit": lambda *a, **k: any(
+        len(g) > 1 and max(g) != min(g) and max(g) == math.nextafter(min(g), math.inf) for g in _settings(*a, **k)[0]),
+    "rewards whose float sum is inexact (0.1 + 0.2 != 0.3)": lambda *a, **k: any(
+        any(r in (0.1, 0.1 + 0.2, 0.3 - 0.2) for r in g) for g in _settings(*a, **k)[0]),
+    "an eps at a floating-point extreme (the smallest subnormal, 1e300)": lambda *a, **k: _settings(*a, **k)[2] in (5e-324, 1e300),
 })
 
 # %% hidden exercise=group_advantages points=1 name=generated_invalid_groups_raise_as_the_reference
@@ -206,12 +240,17 @@ _defects = ([("valid", n) for n in range(12)]
             + [("group", bad) for bad in ([], (1.0, 0.0), 1.0, None)]
             + [("reward", bad) for bad in (True, False, None, "1", float("nan"), float("inf"), -float("inf"), [1.0])]
             + [("scale_by_std", bad) for bad in (1, 0, None, "yes")]
-            + [("eps", bad) for bad in (0, -1.0, True, float("nan"), float("inf"), None, "1e-4")])
+            + [("eps", bad) for bad in (0, -1.0, True, float("nan"), float("inf"), None, "1e-4", -0.0, -5e-324)]
+            + [("reward at", where) for where in ("first", "middle", "last")])
 
 
 def _one_defect(defect, rng):
     kind, bad = defect
     groups = [[rng.choice([0.0, 1.0, 1, 0, 0.5, -1]) for _ in range(rng.randint(1, 4))] for _ in range(rng.randint(1, 3))]
+    if kind == "reward at":  # a non-finite reward at a chosen position of a group of three (first, middle, last)
+        group = rng.choice(groups)
+        group[:] = [rng.choice([0.0, 1.0]) for _ in range(3)]
+        group[{"first": 0, "middle": 1, "last": 2}[bad]] = rng.choice([float("nan"), float("inf"), -float("inf")])
     scale, eps = rng.choice([True, False]), rng.choice([1e-4, 1, 0.5])
     if kind == "outer":
         groups = bad
@@ -246,6 +285,12 @@ reference.agrees("group_advantages", each_of(_defects, _one_defect, variants=2),
     "scale_by_std that is not a bool (1, 0, None, str)": lambda g, s, e: not isinstance(s, bool),
     "eps that is 0 or negative": lambda g, s, e: is_number(e) and e <= 0,
     "eps that is a bool, nan, inf, None or text": lambda g, s, e: not _reward_ok(e),
+    "eps that is -0.0 or the negative subnormal": lambda g, s, e: e in (-0.0, -5e-324) and str(e).startswith("-"),
+    "a non-finite reward first in its group": lambda g, s, e: _groups_ok(g) and any(not_finite(x[0]) for x in g),
+    "a non-finite reward inside its group, neither first nor last": lambda g, s, e: _groups_ok(g) and any(
+        any(not_finite(r) for r in x[1:-1]) for x in g),
+    "a non-finite reward last in a group of several": lambda g, s, e: _groups_ok(g) and any(
+        len(x) > 1 and not_finite(x[-1]) for x in g),
     "a valid call": lambda g, s, e: _groups_ok(g) and all(_reward_ok(r) for x in g for r in x) and isinstance(s, bool)
         and _reward_ok(e) and e > 0,
 })
@@ -336,14 +381,21 @@ import torch
 from hypothesis import strategies as st
 
 
-def _batch(dims, values, shifts, flags, gains, dtype, clip, aggregation, how, grad):
+_FILLS = (float("nan"), float("inf"), -float("inf"))
+
+
+def _batch(dims, values, shifts, flags, gains, dtype, clip, aggregation, how, grad, fills=(0, 0)):
     batch, time = dims
     flags = [row if any(row) else [True] + row[1:] for row in (flags[i * time:(i + 1) * time] for i in range(batch))]
     mask = torch.tensor(flags)
-    logprobs = torch.tensor(values, dtype=torch.float64).reshape(batch, time)
-    old = logprobs + torch.tensor(shifts, dtype=torch.float64).reshape(batch, time)
-    logprobs = torch.where(mask, logprobs, torch.full_like(logprobs, float("nan"))).to(dtype).requires_grad_(grad)
-    old = old.to(dtype)
+    logprobs = torch.tensor(values, dtype=torch.float64).reshape(batch, time).to(dtype)
+    old = logprobs + torch.tensor(shifts, dtype=torch.float64).reshape(batch, time).to(dtype)
+    if clip in (0.2, 0.5):  # ratios exactly on the band's edges: exp(log(1 +- eps)) is exact in both dtypes
+        logprobs[0, 0], old[0, 0] = 0.0, -torch.log(torch.tensor(1 + clip, dtype=dtype))
+        logprobs[-1, -1], old[-1, -1] = torch.log(torch.tensor(1 - clip, dtype=dtype)), 0.0
+    logprobs = torch.where(mask, logprobs, torch.full_like(logprobs, _FILLS[fills[0]])).requires_grad_(grad)
+    if fills[1]:
+        old = torch.where(mask, old, torch.full_like(old, _FILLS[fills[1] - 1]))
     advantages = torch.tensor(gains, dtype=dtype)
     if how == "default":
         return (logprobs, old, advantages, mask), {}
@@ -360,12 +412,18 @@ _calls = st.tuples(st.integers(1, 3), st.integers(1, 4)).flatmap(lambda dims: st
     st.lists(st.one_of(st.floats(-2, 2), st.just(0.0)), min_size=dims[0], max_size=dims[0]),
     st.sampled_from([torch.float64, torch.float32]), st.sampled_from([0.2, 0.1, 0.28, 0.5]),
     st.sampled_from(["sequence", "token"]), st.sampled_from(["default", "keyword", "positional"]), st.booleans(),
+    st.tuples(st.integers(0, 2), st.integers(0, 3)),
 ).map(lambda drawn: _batch(*drawn)))
 
 
 def _parts(logprobs, old, advantages, mask, clip_eps=0.2, aggregation="sequence"):
     ratio = torch.exp(torch.where(mask, logprobs.detach().double() - old.double(), torch.zeros(mask.shape, dtype=torch.float64)))
     return ratio, advantages.double().unsqueeze(1), mask, clip_eps, aggregation
+
+
+def _on_edge(logprobs, old, advantages, mask, clip_eps=0.2, aggregation="sequence"):
+    ratio = torch.exp(torch.where(mask, logprobs.detach() - old, torch.zeros_like(old)))
+    return bool((((ratio == 1 + clip_eps) | (ratio == 1 - clip_eps)) & mask & (advantages.unsqueeze(1) != 0)).any())
 
 
 def _clips(side, *a, **k):
@@ -389,6 +447,10 @@ reference.agrees("clipped_grpo_loss", _calls, cases=120, clauses={
     "an active clip (ratio beyond the band in the advantage's direction)": lambda *a, **k: _clips("active", *a, **k),
     "a ratio beyond the band on the inactive side (not a clip)": lambda *a, **k: _clips("inactive", *a, **k),
     "logprobs that require grad": lambda *a, **k: a[0].requires_grad,
+    "+inf or -inf logprobs outside the mask": lambda *a, **k: bool((torch.isinf(a[0].detach()) & ~a[3]).any()),
+    "nan, +inf or -inf old_logprobs outside the mask": lambda *a, **k: bool((~torch.isfinite(a[1]) & ~a[3]).any()),
+    "a masked-out first position": lambda *a, **k: bool((~a[3][:, 0]).any()),
+    "a ratio exactly on the band's edge (1 + eps or 1 - eps: not a clip)": lambda *a, **k: _on_edge(*a, **k),
 })
 
 # %% hidden exercise=clipped_grpo_loss points=1 name=generated_invalid_batches_raise_as_the_reference
@@ -401,7 +463,7 @@ _defects = ([("valid", n) for n in range(12)]
             + [("logprobs", kind) for kind in ("float16", "int64", "1-D", "3-D", "list")]
             + [("old", kind) for kind in ("dtype", "shape", "None")]
             + [("mask", kind) for kind in ("float", "long", "shape", "list")]
-            + [("advantages", kind) for kind in ("dtype", "short", "2-D", "inf", "nan", "list")]
+            + [("advantages", kind) for kind in ("dtype", "short", "2-D", "inf", "nan", "list", "-inf", "nan at 0")]
             + [("rows", kind) for kind in ("a row without tokens", "no rows")]
             + [("clip_eps", bad) for bad in (0, 1, 1.5, -0.2, True, None, "0.2", float("nan"))]
             + [("aggregation", bad) for bad in ("mean", "TOKEN", " sequence", None, 1)])
@@ -436,10 +498,11 @@ def _one_defect(defect, rng):
         args[3] = {"float": mask.float(), "long": mask.long(), "shape": mask[:, :1], "list": mask.tolist()}[bad]
     elif kind == "advantages":
         nan = adv.clone()
-        nan[rng.randrange(batch)] = float("inf") if bad == "inf" else float("nan")
+        spot = 0 if bad == "nan at 0" else rng.randrange(batch)
+        nan[spot] = {"inf": float("inf"), "-inf": -float("inf")}.get(bad, float("nan"))
         args[2] = {"dtype": adv.to(torch.float64 if dtype == torch.float32 else torch.float32),
                    "short": adv[:0] if batch == 1 else adv[:-1], "2-D": adv.unsqueeze(1), "inf": nan, "nan": nan,
-                   "list": adv.tolist()}[bad]
+                   "-inf": nan, "nan at 0": nan, "list": adv.tolist()}[bad]
     elif kind == "rows" and bad == "no rows":
         args[:4] = [lp[:0], old[:0], adv[:0], mask[:0]]
     elif kind == "rows":
@@ -478,6 +541,12 @@ reference.agrees("clipped_grpo_loss", each_of(_defects, _one_defect, variants=2)
         and not (isinstance(adv, torch.Tensor) and adv.dtype == lp.dtype and tuple(adv.shape) == (lp.shape[0],)),
     "advantages with nan or inf": lambda lp, old, adv, m, c, g: _good_prefix(lp, old, adv, m) and isinstance(
         adv, torch.Tensor) and tuple(adv.shape) == (lp.shape[0],) and not bool(torch.isfinite(adv).all()),
+    "a non-finite advantage on the first response": lambda lp, old, adv, m, c, g: _good_prefix(lp, old, adv, m)
+        and isinstance(adv, torch.Tensor) and tuple(adv.shape) == (lp.shape[0],) and lp.shape[0] > 0
+        and not bool(torch.isfinite(adv[0])),
+    "a non-finite advantage on a later response": lambda lp, old, adv, m, c, g: _good_prefix(lp, old, adv, m)
+        and isinstance(adv, torch.Tensor) and tuple(adv.shape) == (lp.shape[0],) and lp.shape[0] > 1
+        and not bool(torch.isfinite(adv[1:]).all()),
     "a response without a token in the mask": lambda lp, old, adv, m, c, g: _good_prefix(lp, old, adv, m)
         and _good_advantages(lp, adv) and lp.shape[0] > 0 and not bool(m.any(dim=1).all()),
     "no responses at all": lambda lp, old, adv, m, c, g: _good_prefix(lp, old, adv, m) and lp.shape[0] == 0,

@@ -2,7 +2,7 @@
 # hint: divide each element by the absmax of its own block, then take the index of the nearest NF4 level.
 _generator = torch.Generator().manual_seed(7)
 _weight = torch.randn(6, 32, generator=_generator) * 0.05
-_result = nf4_quantise(_weight, blocksize=16)
+_result = nf4_quantise(_weight.clone(), blocksize=16)
 _levels = torch.tensor(NF4_LEVELS)
 _blocks = _weight.reshape(-1, 16)
 _absmax = _blocks.abs().amax(dim=1)
@@ -38,7 +38,7 @@ _copy = _weight.clone()
 _result = nf4_quantise(_weight, blocksize=8)
 assert torch.equal(_weight, _copy)
 assert _result["absmax"].dtype == torch.float32 and _result["codes"].dtype == torch.uint8
-assert torch.equal(_result["absmax"], _weight.float().reshape(-1, 8).abs().amax(dim=1))
+assert torch.equal(_result["absmax"], _copy.float().reshape(-1, 8).abs().amax(dim=1))
 assert _result["codes"].max() <= 15 and type(_result["shape"]) is tuple and _result["blocksize"] == 8
 assert nf4_quantise(_weight.to(torch.float16), 8)["codes"].dtype == torch.uint8
 
@@ -108,8 +108,8 @@ reference.agrees("nf4_quantise", st.one_of(
 # hint: look up NF4_LEVELS by code and multiply by the absmax of the element's own block (repeat each absmax blocksize times, in order).
 _codes = torch.tensor([[0, 15, 3], [8, 11, 7], [12, 1, 9]], dtype=torch.uint8)
 _absmax = torch.tensor([2.0, 0.5, 4.0], dtype=torch.float32)
-_result = nf4_reconstruct({"codes": _codes, "absmax": _absmax, "shape": (3, 3), "blocksize": 4}, torch.zeros(3, 3))
 _expected = torch.tensor([NF4_LEVELS[c] for c in _codes.reshape(-1).tolist()]) * torch.tensor([2.0] * 4 + [0.5] * 4 + [4.0])
+_result = nf4_reconstruct({"codes": _codes, "absmax": _absmax, "shape": (3, 3), "blocksize": 4}, torch.zeros(3, 3))
 assert _result["dequantised"].dtype == torch.float32 and tuple(_result["dequantised"].shape) == (3, 3)
 assert torch.allclose(_result["dequantised"].reshape(-1), _expected, rtol=0, atol=1e-7)
 
@@ -117,7 +117,8 @@ assert torch.allclose(_result["dequantised"].reshape(-1), _expected, rtol=0, ato
 # hint: e = |x - x_hat| in float64; max, mean over all elements, and the ratio of the two Euclidean norms.
 _weight = torch.randn(5, 13, generator=torch.Generator().manual_seed(11))
 _quantised = reference("nf4_quantise")(_weight, 8)
-_result = nf4_reconstruct(_quantised, _weight)
+_result = nf4_reconstruct({key: value.clone() if torch.is_tensor(value) else value for key, value in _quantised.items()},
+                          _weight.clone())
 _error = (_weight.double() - _result["dequantised"].double()).abs()
 assert all(type(_result[key]) is float for key in ("max_abs_error", "mean_abs_error", "relative_error"))
 assert _result["max_abs_error"] == float(_error.max())

@@ -221,7 +221,7 @@ reference.agrees("pack_examples", each_of(_breaks, _broken_packing, variants=2),
 # %% hidden exercise=block_causal_mask points=1 name=mask_matches_the_definition
 # hint: True exactly when j <= i and no position in (j, i] restarts at 0; the padding tail is a segment of its own.
 _positions = torch.tensor([[0, 1, 2, 0, 0, 1, 0, 1, 2, 3]])
-_mask = block_causal_mask(_positions)
+_mask = block_causal_mask(_positions.clone())
 for _i in range(10):
     for _j in range(10):
         _expected = _j <= _i and all(int(_positions[0, _k]) != 0 for _k in range(_j + 1, _i + 1))

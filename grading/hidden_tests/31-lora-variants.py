@@ -78,8 +78,9 @@ _gen = torch.Generator().manual_seed(11)
 _w, _a = torch.randn(5, 3, generator=_gen, dtype=torch.float64), torch.randn(2, 3, generator=_gen, dtype=torch.float64)
 _b, _bias = torch.zeros(5, 2, dtype=torch.float64), torch.randn(5, generator=_gen, dtype=torch.float64)
 _x = torch.randn(4, 3, generator=_gen, dtype=torch.float64)
+_expected = _x @ _w.T + _bias
 _y = dora_forward(_x, _w, _a, _b, _w.norm(dim=1), 2.0, _bias)
-assert torch.allclose(_y, _x @ _w.T + _bias, atol=1e-12), _y
+assert torch.allclose(_y, _expected, atol=1e-12), _y
 
 # %% hidden exercise=dora_forward points=1 name=normalises_each_output_row_of_the_adapted_weight
 # hint: one norm per output (dim=1 of the out x in weight) of weight + scaling * lora_B @ lora_A, scaling included.
@@ -275,8 +276,8 @@ _shapes = [(896, 896), (896, 128)] * 3
 _sum, _out = sum(a + b for a, b in _shapes), sum(b for _, b in _shapes)
 for _method in METHODS:
     for _budget in range(_sum + _out, 20 * _sum, 997):
-        _result = largest_rank_within_budget(_budget, _shapes, _method)
         _extra = _out if _method == "dora" else 0
+        _result = largest_rank_within_budget(_budget, _shapes, _method)
         assert _result["parameters"] == _result["rank"] * _sum + _extra <= _budget, (_method, _budget, _result)
         assert (_result["rank"] + 1) * _sum + _extra > _budget, (_method, _budget, _result)
         assert _result["unused"] == _budget - _result["parameters"], (_method, _budget, _result)

@@ -146,7 +146,7 @@ import hashlib as _hashlib
 prompts = [f"question number {k}" for k in range(12)]
 pairs = [{"id": f"q{k}", "prompt": prompt} for k, prompt in enumerate(prompts)]
 for fraction in (0.1, 0.25, 0.5, 0.9):
-    result = split_by_prompt(pairs, eval_fraction=fraction, near_duplicate=1)
+    result = split_by_prompt([dict(pair) for pair in pairs], eval_fraction=fraction, near_duplicate=1)
     expected = [f"q{k}" for k, prompt in enumerate(prompts)
                 if int(_hashlib.sha256(prompt.encode("utf-8")).hexdigest()[:8], 16) < fraction * 2 ** 32]
     assert result["eval"] == expected, fraction
@@ -194,12 +194,13 @@ for bad_call in bad_calls:
 # hint: only first/second is a win and second/first a loss; tie/tie is a tie; any verdict that follows the position, or a tie in one order only, is inconsistent.
 verdicts = ["first", "second", "tie"]
 judgements = [{"id": f"{a}-{b}", "candidate_first": a, "candidate_second": b} for a in verdicts for b in verdicts]
+ids = [item["id"] for item in judgements]
 result = pairwise_win_rate(judgements)
 assert result["outcomes"] == {"first-first": "inconsistent", "first-second": "win", "first-tie": "inconsistent",
                               "second-first": "loss", "second-second": "inconsistent", "second-tie": "inconsistent",
                               "tie-first": "inconsistent", "tie-second": "inconsistent", "tie-tie": "tie"}
 assert result["counts"] == {"win": 1, "loss": 1, "tie": 1, "inconsistent": 6}
-assert list(result["outcomes"]) == [item["id"] for item in judgements]
+assert list(result["outcomes"]) == ids
 
 # %% hidden exercise=pairwise_win_rate points=1 name=ties_and_inconsistent_verdicts_stay_out_of_the_rate
 # hint: the rate is wins / (wins + losses); ties and inconsistent verdicts change neither the numerator nor the denominator.

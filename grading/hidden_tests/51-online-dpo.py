@@ -125,7 +125,7 @@ for bad_call in bad_calls:
 # hint: a drop of exactly max_drop is not a regression; the candidate's entry is appended as good and it becomes the serving version.
 v0, v1 = hashlib.sha256(b"base").hexdigest(), hashlib.sha256(b"cand").hexdigest()
 log = [{"version": v0, "parent": None, "guard": 0.5, "state": "good"}]
-result = guard_rollback(log, {"version": v1, "parent": v0}, 0.25, 0.25)
+result = guard_rollback([dict(entry) for entry in log], {"version": v1, "parent": v0}, 0.25, 0.25)
 assert result["rolled_back"] is False and result["serving"] == v1 and result["drop"] == 0.25
 assert result["log"] == [log[0], {"version": v1, "parent": v0, "guard": 0.25, "state": "good"}]
 better = guard_rollback(log, {"version": v1, "parent": v0}, 0.75, 0.0)

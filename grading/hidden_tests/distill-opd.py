@@ -4,9 +4,9 @@ torch.manual_seed(0)
 _student = torch.randn(2, 4, 7, dtype=torch.float64) * 2
 _teacher = torch.randn(2, 4, 7, dtype=torch.float64) * 2
 _mask = torch.tensor([[True, True, False, True], [False, True, True, True]])
-_result = token_reverse_kl(_student, _teacher, torch.zeros(2, 4, dtype=torch.long), _mask)
 _log_q, _log_p = torch.log_softmax(_student, -1), torch.log_softmax(_teacher, -1)
 _expected = torch.nn.functional.kl_div(_log_p, _log_q, reduction="none", log_target=True).sum(-1)
+_result = token_reverse_kl(_student, _teacher, torch.zeros(2, 4, dtype=torch.long), _mask.clone())
 assert torch.allclose(_result["token_kl"][_mask], _expected[_mask], atol=1e-12)
 assert torch.all(_result["token_kl"][~_mask] == 0) and _result["tokens"] == 6 and type(_result["tokens"]) is int
 assert math.isclose(_result["mean_kl"].item(), float(_expected[_mask].mean()), rel_tol=1e-12)
@@ -76,19 +76,27 @@ def _call(dims, seed, scale, flags, dtype, id_dtype, garbage):
     if not mask.any():
         mask[0, 0] = True
     tokens = torch.randint(0, vocab, (batch, time), generator=generator).to(id_dtype)
-    if garbage:
+    if garbage == 1:
         student[~mask] = float("nan")
         teacher[~mask] = float("inf")
         tokens[~mask] = vocab + 5
+    elif garbage == 2:  # one vocabulary entry only (the first or the last), -inf in the teacher, negative ids
+        entry = 0 if seed % 2 else vocab - 1
+        student[..., entry] = torch.where(mask, student[..., entry], torch.full_like(student[..., entry], float("nan")))
+        teacher[~mask] = -float("inf")
+        tokens[~mask] = -1
+    elif garbage == 3:  # the student is the teacher: every KL is exactly 0
+        student = teacher.clone()
+        student[~mask] = float("nan")
     return student, teacher, tokens, mask
 
 
 _calls = st.tuples(st.integers(1, 2), st.integers(1, 4), st.integers(1, 6)).flatmap(lambda dims: st.tuples(
     st.just(dims), st.integers(0, 10_000), st.sampled_from([0.5, 2.0, 8.0]),
     st.lists(st.booleans(), min_size=dims[0] * dims[1], max_size=dims[0] * dims[1]),
-    st.sampled_from([torch.float64, torch.float32]), st.sampled_from([torch.int64, torch.int32]), st.booleans(),
+    st.sampled_from([torch.float64, torch.float32]), st.sampled_from([torch.int64, torch.int32]), st.integers(0, 3),
 ).map(lambda drawn: _call(*drawn)))
-reference.agrees("token_reverse_kl", _calls, cases=120, clauses={
+reference.agrees("token_reverse_kl", _calls, cases=160, clauses={
     "float32 logits": lambda s, t, ids, m: s.dtype == torch.float32,
     "float64 logits": lambda s, t, ids, m: s.dtype == torch.float64,
     "int32 tokens": lambda s, t, ids, m: ids.dtype == torch.int32,
@@ -99,6 +107,12 @@ reference.agrees("token_reverse_kl", _calls, cases=120, clauses={
     "a masked-out position between masked-in ones": lambda s, t, ids, m: any(
         "10" in "".join("1" if v else "0" for v in row) and "1" in "".join("1" if v else "0" for v in row)[
             "".join("1" if v else "0" for v in row).index("10") + 1:] for row in m.tolist()),
+    "-inf teacher logits outside the mask": lambda s, t, ids, m: bool((t[~m] == -float("inf")).any()),
+    "a negative token id outside the mask": lambda s, t, ids, m: bool((ids[~m] < 0).any()),
+    "nan in one vocabulary entry of a masked-out position only": lambda s, t, ids, m: bool((~m).any()) and bool(
+        torch.isnan(s[~m]).any()) and not bool(torch.isnan(s[~m]).all()),
+    "the student equal to the teacher (every KL exactly 0)": lambda s, t, ids, m: bool(torch.equal(s[m], t[m])),
+    "a masked-out first position": lambda s, t, ids, m: bool((~m[:, 0]).any()),
 })
 
 # %% hidden exercise=token_reverse_kl points=1 name=generated_invalid_inputs_raise_as_the_reference
@@ -216,7 +230,7 @@ _log_q, _log_p = torch.log_softmax(_student, -1), torch.log_softmax(_teacher, -1
 _forward = (_log_p.exp() * (_log_p - _log_q)).sum(-1)
 _reverse = (_log_q.exp() * (_log_q - _log_p)).sum(-1)
 for _beta, _expected in ((0, _forward), (0.0, _forward), (1, _reverse), (1.0, _reverse)):
-    _result = generalized_jsd(_student, _teacher, _mask, _beta)
+    _result = generalized_jsd(_student, _teacher, _mask.clone(), _beta)
     assert torch.allclose(_result["token_divergence"][_mask], _expected[_mask], atol=1e-12)
     assert math.isclose(_result["loss"].item(), float(_expected[_mask].mean()), rel_tol=1e-12)
     assert torch.all(_result["token_divergence"][~_mask] == 0)
@@ -288,6 +302,8 @@ def _call(dims, seed, scale, flags, dtype, beta, temperature, how):
     if not mask.any():
         mask[-1, -1] = True
     student[~mask] = float("nan")
+    if seed % 3 == 0:
+        teacher[~mask] = float("inf") if seed % 2 else -float("inf")
     if how == "default":
         return (student, teacher, mask), {}
     if how == "keyword":
@@ -298,8 +314,9 @@ def _call(dims, seed, scale, flags, dtype, beta, temperature, how):
 _calls = st.tuples(st.integers(1, 2), st.integers(1, 4), st.integers(1, 6)).flatmap(lambda dims: st.tuples(
     st.just(dims), st.integers(0, 10_000), st.sampled_from([0.5, 2.0, 6.0]),
     st.lists(st.booleans(), min_size=dims[0] * dims[1], max_size=dims[0] * dims[1]),
-    st.sampled_from([torch.float64, torch.float32]), st.sampled_from([0, 0.0, 0.1, 0.5, 0.9, 1, 1.0, 0.25]),
-    st.sampled_from([1.0, 1, 0.5, 2.0, 3]), st.sampled_from(["default", "keyword", "positional"]),
+    st.sampled_from([torch.float64, torch.float32]),
+    st.sampled_from([0, 0.0, 0.1, 0.5, 0.9, 1, 1.0, 0.25, -0.0, 5e-324, 1 - 2 ** -53]),
+    st.sampled_from([1.0, 1, 0.5, 2.0, 3, 0.01, 1e4]), st.sampled_from(["default", "keyword", "positional"]),
 ).map(lambda drawn: _call(*drawn)))
 
 
@@ -317,6 +334,12 @@ reference.agrees("generalized_jsd", _calls, cases=120, clauses={
     "beta and temperature by keyword": lambda *a, **k: bool(k),
     "float32 logits": lambda *a, **k: a[0].dtype == torch.float32,
     "nan outside the mask": lambda *a, **k: bool((~a[2]).any()),
+    "beta -0.0 (equal to 0: the forward KL)": lambda *a, **k: _settings(*a, **k)[0] == 0
+        and str(_settings(*a, **k)[0]) == "-0.0",
+    "beta just inside (0, 1) next to an end (5e-324, 1 - 2**-53)": lambda *a, **k: _settings(*a, **k)[0] in (
+        5e-324, 1 - 2 ** -53),
+    "a temperature far from 1 (0.01, 1e4)": lambda *a, **k: _settings(*a, **k)[1] in (0.01, 1e4),
+    "inf or -inf teacher logits outside the mask": lambda *a, **k: bool(torch.isinf(a[1][~a[2]]).any()),
 })
 
 # %% hidden exercise=generalized_jsd points=1 name=generated_invalid_settings_raise_as_the_reference
@@ -381,8 +404,8 @@ def _break_mask(kind, mask, rng):
 
 _defects = ([("valid", n) for n in range(12)] + [("logits", kind) for kind in _LOGITS]
             + [("mask", kind) for kind in ("float", "int", "shape", "list", "all False")]
-            + [("beta", bad) for bad in (-0.5, 1.01, 2, True, None, float("nan"), "0.5")]
-            + [("temperature", bad) for bad in (0, -1.0, float("inf"), False, "1", None, float("nan"))])
+            + [("beta", bad) for bad in (-0.5, 1.01, 2, True, None, float("nan"), "0.5", -5e-324, 1 + 2 ** -52)]
+            + [("temperature", bad) for bad in (0, -1.0, float("inf"), False, "1", None, float("nan"), -0.0, -5e-324)])
 
 
 def _one_defect(defect, rng):
@@ -424,6 +447,10 @@ reference.agrees("generalized_jsd", each_of(_defects, _one_defect, variants=2), 
         and 0 <= b <= 1 and not _finite(tau),
     "a valid call": lambda s, t, m, b, tau: _tensors_ok(s, t, m) and _finite(b) and 0 <= b <= 1 and _finite(tau)
         and tau > 0,
+    "beta one float step outside [0, 1] (-5e-324, 1 + 2**-52)": lambda s, t, m, b, tau: _tensors_ok(s, t, m)
+        and b in (-5e-324, 1 + 2 ** -52) and type(b) is float,
+    "a temperature of -0.0 or the negative subnormal": lambda s, t, m, b, tau: _tensors_ok(s, t, m) and _finite(b)
+        and 0 <= b <= 1 and tau in (-0.0, -5e-324) and type(tau) is float and str(tau).startswith("-"),
 })
 
 # %% hidden exercise=mixed_distillation_loss points=1 name=lam_weighs_the_kinds_not_the_sequences
@@ -505,6 +532,7 @@ def _call(dims, seed, flags, kinds, dtype, lam):
     mask = torch.tensor(flags).reshape(batch, time)
     mask[:, 0] = mask[:, 0] | ~mask.any(dim=1)
     student[~mask] = float("inf")
+    teacher[~mask] = float("nan") if seed % 2 else -float("inf")
     if lam > 0 and not any(kinds):
         kinds = [True] + kinds[1:]
     if lam < 1 and all(kinds):
@@ -518,9 +546,9 @@ def _call(dims, seed, flags, kinds, dtype, lam):
 _calls = st.tuples(st.integers(1, 3), st.integers(1, 3), st.integers(1, 5)).flatmap(lambda dims: st.tuples(
     st.just(dims), st.integers(0, 10_000), st.lists(st.booleans(), min_size=dims[0] * dims[1], max_size=dims[0] * dims[1]),
     st.lists(st.booleans(), min_size=dims[0], max_size=dims[0]), st.sampled_from([torch.float64, torch.float32]),
-    st.sampled_from([0, 0.0, 0.25, 0.5, 1, 1.0]),
+    st.sampled_from([0, 0.0, 0.25, 0.5, 1, 1.0, -0.0, 5e-324, 1 - 2 ** -53, 0.1]),
 ).map(lambda drawn: _call(*drawn)))
-reference.agrees("mixed_distillation_loss", _calls, cases=120, clauses={
+reference.agrees("mixed_distillation_loss", _calls, cases=150, clauses={
     "lam 0 (fixed trajectories only)": lambda s, t, m, flags, lam: lam == 0,
     "lam 1 (on-policy trajectories only)": lambda s, t, m, flags, lam: lam == 1,
     "lam inside (0, 1)": lambda s, t, m, flags, lam: 0 < lam < 1,
@@ -529,6 +557,11 @@ reference.agrees("mixed_distillation_loss", _calls, cases=120, clauses={
     "several sequences of one kind": lambda s, t, m, flags, lam: sum(flags) >= 2 or len(flags) - sum(flags) >= 2,
     "rows with different masked-in counts": lambda s, t, m, flags, lam: len(set(m.sum(dim=1).tolist())) > 1,
     "float32 logits": lambda s, t, m, flags, lam: s.dtype == torch.float32,
+    "lam just inside (0, 1) next to an end (5e-324, 1 - 2**-53)": lambda s, t, m, flags, lam: lam in (5e-324, 1 - 2 ** -53),
+    "lam -0.0 (equal to 0)": lambda s, t, m, flags, lam: lam == 0 and str(lam) == "-0.0",
+    "nan or -inf teacher logits outside the mask": lambda s, t, m, flags, lam: bool((~m).any())
+        and not bool(torch.isfinite(t[~m]).all()),
+    "a masked-out last position": lambda s, t, m, flags, lam: bool((~m[:, -1]).any()),
 })
 
 # %% hidden exercise=mixed_distillation_loss points=1 name=generated_invalid_batches_raise_as_the_reference
@@ -594,7 +627,7 @@ def _break_mask(kind, mask, rng):
 _defects = ([("valid", n) for n in range(12)] + [("logits", kind) for kind in _LOGITS]
             + [("mask", kind) for kind in ("float", "int", "shape", "list", "all False", "an empty row")]
             + [("on_policy", kind) for kind in ("short", "long", "ints", "tuple", "None", "text")]
-            + [("lam", bad) for bad in (-1, 1.5, 2, True, None, float("nan"), "0.5")]
+            + [("lam", bad) for bad in (-1, 1.5, 2, True, None, float("nan"), "0.5", -5e-324, 1 + 2 ** -52, float("inf"))]
             + [("kinds", kind) for kind in ("lam > 0 without on-policy rows", "lam < 1 without fixed rows")])
 
 
@@ -654,6 +687,8 @@ reference.agrees("mixed_distillation_loss", each_of(_defects, _one_defect, varia
         and lam > 0 and not any(f),
     "lam < 1 and no fixed sequence": lambda s, t, m, f, lam: _rows_ok(s, t, m) and _flags_ok(m, f) and _lam_ok(lam)
         and lam < 1 and all(f),
+    "lam one float step outside [0, 1] (-5e-324, 1 + 2**-52)": lambda s, t, m, f, lam: _rows_ok(s, t, m)
+        and _flags_ok(m, f) and lam in (-5e-324, 1 + 2 ** -52) and type(lam) is float,
     "a valid call": lambda s, t, m, f, lam: _rows_ok(s, t, m) and _flags_ok(m, f) and _lam_ok(lam)
         and not (lam > 0 and not any(f)) and not (lam < 1 and all(f)),
 })

@@ -35,8 +35,9 @@ _state = {"a": 1, "op": "+", "b": 1, "turn": 0, "max_turns": 1, "done": False}
 assert env_step(_state, "CALC 1 + 1")["truncated"] is True and env_step(_state, "hello")["truncated"] is True
 assert env_step(_state, "ANSWER 2")["truncated"] is False and env_step(_state, "ANSWER 3")["terminated"] is True
 _state = {"a": 1, "op": "+", "b": 1, "turn": 3, "max_turns": 5, "done": False}
+_expected_state = {**_state, "turn": 4}
 _result = env_step(_state, "CALC 1 + 1")
-assert _result["truncated"] is False and _result["state"] == {**_state, "turn": 4}
+assert _result["truncated"] is False and _result["state"] == _expected_state
 _result = env_step(_result["state"], "nope")
 assert _result["truncated"] is True and _result["state"]["done"] is True and _result["state"]["turn"] == 5
 
@@ -57,7 +58,7 @@ for _state, _action in (({**_ok, "extra": 1}, "ANSWER -1"), ({k: v for k, v in _
     raise AssertionError(f"invalid input accepted: {_state!r}, {_action!r}")
 
 # %% hidden exercise=env_step points=1 name=generated_steps_match_the_reference
-# hint: on any valid state and any action (commands with every operator and sign, extra spaces, wrong case, trailing words, newlines, free text) the observation, reward, flags, kind and new state are exactly the reference's.
+# hint: on any valid state and any action (commands with every operator and sign, extra or Unicode spaces, other scripts' digits, wrong case, trailing words, newlines, free text) the observation, reward, flags, kind and new state are exactly the reference's.
 from hypothesis import strategies as st
 _ints = st.integers(-30, 99)
 _ops = st.sampled_from(["+", "-", "*", "//"])
@@ -92,7 +93,16 @@ def _last_turn(state):
 
 _answered = st.tuples(_states, st.sampled_from(["", " ", "\n"])).map(lambda t: (t[0], f"ANSWER {_truth(t[0])}{t[1]}"))
 _by_zero = st.tuples(_states, st.sampled_from(["CALC 7 // 0", " CALC -3 // 0\n", "CALC 0 // 0"]))
-reference.agrees("env_step", st.one_of(st.tuples(_states, _actions), _answered, _by_zero), cases=200, clauses={
+_negative_division = st.tuples(st.integers(-40, -1), st.integers(2, 9), st.integers(1, 3)).map(
+    lambda t: ({"a": t[0], "op": "//", "b": t[1], "turn": 0, "max_turns": t[2], "done": False}, f"ANSWER {t[0] // t[1]}"))
+_zero_answer = st.tuples(st.integers(1, 9), st.integers(1, 3)).map(
+    lambda t: ({"a": t[0], "op": "-", "b": t[0], "turn": t[1] - 1, "max_turns": t[1], "done": False}, "ANSWER -0"))
+_single_turn = st.tuples(_ints, _ops, st.integers(1, 9), _actions).map(
+    lambda t: ({"a": t[0], "op": t[1], "b": t[2], "turn": 0, "max_turns": 1, "done": False}, t[3]))
+
+
+reference.agrees("env_step", st.one_of(st.tuples(_states, _actions), _answered, _by_zero, _negative_division, _zero_answer,
+                                       _single_turn), cases=260, clauses={
     "a CALC command": lambda state, action: _command(action)[0] is not None,
     "a CALC that divides by zero": lambda state, action: _command(action)[0] is not None
         and _command(action)[0].group(2) == "//" and int(_command(action)[0].group(3)) == 0,
@@ -108,6 +118,74 @@ reference.agrees("env_step", st.one_of(st.tuples(_states, _actions), _answered, 
     "whitespace around a command": lambda state, action: action != action.strip() and any(_command(action)),
     "a negative operand in a CALC": lambda state, action: _command(action)[0] is not None and "-" in (
         _command(action)[0].group(1) + _command(action)[0].group(3)),
+    "ANSWER -0 for a task whose result is 0": lambda state, action: action.strip() == "ANSWER -0" and _truth(state) == 0,
+    "a floor division of a negative number (rounds down, not toward zero)": lambda state, action: (
+        state["op"] == "//" and state["a"] < 0 and _command(action)[1] is not None) or (
+        _command(action)[0] is not None and _command(action)[0].group(2) == "//"
+        and int(_command(action)[0].group(3)) != 0
+        and (int(_command(action)[0].group(1)) < 0) != (int(_command(action)[0].group(3)) < 0)
+        and int(_command(action)[0].group(1)) % int(_command(action)[0].group(3)) != 0),
+    "a one-turn episode (the first turn is the last)": lambda state, action: state["max_turns"] == 1,
+})
+
+# %% hidden exercise=env_step points=1 name=generated_unicode_and_sign_actions_match_the_reference
+# hint: commands wrapped in or split by Unicode spaces, zero-width characters, digits of other scripts, plus signs and -0: only ASCII digits, single spaces and what str.strip() removes are part of the action syntax.
+import re
+
+from tools.course.grader.clauses import each_of
+
+_other_digits = ("０１２３４５６７８９", "٠١٢٣٤٥٦٧٨٩", "०१२३४५६७८९")
+_kinds = ([("around", mark) for mark in ("\u3000", "\xa0", "\x0b", "\x0c", "\x1c", "\x85", "\u2028", "\r\n")]
+          + [("zero-width", where) for where in ("before", "after", "inside")]
+          + [("inside", mark) for mark in ("\xa0", "\t", "  ", "\u3000", "\n")]
+          + [("digits", digits) for digits in _other_digits]
+          + [("plus", word) for word in ("ANSWER", "CALC")] + [("minus zero", word) for word in ("ANSWER", "CALC")]
+          + [("plain", n) for n in range(6)])
+
+
+def _unicode_case(kind, rng):
+    what, how = kind
+    max_turns = rng.randint(1, 3)
+    state = {"a": rng.randint(0, 30), "op": rng.choice(["+", "-", "*", "//"]), "b": rng.randint(1, 9),
+             "turn": rng.randrange(max_turns), "max_turns": max_turns, "done": False}
+    truth = {"+": state["a"] + state["b"], "-": state["a"] - state["b"], "*": state["a"] * state["b"],
+             "//": state["a"] // state["b"]}[state["op"]]
+    command = rng.choice([f"ANSWER {truth}", f"CALC {rng.randint(1, 99)} {rng.choice(['+', '*', '-'])} {rng.randint(1, 9)}"])
+    if what == "around":
+        command = how + command if rng.random() < 0.5 else command + how
+    elif what == "zero-width":
+        command = {"before": "\ufeff" + command, "after": command + "\u200b", "inside": command.replace(" ", " \u200b", 1)}[how]
+    elif what == "inside":
+        command = command.replace(" ", how, 1)
+    elif what == "digits":
+        command = command.translate(str.maketrans("0123456789", how))
+    elif what == "plus":
+        command = f"ANSWER +{abs(truth)}" if how == "ANSWER" else f"CALC +{state['a']} + {state['b']}"
+    elif what == "minus zero":
+        state.update({"op": "-", "b": state["a"]})
+        command = "ANSWER -0" if how == "ANSWER" else "CALC -0 * 7"
+    return state, command
+
+
+def _parsed(action):
+    text = action.strip()
+    return (re.fullmatch(r"CALC (-?[0-9]+) (\+|-|\*|//) (-?[0-9]+)", text) is not None
+            or re.fullmatch(r"ANSWER (-?[0-9]+)", text) is not None)
+
+
+reference.agrees("env_step", each_of(_kinds, _unicode_case, variants=2), cases=2 * len(_kinds), clauses={
+    "Unicode whitespace strip() removes around a command (ideographic, no-break, \\x0b, \\x1c, \\x85, \\u2028)":
+        lambda state, action: _parsed(action) and action != action.strip() and any(
+            mark in action for mark in ("\u3000", "\xa0", "\x0b", "\x0c", "\x1c", "\x85", "\u2028")),
+    "a zero-width character strip() keeps (no command)": lambda state, action: "\ufeff" in action or "\u200b" in action,
+    "a no-break space, tab, ideographic space, newline or double space inside a command (no command)":
+        lambda state, action: not _parsed(action) and any(
+            mark in action.strip() for mark in ("\xa0", "\t", "  ", "\u3000", "\n")),
+    "digits of another script in a command (no command)": lambda state, action: any(
+        c in action for digits in _other_digits for c in digits),
+    "a plus sign before a number (no command)": lambda state, action: re.fullmatch(r"(ANSWER|CALC) \+.*", action) is not None,
+    "-0 in a command (the integer 0)": lambda state, action: "-0 " in action + " ",
+    "a plain command": lambda state, action: _parsed(action) and action == action.strip(),
 })
 
 # %% hidden exercise=env_step points=1 name=generated_invalid_states_raise_as_the_reference
@@ -271,7 +349,8 @@ _defects = ([("valid", n) for n in range(12)]
             + [("source", bad) for bad in ("tool", "Model", None, " model")]
             + [("token_ids", bad) for bad in ([], [-1], [True], [1.5], (1,), None, [3, "4"])]
             + [("order", bad) for bad in ("model first", "env after prompt", "two model turns in a row",
-                                          "two env segments in a row", "a second prompt", "only a prompt")])
+                                          "two env segments in a row", "a second prompt", "only a prompt")]
+            + [("bad id at", (segment, spot)) for segment in ("first", "last") for spot in ("first", "last")])
 
 
 def _one_defect(defect, rng):
@@ -283,6 +362,11 @@ def _one_defect(defect, rng):
         if turn < turns - 1 or rng.random() < 0.5:
             segments.append({"source": "env", "token_ids": [rng.randint(0, 9) for _ in range(rng.randint(1, 3))]})
     index = rng.randrange(len(segments))
+    if kind == "bad id at":  # a negative or bool id first or last in the first or the last segment
+        segment = segments[0 if bad[0] == "first" else -1]
+        segment["token_ids"] = [rng.randint(0, 9) for _ in range(3)]
+        segment["token_ids"][0 if bad[1] == "first" else -1] = rng.choice([-1, True, False, 2.0])
+        return (segments,)
     if kind == "segments":
         return (tuple(segments) if bad == "tuple" else bad,)
     if kind == "segment":
@@ -309,6 +393,33 @@ def _one_defect(defect, rng):
         else:
             segments = segments[:1]
     return (segments,)
+
+
+def _where(segments):
+    """The index of the first segment the checks refuse (None when every segment passes)."""
+    follows = {None: "prompt", "prompt": "model", "model": "env", "env": "model"}
+    previous = None
+    for index, segment in enumerate(segments):
+        if not isinstance(segment, dict) or set(segment) != {"source", "token_ids"} \
+                or segment["source"] not in ("prompt", "model", "env"):
+            return index
+        ids = segment["token_ids"]
+        if not isinstance(ids, list) or not ids or not all(type(t) is int and t >= 0 for t in ids):
+            return index
+        if segment["source"] != follows[previous]:
+            return index
+        previous = segment["source"]
+    return None
+
+
+def _bad_id_spot(segments, spot):
+    index = _where(segments)
+    ids = segments[index]["token_ids"] if index is not None and isinstance(segments[index], dict) else None
+    if not isinstance(ids, list) or len(ids) < 2:
+        return False
+    position = 0 if spot == "first" else -1
+    others = ids[1:] if spot == "first" else ids[:-1]
+    return not (type(ids[position]) is int and ids[position] >= 0) and all(type(t) is int and t >= 0 for t in others)
 
 
 def _first_defect(segments):
@@ -340,6 +451,16 @@ reference.agrees("assemble_trajectory", each_of(_defects, _one_defect, variants=
     "segments in an order the table does not allow": lambda s: _first_defect(s) == "order",
     "a prompt and no model segment": lambda s: _first_defect(s) == "only a prompt",
     "a valid trajectory": lambda s: _first_defect(s) is None,
+    "the defect in the first segment": lambda s: _first_defect(s) in ("segment", "source", "token_ids", "order")
+        and _where(s) == 0,
+    "the defect in the last segment of several": lambda s: _first_defect(s) in ("segment", "source", "token_ids", "order")
+        and len(s) > 2 and _where(s) == len(s) - 1,
+    "the defect in a middle segment": lambda s: _first_defect(s) in ("segment", "source", "token_ids", "order")
+        and _where(s) is not None and 0 < _where(s) < len(s) - 1,
+    "a bad token id first in its list, the rest fine": lambda s: _first_defect(s) == "token_ids"
+        and _bad_id_spot(s, "first"),
+    "a bad token id last in its list, the rest fine": lambda s: _first_defect(s) == "token_ids"
+        and _bad_id_spot(s, "last"),
 })
 
 # %% hidden exercise=attribute_reward points=1 name=the_last_model_turn_gets_the_reward_earlier_turns_are_discounted
@@ -398,8 +519,9 @@ def _ids(runs):
 
 
 _turn_ids = st.lists(st.tuples(st.integers(0, 2), st.integers(1, 3)), min_size=1, max_size=4).map(_ids)
-_numbers = st.one_of(st.integers(-3, 3), st.floats(-5, 5, allow_nan=False, allow_infinity=False))
-_gammas = st.one_of(st.sampled_from([1, 1.0, 0.9, 0.5, 0.99]), st.floats(0.01, 1.0))
+_numbers = st.one_of(st.integers(-3, 3), st.floats(-5, 5, allow_nan=False, allow_infinity=False),
+                     st.sampled_from([0.1, 0.2, 0.3, 1e-300, -0.0]))
+_gammas = st.one_of(st.sampled_from([1, 1.0, 0.9, 0.5, 0.99, 0.1, 0.3, 5e-324, 1 - 2 ** -53]), st.floats(0.01, 1.0))
 _calls = st.one_of(st.tuples(_turn_ids, _numbers), st.tuples(_turn_ids, _numbers, _gammas),
                    st.tuples(_turn_ids, _numbers, _gammas, _numbers),
                    st.tuples(st.tuples(_turn_ids, _numbers), st.fixed_dictionaries({"gamma": _gammas, "baseline": _numbers})))
@@ -419,6 +541,13 @@ reference.agrees("attribute_reward", _calls, cases=150, clauses={
     "a negative reward": lambda *a, **k: _credit(*a, **k)[1] < 0,
     "a baseline other than 0": lambda *a, **k: _credit(*a, **k)[3] != 0,
     "an int reward": lambda *a, **k: type(_credit(*a, **k)[1]) is int,
+    "gamma at a floating-point edge (the smallest subnormal, 1 - 2**-53)": lambda *a, **k: _credit(*a, **k)[2] in (
+        5e-324, 1 - 2 ** -53),
+    "inexact decimals (0.1, 0.3) as reward, gamma or baseline": lambda *a, **k: any(
+        value in (0.1, 0.3) for value in _credit(*a, **k)[1:]),
+    "a reward of -0.0 or below 1e-299": lambda *a, **k: _credit(*a, **k)[1] in (-0.0, 1e-300)
+        and type(_credit(*a, **k)[1]) is float,
+    "a turn of one token at the very start (no prompt before it)": lambda *a, **k: _credit(*a, **k)[0][0] == 0,
 })
 
 # %% hidden exercise=attribute_reward points=1 name=generated_invalid_credits_raise_as_the_reference
@@ -430,7 +559,9 @@ _defects = ([("valid", n) for n in range(12)]
                                              [1, 1], [], [-1, -1], [0, 0, 2, 2], ["0"])]
             + [("reward", bad) for bad in (True, float("nan"), float("inf"), "1", None)]
             + [("baseline", bad) for bad in (False, -float("inf"), "0", None)]
-            + [("gamma", bad) for bad in (0, 1.01, -1, True, float("nan"), None, "0.5")])
+            + [("gamma", bad) for bad in (0, 1.01, -1, True, float("nan"), None, "0.5", -0.0, 1 + 2 ** -52, -5e-324,
+                                          float("inf"))]
+            + [("ids at", where) for where in ("first", "middle", "last")])
 
 
 def _one_defect(defect, rng):
@@ -440,7 +571,11 @@ def _one_defect(defect, rng):
         ids += [-1] * rng.randint(0, 2) + [turn] * rng.randint(1, 3)
     call = {"turn_ids": ids, "reward": rng.choice([1.0, 0, -2, 0.5]), "gamma": rng.choice([1.0, 0.5, 1, 0.9]),
             "baseline": rng.choice([0.0, 0.25, -1])}
-    if kind != "valid":
+    if kind == "ids at":  # an id below -1, a bool or a float at the first, a middle or the last position
+        ids = [-1, 0, 0, -1, 1, 1]
+        ids[{"first": 0, "middle": 3, "last": -1}[bad]] = rng.choice([-2, True, 1.0])
+        call["turn_ids"] = ids
+    elif kind != "valid":
         call[kind] = bad
     return call["turn_ids"], call["reward"], call["gamma"], call["baseline"]
 
@@ -477,4 +612,12 @@ reference.agrees("attribute_reward", each_of(_defects, _one_defect, variants=2),
     "gamma that is a bool, nan, None or text": lambda t, r, g, b: _ids_defect(t) is None and _finite(r) and _finite(b)
         and not _finite(g),
     "a valid call": lambda t, r, g, b: _ids_defect(t) is None and _finite(r) and _finite(b) and _finite(g) and 0 < g <= 1,
+    "gamma just outside (0, 1]: -0.0, the negative subnormal, 1 + 2**-52": lambda t, r, g, b: _ids_defect(t) is None
+        and _finite(r) and _finite(b) and g in (-0.0, -5e-324, 1 + 2 ** -52) and type(g) is float and not 0 < g <= 1,
+    "a bad turn id at the first position": lambda t, r, g, b: _ids_defect(t) is not None and isinstance(t, list)
+        and len(t) == 6 and not (type(t[0]) is int and t[0] >= -1),
+    "a bad turn id at a middle position": lambda t, r, g, b: _ids_defect(t) is not None and isinstance(t, list)
+        and len(t) == 6 and not (type(t[3]) is int and t[3] >= -1),
+    "a bad turn id at the last position": lambda t, r, g, b: _ids_defect(t) is not None and isinstance(t, list)
+        and len(t) == 6 and not (type(t[-1]) is int and t[-1] >= -1),
 })

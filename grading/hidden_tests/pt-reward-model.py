@@ -109,16 +109,30 @@ def _pairs(draw):
         for _ in range(batch):
             length = draw(st.integers(1, time))
             start = draw(st.sampled_from([0, time - length, draw(st.integers(0, time - length))]))
-            rows.append([1 if start <= t < start + length else 0 for t in range(time)])
+            row = [1 if start <= t < start + length else 0 for t in range(time)]
+            if length >= 3 and draw(st.booleans()):  # a gap inside the row: the read position is still its last 1
+                row[start + 1] = 0
+            rows.append(row)
         scores = draw(st.lists(st.lists(st.floats(-8.0, 8.0), min_size=time, max_size=time), min_size=batch,
                                max_size=batch))
         return torch.tensor(scores, dtype=torch.float64), torch.tensor(rows, dtype=draw(st.sampled_from([torch.long, torch.bool])))
 
     chosen, chosen_mask = side()
     rejected, rejected_mask = side()
+    twist = draw(st.sampled_from(["none", "none", "tie", "far"]))
+    read_c = [max(t for t, v in enumerate(row) if v) for row in chosen_mask.long().tolist()]
+    read_r = [max(t for t, v in enumerate(row) if v) for row in rejected_mask.long().tolist()]
+    if twist == "tie":  # equal rewards for the first pair: not a correct ranking
+        chosen[0, read_c[0]] = rejected[0, read_r[0]]
+    elif twist == "far":  # a difference of +-1000: the loss must stay finite
+        chosen[0, read_c[0]] = draw(st.sampled_from([-1000.0, 1000.0]))
     margins = draw(st.one_of(st.none(), st.lists(st.floats(-2.0, 2.0), min_size=batch, max_size=batch).map(
         lambda values: torch.tensor(values, dtype=torch.float64))))
     return chosen, chosen_mask, rejected, rejected_mask, margins
+
+
+def _read(scores, mask):
+    return [float(scores[index, max(t for t, v in enumerate(row) if v)]) for index, row in enumerate(mask.long().tolist())]
 
 
 def _padding(mask, side):
@@ -136,6 +150,13 @@ reference.agrees("pairwise_reward_loss", _pairs(), cases=80, clauses={
     "margins given": lambda c, cm, r, rm, mg: mg is not None,
     "no margins": lambda c, cm, r, rm, mg: mg is None,
     "a single pair": lambda c, cm, r, rm, mg: c.shape[0] == 1,
+    "a gap inside a row": lambda c, cm, r, rm, mg: any(
+        (lambda ones: ones[-1] - ones[0] + 1 > len(ones))([t for t, v in enumerate(row) if v]) for row in cm.long().tolist()),
+    "a row read at its first column": lambda c, cm, r, rm, mg: any(row[1:] == [0] * (len(row) - 1)
+                                                                 for row in rm.long().tolist()),
+    "a tie between a chosen and a rejected reward": lambda c, cm, r, rm, mg: any(
+        a == b for a, b in zip(_read(c, cm), _read(r, rm))),
+    "a reward difference of 1000": lambda c, cm, r, rm, mg: any(abs(a - b) >= 990 for a, b in zip(_read(c, cm), _read(r, rm))),
 })
 
 # %% hidden exercise=pairwise_reward_loss points=2 name=rm_generated_defects_agree_with_reference
@@ -151,6 +172,11 @@ _defects = {
     "batch": lambda a: {**a, "rejected": torch.cat([a["rejected"], a["rejected"]]),
                         "rejected_mask": torch.cat([a["rejected_mask"], a["rejected_mask"]])},
     "nan": lambda a: {**a, "chosen": a["chosen"] * float("nan")},
+    "nan_on_padding": lambda a: {**a, "chosen": _put(a["chosen"], (0, 0), float("nan")),
+                                 "chosen_mask": _put(a["chosen_mask"], (0, 0), 0)},
+    "inf_on_read_position": lambda a: {**a, "rejected": _put(a["rejected"], (-1, -1), -float("inf"))},
+    "nan_margin_last": lambda a: {**a, "margins": _put(torch.zeros(a["chosen"].shape[0], dtype=torch.float64), -1,
+                                                       float("nan"))},
     "margins_shape": lambda a: {**a, "margins": torch.zeros(a["chosen"].shape[0] + 1, dtype=torch.float64)},
     "margins_inf": lambda a: {**a, "margins": torch.full((a["chosen"].shape[0],), float("inf"), dtype=torch.float64)},
     "int_scores": lambda a: {**a, "chosen": a["chosen"].long(), "rejected": a["rejected"].long()},
@@ -162,6 +188,12 @@ from tools.course.grader.clauses import each_of
 
 def _tensor(value):
     return isinstance(value, torch.Tensor)
+
+
+def _put(tensor, where, value):
+    changed = tensor.clone()
+    changed[where] = value
+    return changed
 
 
 def _broken(case, rng):
@@ -185,9 +217,12 @@ reference.agrees("pairwise_reward_loss", each_of(_cases, _broken, variants=2), c
     "a mask of another shape than its scores": lambda c, cm, r, rm, mg: rm.shape != r.shape,
     "rejected scores of another dtype": lambda c, cm, r, rm, mg: c.is_floating_point() and r.dtype != c.dtype,
     "chosen and rejected batches that differ": lambda c, cm, r, rm, mg: r.shape[0] != c.shape[0],
-    "a NaN score": lambda c, cm, r, rm, mg: bool(c.isnan().any()),
+    "a NaN score": lambda c, cm, r, rm, mg: bool(c.isnan().all()),
+    "a NaN score on a padding position": lambda c, cm, r, rm, mg: bool((c.isnan() & (cm == 0)).any()),
+    "a -inf score where the reward is read": lambda c, cm, r, rm, mg: bool(r.isinf()[-1, -1]),
+    "a NaN margin for the last pair": lambda c, cm, r, rm, mg: _tensor(mg) and mg.dim() == 1 and bool(mg[-1].isnan()),
     "margins of another length": lambda c, cm, r, rm, mg: _tensor(mg) and tuple(mg.shape) != (c.shape[0],),
-    "infinite margins": lambda c, cm, r, rm, mg: _tensor(mg) and bool(mg.isinf().any()),
+    "infinite margins": lambda c, cm, r, rm, mg: _tensor(mg) and bool(mg.isinf().all()),
     "integer scores": lambda c, cm, r, rm, mg: not c.is_floating_point(),
     "scores that are a list": lambda c, cm, r, rm, mg: isinstance(c, list),
     "margins that are a list": lambda c, cm, r, rm, mg: isinstance(mg, list),
@@ -198,8 +233,9 @@ reference.agrees("pairwise_reward_loss", each_of(_cases, _broken, variants=2), c
 _margins, _labels = [2.0, 1.0, -1.5, 3.0], [True, False, False, True]
 _nll = lambda t: sum(math.log1p(math.exp(-m / t)) if y else math.log1p(math.exp(m / t)) for m, y in zip(_margins, _labels)) / 4
 _grid = [4.0, 0.5, 2.0, 1.0, 3.0]
+_best = min(sorted(_grid), key=_nll)
 _out = calibrate_temperature(_margins, _labels, _grid)
-assert _out["temperature"] == min(sorted(_grid), key=_nll)
+assert _out["temperature"] == _best
 assert math.isclose(_out["nll_after"], _nll(_out["temperature"]), rel_tol=1e-12)
 assert math.isclose(_out["nll_before"], _nll(1.0), rel_tol=1e-12)
 _tie = calibrate_temperature([0.0, 0.0, 0.0], [True, True, False], [2, 7.5, 0.25, 1])
@@ -268,14 +304,18 @@ from hypothesis import strategies as st
 @st.composite
 def _sets(draw):
     size = draw(st.integers(1, 10))
-    margins = draw(st.lists(st.one_of(st.floats(-12.0, 12.0), st.integers(-5, 5), st.sampled_from([0.0, 0.5, -0.5])),
+    margins = draw(st.lists(st.one_of(st.floats(-12.0, 12.0), st.integers(-5, 5), st.sampled_from([0.0, 0.5, -0.5]),
+                                      st.sampled_from([800.0, -800.0, 40.0, -40.0])),
                             min_size=size, max_size=size))
     labels = draw(st.lists(st.booleans(), min_size=size, max_size=size))
     grid = draw(st.lists(st.sampled_from([0.25, 0.5, 1, 1.0, 2.0, 3.0, 5.0, 10.0]), min_size=1, max_size=5))
-    return margins, labels, grid, draw(st.integers(1, 8))
+    return margins, labels, grid, draw(st.sampled_from([1, 2, 3, 4, 5, 8]))
 
 
-reference.agrees("calibrate_temperature", _sets(), cases=80, clauses={
+reference.agrees("calibrate_temperature", _sets(), cases=100, clauses={
+    "a probability of exactly 1/2 on a bin edge (even n_bins)": lambda m, y, g, b: b % 2 == 0 and any(v == 0 for v in m),
+    "a probability of exactly 1 (the last bin's closed end)": lambda m, y, g, b: any(v >= 800 for v in m),
+    "a probability of exactly 0": lambda m, y, g, b: any(v <= -800 for v in m),
     "a margin that is an int": lambda m, y, g, b: any(type(v) is int for v in m),
     "a margin of 0": lambda m, y, g, b: any(v == 0 for v in m),
     "labels of one class only": lambda m, y, g, b: len(set(y)) == 1,
@@ -295,6 +335,9 @@ from hypothesis import strategies as st
 _defects = {
     "bool_margin": lambda a: {**a, "margins": a["margins"][:-1] + [True]},
     "nan_margin": lambda a: {**a, "margins": a["margins"][:-1] + [float("nan")]},
+    "inf_first_margin": lambda a: {**a, "margins": [float("inf")] + a["margins"][1:]},
+    "nan_temperature": lambda a: {**a, "temperatures": [float("nan")] + a["temperatures"]},
+    "inf_temperature_last": lambda a: {**a, "temperatures": a["temperatures"] + [float("inf")]},
     "int_labels": lambda a: {**a, "labels": [int(y) for y in a["labels"]]},
     "short_labels": lambda a: {**a, "labels": a["labels"][:-1]},
     "zero_temperature": lambda a: {**a, "temperatures": a["temperatures"] + [0.0]},
@@ -321,7 +364,10 @@ def _broken(case, rng):
 _cases = [("valid", n) for n in range(6)] + [(name, 0) for name in sorted(_defects)]
 reference.agrees("calibrate_temperature", each_of(_cases, _broken, variants=2), cases=2 * len(_cases), clauses={
     "a margin that is a bool": lambda m, y, g, b: any(is_bool(v) for v in m),
-    "a NaN margin": lambda m, y, g, b: any(not_finite(v) for v in m),
+    "a NaN margin": lambda m, y, g, b: any(not_finite(v) and v != v for v in m),
+    "an infinite first margin": lambda m, y, g, b: isinstance(m, list) and bool(m) and not_finite(m[0]) and m[0] == m[0],
+    "a NaN temperature": lambda m, y, g, b: any(not_finite(v) and v != v for v in g),
+    "an infinite last temperature": lambda m, y, g, b: bool(g) and not_finite(g[-1]) and g[-1] == g[-1],
     "a margin that is text": lambda m, y, g, b: any(isinstance(v, str) for v in m),
     "labels that are ints": lambda m, y, g, b: any(type(v) is int for v in y),
     "labels of another length": lambda m, y, g, b: len(y) != len(m),
@@ -410,7 +456,13 @@ def _results(draw):
     ece = lambda: draw(st.sampled_from([0.0, 0.05, 0.1, 0.2, 0.5, 1, 0]))
     candidate = {"hidden_accuracy": accuracy(), "hidden_pairs": pairs, "ece_after": ece()}
     control = {"hidden_accuracy": accuracy(), "hidden_pairs": pairs, "ece_after": ece()}
-    return candidate, control, draw(st.sampled_from([0.0, 0.1, 0.25, 0.5, 1])), draw(st.sampled_from([0.0, 0.1, 0.2, 1.0]))
+    max_ece = draw(st.sampled_from([0.0, 0.1, 0.2, 1.0]))
+    edge = draw(st.sampled_from(["none", "none", "chance", "ece"]))
+    if edge == "chance" and pairs % 2 == 0:  # a candidate exactly at 0.5: not above chance
+        candidate["hidden_accuracy"] = 0.5
+    elif edge == "ece":  # a calibration error exactly at the limit: no tuning asked
+        candidate["ece_after"] = max_ece
+    return candidate, control, draw(st.sampled_from([0.0, 0.1, 0.25, 0.5, 1])), max_ece
 
 
 def _gap(candidate, control):
@@ -426,6 +478,8 @@ reference.agrees("reward_model_gate", _results(), cases=80, clauses={
     "a control calibration error above max_ece": lambda c, k, g, e: k["ece_after"] > e >= c["ece_after"],
     "an accepted candidate": lambda c, k, g, e: _gap(c, k) >= g and c["hidden_accuracy"] > 0.5 and c["ece_after"] <= e,
     "a threshold or error that is an int": lambda c, k, g, e: int in (type(g), type(c["ece_after"]), type(k["ece_after"])),
+    "a candidate exactly at chance": lambda c, k, g, e: c["hidden_accuracy"] == 0.5,
+    "a calibration error exactly at max_ece": lambda c, k, g, e: c["ece_after"] == e,
 })
 
 # %% hidden exercise=reward_model_gate points=2 name=rm_generated_gate_defects_agree_with_reference
@@ -444,8 +498,12 @@ _defects = {
     "not_a_dict": lambda a: {**a, "candidate": list(a["candidate"].items())},
     "pairs_zero": lambda a: {**a, "candidate": {**a["candidate"], "hidden_pairs": 0}, "control": {**a["control"], "hidden_pairs": 0}},
     "gap_none": lambda a: {**a, "min_gap": None},
+    "accuracy_nan": lambda a: {**a, "candidate": {**a["candidate"], "hidden_accuracy": float("nan")}},
+    "ece_inf": lambda a: {**a, "control": {**a["control"], "ece_after": float("inf")}},
+    "gap_nan": lambda a: {**a, "min_gap": float("nan")},
+    "max_ece_inf": lambda a: {**a, "max_ece": float("inf")},
 }
-from tools.course.grader.clauses import below, each_of, is_bool, is_number
+from tools.course.grader.clauses import below, each_of, is_bool, is_number, not_finite
 
 
 def _field(result, key):
@@ -476,4 +534,8 @@ reference.agrees("reward_model_gate", each_of(_cases, _broken, variants=2), case
     "min_gap that is None": lambda c, k, g, e: g is None,
     "max_ece that is a bool": lambda c, k, g, e: is_bool(e),
     "a candidate that is not a dict": lambda c, k, g, e: not isinstance(c, dict),
+    "a NaN accuracy": lambda c, k, g, e: not_finite(_field(c, "hidden_accuracy")),
+    "an infinite control calibration error": lambda c, k, g, e: not_finite(_field(k, "ece_after")),
+    "min_gap that is NaN": lambda c, k, g, e: not_finite(g),
+    "max_ece that is infinite": lambda c, k, g, e: not_finite(e),
 })

@@ -15,7 +15,7 @@ _mask = torch.tensor([[1, 1, 0, 0], [1, 0, 1, 0]])
 _lp = torch.tensor([[-0.2, -0.4, -9.0, 3.0], [-1.0, 5.0, -0.3, -7.0]], dtype=torch.float64)
 _ref = torch.tensor([[-0.3, -0.1, 2.0, -8.0], [-0.5, -6.0, -0.3, 4.0]], dtype=torch.float64)
 for _estimator in ("k1", "k3"):
-    _out = token_level_rewards(torch.tensor([0.5, -1.0], dtype=torch.float64), _lp, _ref, _mask, 0.5, _estimator)
+    _out = token_level_rewards(torch.tensor([0.5, -1.0], dtype=torch.float64), _lp, _ref, _mask.clone(), 0.5, _estimator)
     assert float(_out["kl"][~_mask.bool()].abs().max()) == 0.0, _estimator
     assert float(_out["rewards"][0, 2:].abs().max()) == 0.0 and float(_out["rewards"][1, 3].abs()) == 0.0
     assert float(_out["rewards"][1, 1].abs()) == 0.0
@@ -105,6 +105,9 @@ def _reward_batches(draw):
                              dtype=torch.float64)
     ref = torch.tensor(draw(st.lists(st.lists(values, min_size=time, max_size=time), min_size=batch, max_size=batch)),
                        dtype=torch.float64)
+    for _ in range(draw(st.integers(0, 2))):  # a token far from the reference, at any position (valid or masked)
+        row, column = draw(st.integers(0, batch - 1)), draw(st.integers(0, time - 1))
+        ref[row, column] = log_probs[row, column] + draw(st.sampled_from([-30.0, -21.0, 3.5, 21.0, 30.0]))
     scores = torch.tensor(draw(st.lists(st.floats(-2.0, 2.0), min_size=batch, max_size=batch)), dtype=torch.float64)
     coefficient = draw(st.sampled_from([0.0, 0.05, 0.3, 1, 2.5]))
     return scores, log_probs, ref, mask, coefficient, draw(st.sampled_from(["k1", "k3"]))
@@ -137,6 +140,9 @@ reference.agrees("token_level_rewards", _reward_batches(), cases=80, clauses={
     "an int32 mask": lambda s, lp, ref, m, c, e: m.dtype == torch.int32,
     "the k3 estimator": lambda s, lp, ref, m, c, e: e == "k3",
     "a k3 estimate capped at 10": lambda s, lp, ref, m, c, e: e == "k3" and _k3_capped(lp, ref, m),
+    "a valid token past k3's log-ratio clamp": lambda s, lp, ref, m, c, e: e == "k3" and bool(
+        ((ref - lp).abs() > 20)[m.bool()].any()),
+    "a masked token far from the reference": lambda s, lp, ref, m, c, e: bool(((ref - lp).abs() > 20)[~m.bool()].any()),
     "a kl_coef that is an int": lambda s, lp, ref, m, c, e: type(c) is int,
     "a kl_coef of 0": lambda s, lp, ref, m, c, e: c == 0,
     "a response of one token": lambda s, lp, ref, m, c, e: lp.shape[1] == 1,
@@ -155,6 +161,11 @@ _defects = {
     "scores_shape": lambda a: {**a, "scores": a["scores"][None]},
     "scores_int": lambda a: {**a, "scores": a["scores"].long()},
     "nan_log_prob": lambda a: {**a, "log_probs": torch.full_like(a["log_probs"], float("nan"))},
+    "nan_log_prob_masked": lambda a: {**a, "log_probs": _put(a["log_probs"], (0, -1), float("nan")),
+                                      "response_mask": _put(a["response_mask"], (0, -1), 0)},
+    "inf_ref_first": lambda a: {**a, "ref_log_probs": _put(a["ref_log_probs"], (0, 0), -float("inf"))},
+    "nan_score_last": lambda a: {**a, "scores": _put(a["scores"], -1, float("nan"))},
+    "inf_coef": lambda a: {**a, "kl_coef": float("inf")},
     "inf_score": lambda a: {**a, "scores": torch.full_like(a["scores"], float("inf"))},
     "negative_coef": lambda a: {**a, "kl_coef": -0.5},
     "bool_coef": lambda a: {**a, "kl_coef": False},
@@ -166,6 +177,12 @@ _defects = {
     "list_log_probs": lambda a: {**a, "log_probs": a["log_probs"].tolist()},
 }
 from tools.course.grader.clauses import below, each_of, is_bool, not_finite
+
+
+def _put(tensor, where, value):
+    changed = tensor.clone()
+    changed[where] = value
+    return changed
 
 
 def _broken(case, rng):
@@ -189,11 +206,16 @@ reference.agrees("token_level_rewards", each_of(_cases, _broken, variants=2), ca
     "ref_log_probs of another shape": lambda s, lp, ref, m, c, e: ref.shape != lp.shape,
     "scores that are not 1-D": lambda s, lp, ref, m, c, e: s.dim() != 1,
     "integer scores": lambda s, lp, ref, m, c, e: not s.is_floating_point(),
-    "a NaN log-probability": lambda s, lp, ref, m, c, e: bool(lp.isnan().any()),
+    "a NaN log-probability": lambda s, lp, ref, m, c, e: bool(lp.isnan().all()),
+    "a NaN log-probability on a masked token": lambda s, lp, ref, m, c, e: bool((lp.isnan() & (m == 0)).any())
+    and not bool(lp.isnan().all()),
+    "a -inf reference log-probability on the first token": lambda s, lp, ref, m, c, e: ref.dim() == 2 and bool(
+        ref[0, 0].isinf()),
+    "a NaN score for the last response": lambda s, lp, ref, m, c, e: s.dim() == 1 and bool(s[-1].isnan()),
     "an infinite score": lambda s, lp, ref, m, c, e: bool(s.isinf().any()),
     "a negative kl_coef": lambda s, lp, ref, m, c, e: below(c, 0),
     "a kl_coef that is a bool": lambda s, lp, ref, m, c, e: is_bool(c),
-    "a kl_coef that is NaN": lambda s, lp, ref, m, c, e: not_finite(c),
+    "a kl_coef that is not finite": lambda s, lp, ref, m, c, e: not_finite(c),
     "a kl_coef that is text": lambda s, lp, ref, m, c, e: isinstance(c, str),
     "an unknown estimator": lambda s, lp, ref, m, c, e: e not in ("k1", "k3"),
     "1-D tensors": lambda s, lp, ref, m, c, e: lp.dim() == 1,
@@ -291,7 +313,11 @@ def _gae_inputs(draw):
     lam = draw(st.sampled_from([0.0, 0.3, 0.95, 1.0, 0]))
     if draw(st.integers(0, 3)) == 1:  # the Monte Carlo limit: rewards still to come minus V
         gamma, lam = draw(st.sampled_from([(1.0, 1.0), (1, 1)]))
-    return grid(), grid(), mask, gamma, lam
+    rewards, values = grid(), grid()
+    if draw(st.booleans()):  # huge numbers at masked positions, which must never reach a valid one
+        rewards = torch.where(mask.bool(), rewards, torch.full_like(rewards, 1e6))
+        values = torch.where(mask.bool(), values, torch.full_like(values, -1e6))
+    return rewards, values, mask, gamma, lam
 
 
 def _row_kinds(mask):
@@ -319,6 +345,7 @@ reference.agrees("gae_advantages", _gae_inputs(), cases=80, clauses={
     "lam of 0": lambda r, v, m, g, l: l == 0,
     "gamma and lam both 1": lambda r, v, m, g, l: g == 1 and l == 1,
     "gamma or lam given as an int": lambda r, v, m, g, l: type(g) is int or type(l) is int,
+    "huge values at masked positions": lambda r, v, m, g, l: bool((r.abs() >= 1e6)[~m.bool()].any()),
 })
 
 # %% hidden exercise=gae_advantages points=2 name=gae_generated_defects_agree_with_reference
@@ -372,7 +399,7 @@ reference.agrees("gae_advantages", each_of(_cases, _broken, variants=2), cases=2
 # hint: the mean and the unbiased variance come from the valid positions; what sits at masked positions does not matter, and they are 0 afterwards.
 _mask = torch.tensor([[1, 1, 1, 0], [1, 0, 1, 0]])
 _adv = torch.tensor([[1.0, 2.0, 3.0, 100.0], [4.0, -50.0, 5.0, 7.0]], dtype=torch.float64)
-_out = whiten_and_gate(_adv, _mask, torch.zeros_like(_adv), 0.0, torch.ones(2, dtype=torch.float64))
+_out = whiten_and_gate(_adv, _mask.clone(), torch.zeros_like(_adv), 0.0, torch.ones(2, dtype=torch.float64))
 _valid = torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0], dtype=torch.float64)
 assert math.isclose(_out["advantage_mean"], 3.0, rel_tol=1e-12)
 assert math.isclose(_out["advantage_std"], math.sqrt(2.5), rel_tol=1e-12)
@@ -402,19 +429,34 @@ _above = whiten_and_gate(_adv, _mask, _kl, 2, _scores, max_kl_share=0.49)
 assert _above["reasons"] == ["kl_dominated"] and _above["decision"] == "reject"
 assert whiten_and_gate(_adv, _mask, _kl, 2, _scores, max_kl_share=1)["decision"] == "accept"
 
-# %% hidden exercise=whiten_and_gate points=1 name=zero_signal_rejected_and_reasons_ordered
-# hint: judge the raw advantages: all exactly 0 on valid tokens is "zero_advantages"; both reasons are listed, KL first; no mass at all is a share of 0.0.
+# %% hidden exercise=whiten_and_gate points=1 name=constant_signal_rejected_and_reasons_ordered
+# hint: judge the raw valid advantages: all equal within 1e-6 * max(1, largest |advantage|) is "constant_advantages" (all 0 is one case); both reasons are listed, KL first; no mass at all is a share of 0.0.
 _mask = torch.tensor([[1, 1, 1, 0]])
 _zeros = torch.tensor([[0.0, 0.0, 0.0, 3.0]], dtype=torch.float64)
 _none = whiten_and_gate(_zeros, _mask, torch.zeros_like(_zeros), 0.0, torch.zeros(1, dtype=torch.float64))
 assert _none["kl_share"] == 0.0 and type(_none["kl_share"]) is float
-assert _none["reasons"] == ["zero_advantages"] and _none["decision"] == "reject"
+assert _none["reasons"] == ["constant_advantages"] and _none["decision"] == "reject"
 assert float(_none["whitened"].abs().max()) == 0.0
 _both = whiten_and_gate(_zeros, _mask, torch.ones_like(_zeros), 1.0, torch.zeros(1, dtype=torch.float64))
-assert _both["kl_share"] == 1.0 and _both["reasons"] == ["kl_dominated", "zero_advantages"]
-_tiny = whiten_and_gate(torch.tensor([[0.0, 1e-12, 0.0, 0.0]], dtype=torch.float64), _mask, torch.zeros_like(_zeros), 0.0,
+assert _both["kl_share"] == 1.0 and _both["reasons"] == ["kl_dominated", "constant_advantages"]
+_sevenths = whiten_and_gate(torch.tensor([[0.7, 0.7, 0.7, -4.0]], dtype=torch.float64), _mask, torch.zeros_like(_zeros), 0.0,
+                            torch.ones(1, dtype=torch.float64))
+assert _sevenths["reasons"] == ["constant_advantages"], "equal advantages that are not 0 carry no signal either"
+_real = whiten_and_gate(torch.tensor([[0.0, 2e-6, 0.0, 0.0]], dtype=torch.float64), _mask, torch.zeros_like(_zeros), 0.0,
                         torch.ones(1, dtype=torch.float64))
-assert _tiny["reasons"] == [] and _tiny["decision"] == "accept"
+assert _real["reasons"] == [] and _real["decision"] == "accept"
+
+# %% hidden exercise=whiten_and_gate points=1 name=constant_tolerance_scales_with_the_largest_advantage
+# hint: the tolerance is 1e-6 * max(1, largest |valid advantage|): below 1 it is 1e-6, for advantages near 1000 it is about 1e-3; the spread is max - min of the raw valid advantages.
+_mask = torch.ones(1, 3, dtype=torch.long)
+_zero_kl = torch.zeros(1, 3, dtype=torch.float64)
+_one = torch.ones(1, dtype=torch.float64)
+_cases = [([[0.0, 5e-7, 0.0]], ["constant_advantages"]), ([[0.0, 2e-6, 0.0]], []),
+          ([[1000.0, 1000.0005, 1000.0]], ["constant_advantages"]), ([[1000.0, 1000.002, 1000.0]], []),
+          ([[-3e-9, 3e-9, 0.0]], ["constant_advantages"]), ([[0.1 + 0.2, 0.3, 0.3]], ["constant_advantages"])]
+for _index, (_values, _expected) in enumerate(_cases):
+    _out = whiten_and_gate(torch.tensor(_values, dtype=torch.float64), _mask, _zero_kl, 0.0, _one)
+    assert _out["reasons"] == _expected, (_index, _out["reasons"])
 
 # %% hidden exercise=whiten_and_gate points=1 name=results_are_floats_and_keep_dtype
 # hint: the statistics and the share are Python floats; the whitened tensor keeps the advantages' dtype.
@@ -454,21 +496,34 @@ for _args in _bad_calls:
 from hypothesis import strategies as st
 
 
+_GATE_KINDS = ("free", "zero", "constant", "near_inside", "near_beyond", "shared_below_limit", "free", "zero_with_kl")
+
+
 @st.composite
 def _gate_inputs(draw):
     batch, time = draw(st.integers(1, 3)), draw(st.integers(2, 6))
     rows = [draw(st.lists(st.integers(0, 1), min_size=time, max_size=time)) for _ in range(batch)]
     rows[0][0], rows[0][1] = 1, 1
     numbers = st.one_of(st.just(0.0), st.floats(-2.0, 2.0, allow_nan=False))
-    zero = draw(st.integers(0, 4)) == 0
     grid = lambda: torch.tensor(draw(st.lists(st.lists(numbers, min_size=time, max_size=time), min_size=batch,
                                               max_size=batch)), dtype=torch.float64)
-    advantages = torch.zeros(batch, time, dtype=torch.float64) if zero else grid()
+    kind = _GATE_KINDS[draw(st.integers(0, len(_GATE_KINDS) - 1))]
+    advantages, kl = grid(), grid()
     scores = torch.tensor(draw(st.lists(numbers, min_size=batch, max_size=batch)), dtype=torch.float64)
     coefficient = draw(st.sampled_from([0.0, 0.1, 1, 5.0]))
     limit = draw(st.sampled_from([0.0, 0.25, 0.5, 1.0, 1]))
-    kl = grid()
-    if zero and draw(st.booleans()):  # no signal and a dominating KL: both reasons at once
+    if kind in ("zero", "zero_with_kl"):
+        advantages = torch.zeros(batch, time, dtype=torch.float64)
+    elif kind == "constant":  # equal and not 0, at any scale: whitening leaves rounding noise only
+        advantages = torch.full((batch, time), draw(st.sampled_from([0.7, -2.5, 1000.0, 1e-9])), dtype=torch.float64)
+    elif kind in ("near_inside", "near_beyond"):  # equal up to a spread just inside or just beyond the tolerance
+        base = draw(st.sampled_from([0.3, 1000.0]))
+        advantages = torch.full((batch, time), base, dtype=torch.float64)
+        advantages[0, 1] = base + 1e-6 * max(1.0, base) * (0.5 if kind == "near_inside" else 2.0)
+    elif kind == "shared_below_limit":  # some KL, under a limit below 1
+        kl, coefficient, limit = torch.full((batch, time), 0.1, dtype=torch.float64), 0.1, draw(st.sampled_from([0.5, 0.9]))
+        scores = torch.ones(batch, dtype=torch.float64)
+    if kind == "zero_with_kl":  # no signal and a dominating KL: both reasons at once
         kl, coefficient, limit = kl.abs() + 0.5, 5.0, draw(st.sampled_from([0.0, 0.25]))
     return advantages, torch.tensor(rows, dtype=draw(st.sampled_from([torch.bool, torch.long]))), kl, coefficient, scores, limit
 
@@ -483,11 +538,19 @@ def _all_zero(advantages, mask):
     return bool((advantages[mask.bool()] == 0).all())
 
 
-reference.agrees("whiten_and_gate", _gate_inputs(), cases=80, clauses={
+def _spread(advantages, mask):
+    picked = advantages[mask.bool()].double()
+    return float(picked.max() - picked.min()), 1e-6 * max(1.0, float(picked.abs().max()))
+
+
+reference.agrees("whiten_and_gate", _gate_inputs(), cases=120, clauses={
     "all-zero advantages": lambda a, m, k, c, s, x: _all_zero(a, m),
+    "equal advantages that are not 0": lambda a, m, k, c, s, x: _spread(a, m)[0] == 0 and not _all_zero(a, m),
+    "a spread within the tolerance that is not 0": lambda a, m, k, c, s, x: 0 < _spread(a, m)[0] <= _spread(a, m)[1],
+    "a spread just beyond the tolerance": lambda a, m, k, c, s, x: _spread(a, m)[1] < _spread(a, m)[0] <= 3 * _spread(a, m)[1],
     "a KL share above the limit": lambda a, m, k, c, s, x: _share(k, m, c, s) > x,
     "a KL share at or under a limit below 1": lambda a, m, k, c, s, x: 0 < _share(k, m, c, s) <= x < 1,
-    "both reasons": lambda a, m, k, c, s, x: _all_zero(a, m) and _share(k, m, c, s) > x,
+    "both reasons": lambda a, m, k, c, s, x: _spread(a, m)[0] <= _spread(a, m)[1] and _share(k, m, c, s) > x,
     "masked positions": lambda a, m, k, c, s, x: not bool(m.bool().all()),
     "a bool mask": lambda a, m, k, c, s, x: m.dtype == torch.bool,
     "a kl_coef of 0": lambda a, m, k, c, s, x: c == 0,
@@ -513,17 +576,28 @@ _defects = {
     "mask_float": lambda a: {**a, "response_mask": a["response_mask"].double()},
     "nan_advantage": lambda a: {**a, "advantages": a["advantages"] + float("nan")},
     "inf_kl": lambda a: {**a, "kl": a["kl"] - float("inf")},
+    "nan_advantage_masked": lambda a: {**a, "advantages": _put(a["advantages"], (0, 0), float("nan")),
+                                       "response_mask": _put(a["response_mask"], (0, 0), 0)},
+    "nan_kl_last": lambda a: {**a, "kl": _put(a["kl"], (-1, -1), float("nan"))},
+    "inf_score_first": lambda a: {**a, "scores": _put(a["scores"], 0, float("inf"))},
+    "coef_inf": lambda a: {**a, "kl_coef": float("inf")},
     "coef_negative": lambda a: {**a, "kl_coef": -0.01},
     "coef_bool": lambda a: {**a, "kl_coef": True},
     "limit_high": lambda a: {**a, "max_kl_share": 1.0001},
     "limit_bool": lambda a: {**a, "max_kl_share": True},
     "limit_none": lambda a: {**a, "max_kl_share": None},
 }
-from tools.course.grader.clauses import below, each_of, is_bool, is_number
+from tools.course.grader.clauses import below, each_of, is_bool, is_number, not_finite
+
+
+def _put(tensor, where, value):
+    changed = tensor.clone()
+    changed[where] = value
+    return changed
 
 
 def _broken(case, rng):
-    batch, time = rng.randint(1, 3), rng.randint(2, 5)
+    batch, time = rng.randint(1, 3), rng.randint(3, 5)
     args = {"advantages": torch.linspace(-1, 1, batch * time, dtype=torch.float64).reshape(batch, time),
             "response_mask": torch.ones(batch, time, dtype=torch.long),
             "kl": torch.full((batch, time), 0.1, dtype=torch.float64), "kl_coef": 0.5,
@@ -540,8 +614,12 @@ reference.agrees("whiten_and_gate", each_of(_cases, _broken, variants=2), cases=
     "kl of another shape": lambda a, m, k, c, s, x: k.shape != a.shape,
     "scores that are not [batch]": lambda a, m, k, c, s, x: tuple(s.shape) != (a.shape[0],),
     "a float mask": lambda a, m, k, c, s, x: m.is_floating_point(),
-    "a NaN advantage": lambda a, m, k, c, s, x: bool(a.isnan().any()),
+    "a NaN advantage": lambda a, m, k, c, s, x: bool(a.isnan().all()),
+    "a NaN advantage on a masked token": lambda a, m, k, c, s, x: bool((a.isnan() & (m == 0)).any()),
     "an infinite KL": lambda a, m, k, c, s, x: bool(k.isinf().any()),
+    "a NaN KL on the last token": lambda a, m, k, c, s, x: k.dim() == 2 and bool(k[-1, -1].isnan()),
+    "an infinite first score": lambda a, m, k, c, s, x: s.dim() == 1 and bool(s[0].isinf()),
+    "a kl_coef that is not finite": lambda a, m, k, c, s, x: not_finite(c),
     "a negative kl_coef": lambda a, m, k, c, s, x: below(c, 0),
     "a kl_coef that is a bool": lambda a, m, k, c, s, x: is_bool(c),
     "a limit above 1": lambda a, m, k, c, s, x: is_number(x) and x > 1,

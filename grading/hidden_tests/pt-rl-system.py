@@ -299,9 +299,10 @@ edge = {"source": "rollout", "target": "learner", "bytes_per_item": 100, "items_
         "work_units_per_second": 10, "bandwidth_bytes_per_s": 16000, "overlap_fraction": 0.75, "fabric_id": "pcie-3",
         "payload": "trajectories"}
 placement = {"rollout": "A", "learner": "B"}
+expected = {**edge, "cross_pool": True, "traffic_bytes_per_s": 8000.0, "transfer_seconds_per_s": 0.5,
+            "exposed_seconds_per_s": 0.125}
 row = transfer_ledger([edge], placement)["rows"][0]
-assert row == {**edge, "cross_pool": True, "traffic_bytes_per_s": 8000.0, "transfer_seconds_per_s": 0.5,
-               "exposed_seconds_per_s": 0.125}
+assert row == expected
 assert row is not edge
 hidden = transfer_ledger([dict(edge, overlap_fraction=1)], placement)
 assert hidden["rows"][0]["exposed_seconds_per_s"] == 0.0 and hidden["critical_exposed_seconds_per_s"] == 0.0

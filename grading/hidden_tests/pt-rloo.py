@@ -125,13 +125,15 @@ for _bad in ([], [[]], [[1.0, True]], [[float("nan"), 1.0]], [(1.0, 0.0)], [[1.0
 from hypothesis import strategies as st
 _entries = st.one_of(st.none(), st.integers(-3, 3), st.floats(-5, 5, allow_nan=False, allow_infinity=False),
                      st.sampled_from([0.0, 1.0, 0.5]))
+_special = st.sampled_from([0.1, 0.2, 0.7, None, 1e-300])  # inexact decimal sums, a tiny magnitude
 
 def _valid_counts(groups):
     return [sum(r is not None for r in g) for g in groups]
 
 
-reference.agrees("leave_one_out_advantages", st.tuples(st.lists(st.lists(_entries, min_size=1, max_size=6), min_size=1,
-                                                                 max_size=4)), cases=150, clauses={
+reference.agrees("leave_one_out_advantages", st.tuples(st.one_of(
+        st.lists(st.lists(_entries, min_size=1, max_size=6), min_size=1, max_size=4),
+        st.lists(st.lists(_special, min_size=1, max_size=6), min_size=1, max_size=4))), cases=180, clauses={
     "a group with fewer than two valid rewards": lambda groups: min(_valid_counts(groups)) < 2,
     "a group of exactly two valid rewards": lambda groups: 2 in _valid_counts(groups),
     "a group of three or more valid rewards with a None": lambda groups: any(
@@ -141,6 +143,14 @@ reference.agrees("leave_one_out_advantages", st.tuples(st.lists(st.lists(_entrie
     "a group of equal valid rewards": lambda groups: any(
         c >= 2 and len({r for r in g if r is not None}) == 1 for c, g in zip(_valid_counts(groups), groups)),
     "several groups": lambda groups: len(groups) > 1,
+    "a None first in a scoreable group": lambda groups: any(
+        g[0] is None and c >= 2 for c, g in zip(_valid_counts(groups), groups)),
+    "a None last in a scoreable group": lambda groups: any(
+        g[-1] is None and c >= 2 for c, g in zip(_valid_counts(groups), groups)),
+    "decimal rewards whose sums are inexact (0.1, 0.2, 0.7)": lambda groups: any(
+        sum(r in (0.1, 0.2, 0.7) for r in g) >= 2 for g in groups),
+    "a reward of 1e-300 beside others": lambda groups: any(
+        c >= 2 and any(r == 1e-300 for r in g) for c, g in zip(_valid_counts(groups), groups)),
 })
 
 # %% hidden exercise=leave_one_out_advantages points=1 name=generated_invalid_groups_raise_before_any_advantage
@@ -256,12 +266,13 @@ import torch
 from hypothesis import strategies as st
 
 
-def _batch(dims, values, shifts, flags, gains, dtype, clip, how, grad):
+def _batch(dims, values, shifts, flags, gains, dtype, clip, how, grad, outside):
     batch, time = dims
     flags = [row if any(row) else [True] + row[1:] for row in (flags[i * time:(i + 1) * time] for i in range(batch))]
     mask = torch.tensor(flags)
     logprobs = torch.tensor(values, dtype=torch.float64).reshape(batch, time)
     old = logprobs + torch.tensor(shifts, dtype=torch.float64).reshape(batch, time)
+    old = torch.where(mask, old, torch.full_like(old, outside))  # anything outside the mask: inf, -inf, nan, a number
     logprobs = torch.where(mask, logprobs, torch.full_like(logprobs, float("nan"))).to(dtype).requires_grad_(grad)
     advantages = torch.tensor(gains, dtype=dtype)
     if how == "default":
@@ -278,6 +289,7 @@ _calls = st.tuples(st.integers(1, 3), st.integers(1, 4)).flatmap(lambda dims: st
     st.lists(st.one_of(st.floats(-2, 2), st.just(0.0)), min_size=dims[0], max_size=dims[0]),
     st.sampled_from([torch.float64, torch.float32]), st.sampled_from([0.2, 0.1, 0.5]),
     st.sampled_from(["default", "keyword", "positional"]), st.booleans(),
+    st.sampled_from([float("inf"), -float("inf"), float("nan"), 0.0, 1e30]),
 ).map(lambda drawn: _batch(*drawn)))
 
 
@@ -305,6 +317,10 @@ reference.agrees("sequence_clipped_loss", _calls, cases=120, clauses={
     "an active clip (rho beyond the band in the advantage's direction)": lambda *a, **k: _clips("active", *a, **k),
     "rho beyond the band on the inactive side (not a clip)": lambda *a, **k: _clips("inactive", *a, **k),
     "logprobs that require grad": lambda *a, **k: a[0].requires_grad,
+    "inf outside the mask in old_logprobs": lambda *a, **k: bool((a[1].isinf() & (a[1] > 0) & ~a[3]).any()),
+    "-inf outside the mask in old_logprobs": lambda *a, **k: bool((a[1].isinf() & (a[1] < 0) & ~a[3]).any()),
+    "nan outside the mask in old_logprobs": lambda *a, **k: bool((a[1].isnan() & ~a[3]).any()),
+    "a masked token only in the last column": lambda *a, **k: bool((~a[3][:, -1]).any()) and bool(a[3][:, :-1].all()),
 })
 
 # %% hidden exercise=sequence_clipped_loss points=1 name=generated_invalid_batches_raise_as_the_reference

@@ -42,7 +42,8 @@ for rollout, event in refused:
         raise AssertionError(f"{event['type']} accepted in state {rollout['state']}")
 for rollout, event, state in ((sampled, {"type": "score", "scored_version": 1}, "scored"), (scored, {"type": "admit"}, "admitted"),
                               (admitted, {"type": "consume", "consumer": "learner-0"}, "consumed")):
-    assert advance_rollout_state(rollout, event)["history"] == rollout["history"] + [state]  # the allowed steps
+    expected = rollout["history"] + [state]
+    assert advance_rollout_state(rollout, event)["history"] == expected  # the allowed steps
 
 # %% hidden exercise=advance_rollout_state points=1 name=scoring_policy_cannot_be_older
 # hint: the policy that scores a rollout may be the sampling policy or a newer one, never an older one; versions are whole numbers.
@@ -602,10 +603,11 @@ events = [{"op": "reserve", "consumer": "A"}, {"op": "reserve", "consumer": "B"}
           {"op": "activate", "consumer": "A", "ok": True}, {"op": "reserve", "consumer": "C"},
           {"op": "activate", "consumer": "B", "ok": False}, {"op": "reserve", "consumer": "A"},
           {"op": "activate", "consumer": "C", "ok": True}]
+every_id = sorted(queue)
 result = reserve_and_activate(queue, events, batch_size=2)
 held = [rid for ids in result["reserved"].values() for rid in ids]
 places = result["free"] + held + list(result["consumed"])
-assert sorted(places) == sorted(queue) and len(places) == len(queue)
+assert sorted(places) == every_id and len(places) == len(every_id)
 assert list(result["consumed"].items()) == [("q0", "A"), ("q1", "A"), ("q4", "C"), ("q5", "C")]
 assert result["reserved"] == {"A": ["q2", "q3"]} and result["free"] == ["q6"]
 

@@ -74,7 +74,7 @@ _first = stamp_generation([{"sample_id": "a", "prompt": "Compute 1 + 2.", "respo
 _stamped = _first["samples"][0]
 _snapshot = dict(_stamped)
 _same = stamp_generation([_stamped], "gen", "T", 1, "v1")
-assert _same["samples"][0]["generation_id"] == _stamped["generation_id"]
+assert _same["samples"][0]["generation_id"] == _snapshot["generation_id"]
 try:
     stamp_generation([_stamped], "gen", "T", 2, "v1")
 except ValueError:

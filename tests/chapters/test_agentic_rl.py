@@ -121,26 +121,151 @@ def test_package_trajectory_functions_agree_with_the_notebook(reference, segment
                 outcome(reference["attribute_reward"], turn_ids, reward, gamma))
 
 
+EFFECT_SEEDS = (0, 1, 2, 3, 4)
+MARGIN = 0.15
+"""Calibrated under both numerics profiles (lr 2e-4, 10 steps x 16 episodes, 128 held-out tasks): success after
+minus before 0.39-0.46 (pinned AVX2) and 0.31-0.38 (generic); task reward minus shuffled reward after training
+0.29-0.48 and 0.33-0.43; the spread of those per-seed differences is below 0.1."""
+
+
+@pytest.fixture(scope="module")
+def tool_runs(lab_models):
+    """Both variants of cpu_smoke's settings on every effect seed, each from the same lab weights."""
+    import torch
+
+    from tools.experiments.online_rl.tool_stage import VARIANTS, run_seed
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        runs = {}
+        for seed in EFFECT_SEEDS:
+            for variant in VARIANTS:
+                record = run_seed(seed, variant)
+                assert record["status"] == "ok", record.get("error")
+                runs[variant, seed] = record
+        return runs
+    finally:
+        torch.set_num_threads(before)
+
+
 @pytest.mark.effect
 @pytest.mark.slow
-def test_the_lab_model_learns_to_call_the_calculator_on_every_seed(lab_models, one_cpu_thread):
-    """Step 5.2's effect: cpu_smoke's settings, seeds 0-2 from the same lab weights; on the held-out tasks
-    the greedy policy's share of episodes calling the calculator rises by at least 0.2 on every seed, and
-    so does the share answered correctly (by at least 0.2).
+def test_the_task_reward_teaches_the_calculator_and_shuffled_rewards_do_not(tool_runs):
+    """Step 5.2's effect, paired over seeds: on the held-out tasks the greedy policy calls the calculator and
+    answers correctly more often after training than before (the baseline row), and more often than after the
+    same training on shuffled rewards (the negative control), each interval beyond the margin. With the
+    leave-one-out baseline of the same quantity, no turn of a successful episode gets a negative advantage.
+    The regression check the page reports holds too: the lab task's exact match (sums without the tool) falls."""
+    from tools.core import effects
 
-    Measured under the pinned CPU numerics (AVX2), sampling temperature 4: calculator share 0.062 ->
-    0.594, 1.000, 1.000 and success 0 -> 0.562, 1.000, 0.953 on seeds 0-2. At temperature 1 seed 0
-    stayed at 0.062 / 0 (no sampled episode in 10 steps earned a reward, so no gradient)."""
-    from tools.experiments.online_rl.tool_stage import run_seed
+    for key in ("calculator_share", "success"):
+        after = {seed: tool_runs["task_reward", seed]["after"][key] for seed in EFFECT_SEEDS}
+        before = {seed: tool_runs["task_reward", seed]["before"][key] for seed in EFFECT_SEEDS}
+        control = {seed: tool_runs["shuffled_reward", seed]["after"][key] for seed in EFFECT_SEEDS}
+        rise, over_control = effects.paired_effect(after, before), effects.paired_effect(after, control)
+        assert effects.holds(rise, MARGIN), (key, effects.describe(rise), rise["differences"])
+        assert effects.holds(over_control, MARGIN), (key, effects.describe(over_control), over_control["differences"])
+    for (variant, seed), record in tool_runs.items():
+        assert len(record["steps"]) == record["settings"]["steps"] and record["after"]["episodes"] == 128
+        assert record["before"]["lab_task"]["problems"] == 810
+        if variant == "task_reward":
+            assert all(step["successful_turns_with_negative_advantage"] == 0 for step in record["steps"])
+    lab_before = {seed: tool_runs["task_reward", seed]["before"]["lab_task"]["exact_match"] for seed in EFFECT_SEEDS}
+    lab_after = {seed: tool_runs["task_reward", seed]["after"]["lab_task"]["exact_match"] for seed in EFFECT_SEEDS}
+    regression = effects.paired_effect(lab_before, lab_after, metric="lab task exact match lost")
+    assert effects.holds(regression, 0.0), ("the page reports a measured loss of the addition skill",
+                                            effects.describe(regression))
 
-    rises = []
-    for seed in (0, 1, 2):
-        record = run_seed(seed)
+
+@pytest.mark.effect
+@pytest.mark.slow
+def test_a_planted_environment_that_pays_every_answer_changes_step5(lab_models, one_cpu_thread, tmp_path):
+    """Step 5 runs the learner's functions: the notebook's run(plan), once with the course's functions and once
+    with a learner's env_step that rewards any well-formed ANSWER (the mutant every_answer_rewarded). The
+    planted run's record says env_step was the learner's; the policy it trains no longer learns to answer the
+    held-out tasks (judged by the course's environment), where the course's run does."""
+    from planted_functions import learner_mechanism
+
+    from tools.experiments.contract import Limits, Mechanism, Plan, run
+
+    rises = {}
+    for name, mechanism in (("course", Mechanism()),
+                            ("planted", learner_mechanism("PT-AGENTIC-RL", "every_answer_rewarded", tmp_path))):
+        plan = Plan(experiment=chapter.TOOL_EXPERIMENT, chapter="PT-AGENTIC-RL", run_mode="cpu_smoke",
+                    label=f"planted-{name}", results_dir=tmp_path / name, variants=("task_reward",),
+                    limits=Limits(cpu_threads=1), mechanism=mechanism)
+        (record,) = [ref.load() for ref in run(plan)]
         assert record["status"] == "ok", record.get("error")
-        before, after = record["before"], record["after"]
-        assert before["calculator_share"] < 0.2, "the lab model starts by answering the sum it knows"
-        assert after["calculator_share"] - before["calculator_share"] >= 0.2, (seed, before, after)
-        assert after["success"] - before["success"] >= 0.2, (seed, before, after)
-        assert len(record["steps"]) == record["settings"]["steps"]
-        rises.append(after["calculator_share"] - before["calculator_share"])
-    assert sum(rises) / len(rises) >= 0.3, rises
+        assert record["mechanism"]["env_step"]["source"] == ("package" if name == "course" else "learner")
+        assert record["mechanism"]["attribute_reward"]["source"] == "package"
+        rises[name] = record["after"]["success"] - record["before"]["success"]
+    assert rises["course"] >= 0.2 and rises["planted"] <= 0.1 and rises["course"] - rises["planted"] >= 0.2, rises
+
+
+LEARNER_ATTRIBUTE_REWARD = '''def attribute_reward(turn_ids, terminal_reward, gamma=1.0, baseline=0.0):
+    """A learner's version, written differently: the turns counted first, the returns built from the end."""
+    def finite(value):
+        return type(value) in (int, float) and math.isfinite(value)
+
+    if type(turn_ids) is not list or any(type(turn) is not int for turn in turn_ids):
+        raise ValueError("turn_ids must be a list of ints")
+    turns, last = [], None
+    for turn in turn_ids:
+        if turn < -1:
+            raise ValueError(f"turn id {turn} is below -1")
+        if turn >= 0 and turn != last:
+            if turn != len(turns):
+                raise ValueError("the model turns must be contiguous runs numbered 0, 1, 2, ...")
+            turns.append(turn)
+        last = turn
+    if not turns:
+        raise ValueError("there is no model turn to credit")
+    if not (finite(terminal_reward) and finite(baseline)):
+        raise ValueError("the reward and the baseline must be finite numbers")
+    if not finite(gamma) or not (0 < gamma <= 1):
+        raise ValueError("gamma must lie in (0, 1]")
+    returns = [0.0] * len(turns)
+    value = float(terminal_reward)
+    for turn in reversed(turns):
+        returns[turn] = value
+        value *= gamma
+    gains = [credit - baseline for credit in returns]
+    return {"turn_returns": returns, "turn_advantages": [float(gain) for gain in gains],
+            "token_advantages": [0.0 if turn < 0 else float(gains[turn]) for turn in turn_ids]}'''
+
+
+@pytest.mark.integration
+def test_the_notebook_trains_with_the_learners_own_function(tmp_path):
+    """A copy of the chapter whose TODO 3 holds a learner's correct, differently written attribute_reward,
+    executed by papermill in cpu_smoke as a learner would run it: its records say Step 5 ran the learner's
+    attribute_reward and the reference env_step and assemble_trajectory, and the page says so."""
+    import papermill
+
+    from tools.course.cells import read_notebook, write_notebook
+    from tools.course.runs.runner import KERNEL_ARGUMENTS, unexpected_error
+
+    source = find_chapter("PT-AGENTIC-RL", REPO_ROOT).notebook_path(REPO_ROOT)
+    notebook = read_notebook(source)
+    (cell,) = [cell for cell in notebook.cells if cell.get("metadata", {}).get("course", {}).get("exercise")
+               == "attribute_reward" and "exercise" in cell.metadata.get("tags", [])]
+    cell.source = LEARNER_ATTRIBUTE_REWARD
+    copy, executed, results = tmp_path / source.name, tmp_path / "executed.ipynb", tmp_path / "results"
+    write_notebook(notebook, copy)
+    try:
+        papermill.execute_notebook(str(copy), str(executed), cwd=str(source.parent), progress_bar=False,
+                                   log_output=False, extra_arguments=KERNEL_ARGUMENTS,
+                                   parameters={"RUN_MODE": "cpu_smoke", "RUN_LABEL": "learner-function",
+                                               "RESULTS_DIR": str(results)})
+    except papermill.PapermillExecutionError:
+        pass  # the visible tests of the two stubbed TODOs fail, as they do for a learner; any other error is not
+    assert unexpected_error(executed) is None, unexpected_error(executed)
+    for variant in chapter.TOOL_VARIANTS:
+        path = results / "pt-agentic-rl" / f"pt-agentic-rl_tool_rl_{variant}_learner-function.json"
+        record = json.loads(path.read_text(encoding="utf-8"))
+        assert record["status"] == "ok", record.get("error")
+        assert {name: item["source"] for name, item in record["mechanism"].items()} == {
+            "attribute_reward": "learner", "env_step": "reference", "assemble_trajectory": "reference"}
+    outputs = "".join(output.get("text", "") for cell in read_notebook(executed).cells if cell.cell_type == "code"
+                      for output in cell.get("outputs", []))
+    assert "Step 5 will run your attribute_reward" in outputs and "你自己写的 `attribute_reward`" in outputs

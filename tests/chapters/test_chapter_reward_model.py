@@ -43,9 +43,16 @@ def tiny_reward_model(tiny_model_dir, one_cpu_thread):
 def test_framework_checks_match_transformers_and_trl(tiny_reward_model, reference):
     model, tokenizer = tiny_reward_model
     head = chapter.compare_with_transformers(model, tokenizer, reference["pairwise_reward_loss"])
-    assert head["matches"] and set(head["padding"]) == {"right", "left"}
+    assert head["matches"] and set(head["padding"]) == {"right", "left", "right, pad = eos"}
     right, left = head["padding"]["right"]["positions"], head["padding"]["left"]["positions"]
     assert right["chosen"] != left["chosen"], "the two paddings put the last token in different columns"
+    for side in ("right", "left"):
+        assert head["padding"][side]["attention_mask_max_abs_diff"] <= chapter.FRAMEWORK_TOLERANCE
+    eos = head["padding"]["right, pad = eos"]
+    assert eos["max_abs_diff"] <= chapter.FRAMEWORK_TOLERANCE, "the readout mask reads the token transformers reads"
+    assert eos["attention_mask_max_abs_diff"] > 1e-3, "the attention mask's last 1 is the trailing eos, not that token"
+    assert all(a == b + 1 for a, b in zip(eos["attention_mask_positions"]["chosen"], eos["positions"]["chosen"]))
+    assert model.config.pad_token_id == tokenizer.pad_token_id != tokenizer.eos_token_id, "the check restores the config"
     loss = chapter.compare_with_trl(model, tokenizer, reference["pairwise_reward_loss"])
     assert loss["matches"] and loss["abs_diff"] <= chapter.FRAMEWORK_TOLERANCE and loss["margins"] == [0.5, 0.0, 1.0]
     info = chapter.framework()
@@ -123,29 +130,67 @@ def test_pad_rows_left_and_right():
     assert ids.tolist() == [[5, 6, 7], [8, 0, 0]] and mask.tolist() == [[1, 1, 1], [1, 0, 0]]
 
 
-@pytest.mark.effect
-@pytest.mark.slow  # three runs of the stage on the lab model: two reward models each (about 10 s per seed on one core)
-def test_on_the_lab_model_the_candidate_beats_the_mislabelled_control_for_every_seed(lab_models, tmp_path,
-                                                                                     one_cpu_thread):
-    """The stage with cpu_smoke's pairs, seeds 0, 1 and 2: the reward model trained on correct labels
-    ranks at least 80 % of the 64 hidden pairs right; the control trained on the same pairs with half of
-    them swapped stays near chance (its mean over the seeds within 0.5 +- 0.15); the gate accepts the
-    candidate every time."""
-    from tools.experiments.contract import Plan, run
+EFFECT_SEEDS = (0, 1, 2, 3, 4)
+GAP_MARGIN = 0.25
 
-    records = []
-    for seed in (0, 1, 2):
-        plan = Plan(experiment="reward_model", chapter="PT-REWARD-MODEL", run_mode="cpu_smoke", label=f"effect{seed}",
-                    results_dir=tmp_path, model="lab", seeds=(seed,), options=chapter.STEP5_CPU_SPLIT)
-        (ref,) = run(plan)
-        records.append(ref.load())
-    candidates = [record["candidate"]["hidden_accuracy"] for record in records]
-    controls = [record["control"]["hidden_accuracy"] for record in records]
-    assert all(record["candidate"]["hidden_pairs"] == 64 for record in records)
-    assert min(candidates) >= 0.8, candidates
-    assert abs(sum(controls) / len(controls) - 0.5) <= 0.15, controls
-    assert [record["decision"]["decision"] for record in records] == ["accept_mechanism"] * 3, (candidates, controls)
-    assert any("candidate" in line for line in chapter.gate_lines(records[0]))
-    figure = chapter.draw_gate(records[0], {"candidate": 1.0, "control": 0.5})
+
+@pytest.mark.effect
+@pytest.mark.slow  # the stage on the lab model, five seeds of two reward models each (about 10 s per seed on one core)
+def test_on_the_lab_model_the_candidate_beats_the_mislabelled_control(lab_models, tmp_path, one_cpu_thread):
+    """The stage with cpu_smoke's pairs, five seeds in one record: on hidden pairs whose rejected replies use
+    templates no training pair used, the reward model trained on correct labels beats the control trained on the
+    same pairs with half of them swapped by a paired effect whose whole interval lies above the gate's gap (0.25);
+    the gate accepts on every seed; the calibration error the gate reads is measured on the hidden pairs, not on
+    the calibration pairs the temperature was fitted on."""
+    from tools.core import effects
+    from tools.experiments.contract import Plan, run
+    from tools.experiments.reward import reward_model_stage as stage
+
+    plan = Plan(experiment="reward_model", chapter="PT-REWARD-MODEL", run_mode="cpu_smoke", label="effect",
+                results_dir=tmp_path, model="lab", seeds=EFFECT_SEEDS, options=chapter.STEP5_CPU_SPLIT)
+    (ref,) = run(plan)
+    record = ref.load()
+    assert record["status"] == "ok", record.get("error")
+    for entry in record["per_seed"]:
+        assert entry["candidate"]["hidden_pairs"] == 64 and entry["gate"]["decision"] == "accept_mechanism", entry["gate"]
+        for kind, templates in (("train", stage.TRAIN_TEMPLATES), ("calibration", stage.TRAIN_TEMPLATES),
+                                (("hidden", stage.HIDDEN_TEMPLATES))):
+            assert all(pair["rejected"] in {template.format(n=pair["label"]) for template in templates}
+                       for pair in entry["pairs"][kind]), kind
+        assert entry["candidate"]["hidden_calibration"]["temperature"] == entry["candidate"]["calibration"]["temperature"]
+    found = record["effects"]["candidate_over_control"]
+    assert found["seeds"] == list(EFFECT_SEEDS)
+    assert effects.holds(found, GAP_MARGIN), effects.describe(found)
+    assert record["decision"]["decision"] == "accept_mechanism"
+    assert any("candidate" in line for line in chapter.gate_lines(record)) and len(chapter.effect_sentences(record)) == 3
+    figure = chapter.draw_gate(record, {"candidate": 1.0, "control": 0.5})
     assert figure.axes
     matplotlib.pyplot.close(figure)
+
+
+@pytest.mark.effect
+@pytest.mark.slow  # the stage on the lab model twice, one seed each (two reward models per run)
+def test_a_planted_wrong_loss_changes_the_step5_decision(lab_models, tmp_path, one_cpu_thread):
+    """Step 5 trains with the learner's functions: the same run(plan) the notebook calls, once with the chapter's
+    reference loss and once with a planted mistake (grading mutant `sign_flipped`: rejected minus chosen). The
+    reference candidate ranks the hidden pairs far above its control and the gate accepts; the planted loss trains
+    the candidate to prefer the rejected replies, and the gate rejects."""
+    from planted import learner_mechanism, mutant, references
+
+    from tools.experiments.contract import Plan, run
+
+    namespace = {"math": math, "torch": torch, "F": F, **{name: getattr(tensor_checks, name) for name in dir(tensor_checks)
+                                                          if name.startswith("check_")}}
+    taught = references("PT-REWARD-MODEL", EXERCISES, namespace)
+    name, wrong = mutant("PT-REWARD-MODEL", "sign_flipped", namespace)
+    outcomes = {}
+    for label, functions in (("reference", taught), ("planted", {**taught, name: wrong})):
+        plan = Plan(experiment="reward_model", chapter="PT-REWARD-MODEL", run_mode="cpu_smoke", label=label,
+                    results_dir=tmp_path, model="lab", seeds=(0,), options=chapter.STEP5_CPU_SPLIT,
+                    mechanism=learner_mechanism(functions))
+        (ref,) = run(plan)
+        outcomes[label] = ref.load()
+    accuracy = {label: record["per_seed"][0]["candidate"]["hidden_accuracy"] for label, record in outcomes.items()}
+    assert outcomes["planted"]["mechanism"]["pairwise_reward_loss"]["source"] == "learner"
+    assert outcomes["reference"]["decision"]["decision"] == "accept_mechanism", accuracy
+    assert outcomes["planted"]["decision"]["decision"] == "reject" and accuracy["planted"] < 0.5 < accuracy["reference"]

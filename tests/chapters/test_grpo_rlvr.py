@@ -64,6 +64,32 @@ def test_clipped_objective_and_weights_follow_the_formulas():
     assert weights["a"] == {"sequence": 0.25, "token": 0.125} and weights["b"]["sequence"] == pytest.approx(1 / 12)
 
 
+def test_both_groups_sample_the_same_rollouts_per_step_in_every_run_mode():
+    """The matched budget: the minimal group gets three times the prompts of the extended group, so each step
+    samples as many replies; an override of prompts_per_step is recorded in the settings."""
+    from tools.experiments.online_rl.grpo_stage import PLANS, settings_for
+
+    for run_mode in ("cpu_smoke", "real_gpu"):
+        extended, _ = settings_for(run_mode, "extended", 0)
+        minimal, _ = settings_for(run_mode, "minimal", 0)
+        assert extended.group_size * extended.prompts_per_step == minimal.group_size * minimal.prompts_per_step \
+            == PLANS[run_mode]["rollouts_per_step"]
+        assert minimal.prompts_per_step == 3 * extended.prompts_per_step
+    assert settings_for("real_gpu", "extended", 0)[0].prompts_per_step == 2, "the original course's scale"
+    assert settings_for("cpu_smoke", "minimal", 0, {"prompts_per_step": 5})[0].prompts_per_step == 5
+
+
+def test_the_real_gpu_decision_reads_enough_held_out_problems_that_one_is_well_below_the_threshold():
+    """8 held-out problems made one problem worth 0.125, more than twice the +0.05 threshold; now one problem is
+    at most a tenth of it, and no held-out problem is also a training problem."""
+    from tools.experiments.online_rl.grpo_stage import MIN_EXACT_MATCH_GAIN, PLANS, tasks_for
+
+    train, held_out, info = tasks_for("Qwen/Qwen2.5-0.5B-Instruct", PLANS["real_gpu"])
+    assert 1 / len(held_out) <= MIN_EXACT_MATCH_GAIN / 10 and len(held_out) >= 390
+    assert not {(t.operation, t.a, t.b) for t in train} & {(t.operation, t.a, t.b) for t in held_out}
+    assert info["held_out_dropped_as_seen"] == 400 - len(held_out)
+
+
 @pytest.mark.parametrize("draw", ["scoreable", "objective", "weights", "groups"])
 def test_figures_draw(draw):
     figure = {"scoreable": lambda: chapter.draw_scoreable_share(),
@@ -143,24 +169,99 @@ def test_package_loss_agrees_with_the_notebook(reference, batch, time, seed, cli
     assert same(ours, outcome(reference["clipped_grpo_loss"], logprobs, old, gains, mask, clip, aggregation))
 
 
-@pytest.mark.effect
-@pytest.mark.slow
-def test_grpo_raises_the_lab_models_held_out_exact_match_on_every_seed(lab_models, one_cpu_thread):
-    """Step 5.2's effect: the extended group (G = 6) of cpu_smoke's plan, three seeds from the same lab
-    weights; held-out exact match (810 problems never trained on) rises by at least 0.05 on every seed,
-    and every step's scoreable share and clip rate are recorded."""
+EFFECT_SEEDS = (0, 1, 2, 3, 4)
+GAIN_MARGIN = 0.03
+"""Calibrated under both numerics profiles (lr 3e-5, 24 steps x 96 rollouts): held-out gains of the extended
+group 0.070-0.094 (pinned AVX2) and 0.107-0.112 (generic), of the minimal group 0.038-0.094 and 0.106-0.109;
+the spread of the per-seed gains across seeds and profiles is about 0.02, below this margin."""
+ROLLOUTS_MARGIN = 20.0
+"""Rollouts entering the loss per step, extended minus minimal: 37-44 measured on both profiles."""
+
+
+@pytest.fixture(scope="module")
+def grpo_runs(lab_models):
+    """Both variants of cpu_smoke's plan on every effect seed, each from the same lab weights."""
+    import torch
+
     from tools.experiments.online_rl.grpo_stage import run_variant, variant_summary
 
-    gains = []
-    for seed in (0, 1, 2):
-        record = run_variant(chapter.STEP5_CPU_MODEL, "local", "cpu", "extended", seed, "cpu_smoke")
-        assert record["status"] == "ok" and record["tasks"]["held_out"] == 810
-        summary = variant_summary(record)
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        runs = {}
+        for seed in EFFECT_SEEDS:
+            for variant in ("extended", "minimal"):
+                record = run_variant(chapter.STEP5_CPU_MODEL, "local", "cpu", variant, seed, "cpu_smoke")
+                assert record["status"] == "ok", record.get("error")
+                runs[variant, seed] = (record, variant_summary(record))
+        return runs
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.mark.effect
+@pytest.mark.slow
+def test_grpo_raises_the_lab_models_held_out_exact_match_over_seeds(grpo_runs):
+    """Step 5.2's effect, paired over seeds against the untrained model (the baseline row): both groups raise
+    held-out exact match (810 problems never trained on) by more than the margin, and the records hold
+    what the page reads (steps, scoreable share, clip rate, the regression check)."""
+    from tools.core import effects
+
+    for variant in ("extended", "minimal"):
+        after = {seed: grpo_runs[variant, seed][1]["exact_match_after"] for seed in EFFECT_SEEDS}
+        before = {seed: grpo_runs[variant, seed][1]["exact_match_before"] for seed in EFFECT_SEEDS}
+        gain = effects.paired_effect(after, before, metric="held-out exact match")
+        assert effects.holds(gain, GAIN_MARGIN), (variant, effects.describe(gain), gain["differences"])
+    for (variant, seed), (record, summary) in grpo_runs.items():
+        assert record["tasks"]["held_out"] == 810 and record["rollouts_per_step"] == 96
         series = chapter.grpo_series(record)
-        assert len(series["scoreable_share"]) == record["settings"]["steps"] == 8
+        assert len(series["scoreable_share"]) == record["settings"]["steps"] == 24
         assert all(0.0 <= share <= 1.0 for share in series["scoreable_share"])
         assert all(value is None or 0.0 <= value <= 1.0 for value in series["clip_rate"])
-        assert summary["scoreable_share_mean"] > 0.5, "G = 6 on a half-learned task: most groups carry a signal"
-        gains.append(summary["exact_match_gain"])
-    assert min(gains) >= 0.05, gains
-    assert sum(gains) / len(gains) >= 0.1, gains
+        assert 0.5 <= summary["retained_share"] <= 1.0, "most problems answered before stay answered"
+
+
+@pytest.mark.effect
+@pytest.mark.slow
+def test_at_the_same_rollout_budget_the_larger_group_puts_more_rollouts_in_the_loss_but_wins_less_than_a_threshold(
+        grpo_runs):
+    """The control of the group-size claim: G = 6 x 16 prompts against G = 2 x 48 prompts, 96 rollouts per step
+    each. Measured, not asserted: the larger group sends about twice as many rollouts into the loss (its groups
+    are scoreable more often), yet its held-out gain over the smaller group stays below the decision
+    threshold (+0.05) on both numerics profiles."""
+    from tools.core import effects
+    from tools.experiments.online_rl.grpo_stage import MIN_EXACT_MATCH_GAIN
+
+    def by_seed(variant, key):
+        return {seed: grpo_runs[variant, seed][1][key] for seed in EFFECT_SEEDS}
+
+    in_loss = effects.paired_effect(by_seed("extended", "rollouts_in_loss_mean"), by_seed("minimal", "rollouts_in_loss_mean"))
+    assert effects.holds(in_loss, ROLLOUTS_MARGIN), effects.describe(in_loss)
+    gap = effects.paired_effect(by_seed("extended", "exact_match_gain"), by_seed("minimal", "exact_match_gain"))
+    assert gap["mean"] < MIN_EXACT_MATCH_GAIN and not effects.holds(gap, MIN_EXACT_MATCH_GAIN), effects.describe(gap)
+
+
+@pytest.mark.effect
+@pytest.mark.slow
+def test_a_planted_loss_that_forgot_its_minus_sign_changes_step5(lab_models, one_cpu_thread, tmp_path):
+    """Step 5 runs the learner's functions: the notebook's run(plan), once with the course's functions and once
+    with a learner's clipped_grpo_loss that returns the objective instead of the loss (the mutant
+    objective_not_negated). The planted run's records say the loss was the learner's, its held-out exact
+    match falls, and the decision is no longer accept_mechanism."""
+    from planted_functions import learner_mechanism
+
+    from tools.experiments.contract import Limits, Mechanism, Plan, run
+
+    outcomes = {}
+    for name, mechanism in (("course", Mechanism()), ("planted", learner_mechanism("18", "objective_not_negated", tmp_path))):
+        plan = Plan(experiment=chapter.GRPO_EXPERIMENT, chapter="18", run_mode="cpu_smoke", label=f"planted-{name}",
+                    results_dir=tmp_path / name, model=chapter.STEP5_CPU_MODEL, variants=("extended",),
+                    limits=Limits(cpu_threads=1), mechanism=mechanism)
+        outcomes[name] = {ref.stage: ref.load() for ref in run(plan)}
+    course, planted = outcomes["course"], outcomes["planted"]
+    assert course["grpo_extended"]["mechanism"]["clipped_grpo_loss"]["source"] == "package"
+    assert planted["grpo_extended"]["mechanism"]["clipped_grpo_loss"]["source"] == "learner"
+    assert planted["decision"]["mechanism"]["verify_integer_answer"]["source"] == "package"
+    assert course["decision"]["decision"]["decision"] == "accept_mechanism", course["decision"]["summaries"]
+    (summary,) = planted["decision"]["summaries"]
+    assert summary["exact_match_gain"] < 0 and planted["decision"]["decision"]["decision"] != "accept_mechanism", summary

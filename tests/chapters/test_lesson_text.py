@@ -56,3 +56,41 @@ def test_a_sentence_in_code_would_be_found(tmp_path):
     probe = tmp_path / "probe.py"
     probe.write_text('"""说明。"""\nvalue = f"共 {3} 条"\n', encoding="utf-8")
     assert {line for line, value in string_constants(probe) if CHINESE.search(value)} == {2}
+
+
+def _effect(lower, upper):
+    return {"metric": None, "seeds": [0, 1, 2], "treatment": [0.0] * 3, "control": [0.0] * 3, "differences": [0.0] * 3,
+            "mean": (lower + upper) / 2, "sd": 0.0, "lower": lower, "upper": upper, "confidence": 0.95,
+            "method": "student_t_over_paired_seed_differences"}
+
+
+@pytest.mark.parametrize("interval", [(0.1, 0.3), (0.01, 0.3), (-0.1, 0.3), (-0.3, -0.1)])
+def test_every_branch_of_the_reward_pages_effect_sentences_fills_its_entry(interval):
+    """The four reward pages choose a sentence by where an interval lies; every branch fills its entry."""
+    from tools.chapters import ppo, reward_model, reward_signal, rloo
+
+    low, high = interval
+    ppo_record = {"status": "ok", "min_gain_over_control": 0.05, "results": [{}] * 3,
+                  "effects": {"exact_match_over_control": _effect(low, high), "exact_match_over_start": _effect(low, high),
+                              "critic_over_constant": _effect(low, high), "critic_over_control": _effect(low, high)}}
+    assert len(ppo.effect_sentences(ppo_record)) == 3
+    model_record = {"status": "ok", "settings": {"min_gap": 0.25, "split": {"hidden": 64}},
+                    "per_seed": [{"control": {"hidden_accuracy": 0.4}}, {"control": {"hidden_accuracy": 0.6}}],
+                    "effects": {"candidate_over_control": _effect(low, high),
+                                "unseen_over_seen_templates": _effect(low, high)}}
+    assert len(reward_model.effect_sentences(model_record)) == 3
+    same = {"name": "same_score_no_baseline", "advantage_spread": 0.0, "whitened_abs_max": 0.0,
+            "reasons": ["constant_advantages"]}
+    signal_record = {"status": "ok", "per_seed": [{"candidates": [same]}],
+                     "effects": {"kl_share_control_over_baseline": _effect(low, high)}}
+    assert len(reward_signal.effect_sentences(signal_record)) == 2
+    split = {"loo_over_none": {"measured": 2.0, "advantage_part": 0.9, "independent_rewards_advantage_part": 0.95,
+                               "norm_part": 1.8, "residual": 1.2},
+             "wrong_over_right": {"count_part": 2.0, "norm_part": 3.0}}
+    rloo_record = {"status": "ok", "per_seed": [{"seed": 0, "rewarded_share": 0.3, "splits": split}],
+                   "effects": {"log_squared_norm_unrewarded_over_rewarded": _effect(low, high),
+                               "log_variance_loo_over_none": _effect(low, high)}}
+    assert len(rloo.finding_sentences(rloo_record)) == 3
+    for record, build in ((ppo_record, ppo.effect_sentences), (model_record, reward_model.effect_sentences),
+                          (signal_record, reward_signal.effect_sentences)):
+        assert len(build({**record, "effects": None})) == 1, "no interval: one sentence that says so"

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from tools.chapters import saved_tensor_probes as probes
-from tools.course.grader.boundary import InProcessChannel, LearnerFunction
+from tools.course.grader.boundary import Contract, InProcessChannel, LearnerFunction
 
 LEARNER = '''
 def step(module, batch, loss_fn):
@@ -19,7 +19,7 @@ def step(module, batch, loss_fn):
 def _across_the_boundary():
     learner = {"__name__": "__main__"}
     exec(LEARNER, learner)  # noqa: S102 - the test's own learner code
-    return LearnerFunction("step", InProcessChannel(learner), {})
+    return LearnerFunction("step", InProcessChannel(learner), {}, Contract(("module", "batch", "loss_fn"), frozenset({"module"})))
 
 
 def test_probes_cross_the_boundary_and_their_gradients_come_back():

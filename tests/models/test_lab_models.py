@@ -300,6 +300,9 @@ def test_score_samples_and_exact_match_use_the_task_verifier(student):
     result = lab_sampling.exact_match(model, tokenizer, problems=problems)
     assert result["correct"] == sum(s["correct"] for s in scored) and result["total"] == 40
     assert 0 < result["correct"] < 40  # the student knows some sums, not all
+    assert "correct_by_problem" not in result
+    each = lab_sampling.exact_match(model, tokenizer, problems=problems, per_problem=True)
+    assert each["correct_by_problem"] == [bool(s["correct"]) for s in scored] and each["correct"] == result["correct"]
     with pytest.raises(ConfigError):
         lab_sampling.score_samples(problems[:1], greedy[1:2] + [{**greedy[0], "prompt_index": 5}])
 

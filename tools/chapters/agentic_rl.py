@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Callable, Mapping, Sequence
 
+from tools.chapters import lesson_text
 from tools.core.environment import installed_version
 from tools.experiments.online_rl.tool_env import CalculatorEnv, check_with_gymnasium
 
@@ -193,43 +194,97 @@ def interface_summary(record: Mapping) -> list[str]:
 # ---------------------------------------------------------------------------
 
 TOOL_EXPERIMENT = "tool_use_rl"
-TOOL_STAGE = "tool_rl"
+TOOL_VARIANTS = ("task_reward", "shuffled_reward")
+TOOL_STAGES = tuple(f"tool_rl_{variant}" for variant in TOOL_VARIANTS)
 
 
 def tool_lines(record: Mapping) -> list[str]:
-    """Lines that show a tool_rl record: greedy held-out shares before and after, and the sampled share per step."""
+    """Lines that show a tool_rl_<variant> record: greedy held-out shares before and after, the regression
+    check on the lab task, and the sampled share per step."""
     if record.get("status") != "ok":
-        return [f"status {record.get('status')}: {record.get('error')}"]
+        return [f"{record.get('variant')}: status {record.get('status')}: {record.get('error')}"]
     settings, before, after = record["settings"], record["before"], record["after"]
-    return [f"seed {settings['seed']}, {settings['steps']} steps x {settings['episodes_per_step']} episodes, lr "
-            f"{settings['learning_rate']:g}, gamma {settings['gamma']}: on {before['episodes']} held-out tasks (greedy) "
-            f"episodes calling the calculator {before['calculator_share']:.3f} -> {after['calculator_share']:.3f}, "
-            f"answered correctly {before['success']:.3f} -> {after['success']:.3f}",
+    return [f"{record['variant']} (reward {settings['reward']}), seed {settings['seed']}, {settings['steps']} steps x "
+            f"{settings['episodes_per_step']} episodes, lr {settings['learning_rate']:g}, T {settings['temperature']:g}, "
+            f"gamma {settings['gamma']}: on {before['episodes']} held-out tasks (greedy) episodes calling the calculator "
+            f"{before['calculator_share']:.3f} -> {after['calculator_share']:.3f}, answered correctly "
+            f"{before['success']:.3f} -> {after['success']:.3f}",
+            f"  regression check, lab task held-out exact match (no tool, {before['lab_task']['problems']} problems): "
+            f"{before['lab_task']['exact_match']:.3f} -> {after['lab_task']['exact_match']:.3f}",
             "  sampled episodes calling the calculator per step "
-            + " ".join(f"{step['calculator_share']:.2f}" for step in record["steps"])]
+            + " ".join(f"{step['calculator_share']:.2f}" for step in record["steps"]),
+            "  successful turns given a negative advantage per step "
+            + " ".join(str(step["successful_turns_with_negative_advantage"]) for step in record["steps"])]
 
 
-def draw_tool_learning(record: Mapping):
-    """Figure: per step the sampled share of episodes calling the calculator and the mean reward, and the
-    greedy held-out shares before and after training."""
+def tool_effects(records: Sequence[Mapping]) -> dict | None:
+    """This run's differences (one seed): after - before for the task reward, and task - shuffled after
+    training, for the calculator share, success and the lab task; None unless both variants are ok."""
+    by_variant = {record.get("variant"): record for record in records if record.get("status") == "ok"}
+    if set(by_variant) != set(TOOL_VARIANTS):
+        return None
+    task, control = by_variant["task_reward"], by_variant["shuffled_reward"]
+    out = {"seed": task["settings"]["seed"]}
+    for key in ("calculator_share", "success"):
+        out[key] = {"before": task["before"][key], "task_reward": task["after"][key],
+                    "shuffled_reward": control["after"][key]}
+    out["lab_task"] = {"before": task["before"]["lab_task"]["exact_match"],
+                       "task_reward": task["after"]["lab_task"]["exact_match"],
+                       "shuffled_reward": control["after"]["lab_task"]["exact_match"]}
+    return out
+
+
+def tool_effect_sentences(records: Sequence[Mapping]) -> list[str]:
+    """The page's sentences about this run's effect, the control and the regression check."""
+    effects = tool_effects(records)
+    if effects is None:
+        return [lesson_text.text("agentic_rl.effect_missing")]
+    lines = []
+    for key, name in (("calculator_share", "agentic_rl.metric_calculator"), ("success", "agentic_rl.metric_success")):
+        item = effects[key]
+        lines.append(lesson_text.text("agentic_rl.effect_one_seed", metric=lesson_text.text(name), seed=effects["seed"],
+                                      before=item["before"], task=item["task_reward"], control=item["shuffled_reward"],
+                                      rise=item["task_reward"] - item["before"],
+                                      over_control=item["task_reward"] - item["shuffled_reward"]))
+    lab = effects["lab_task"]
+    lines.append(lesson_text.text("agentic_rl.regression_one_seed", before=lab["before"], task=lab["task_reward"],
+                                  control=lab["shuffled_reward"]))
+    return lines
+
+
+def draw_tool_learning(records: Sequence[Mapping]):
+    """Figure: per step the sampled share of episodes calling the calculator of each variant, and the greedy
+    held-out shares and the lab task's exact match before and after training."""
     import matplotlib.pyplot as plt
 
-    fig, (steps_ax, eval_ax) = plt.subplots(1, 2, figsize=(11, 3.8))
-    steps = record["steps"]
-    x = [step["step"] for step in steps]
-    steps_ax.plot(x, [step["calculator_share"] for step in steps], marker="o", label="episodes calling CALC")
-    steps_ax.plot(x, [step["mean_reward"] for step in steps], marker="s", label="mean reward")
+    shown = [record for record in records if record.get("status") == "ok"]
+    fig, (steps_ax, eval_ax) = plt.subplots(1, 2, figsize=(12, 3.8))
+    for record in shown:
+        steps = record["steps"]
+        steps_ax.plot([step["step"] for step in steps], [step["calculator_share"] for step in steps], marker="o",
+                      label=f"{record['variant']}: episodes calling CALC")
+        steps_ax.plot([step["step"] for step in steps], [step["mean_reward"] for step in steps], marker="s", ls=":",
+                      label=f"{record['variant']}: mean reward")
     steps_ax.set_ylim(0, 1.05)
     steps_ax.set(xlabel="REINFORCE step", ylabel="share of sampled episodes", title="Sampled episodes while training")
     steps_ax.grid(alpha=0.3)
-    steps_ax.legend()
-    names = ["calls the calculator", "answers correctly"]
-    keys = ["calculator_share", "success"]
-    eval_ax.bar([p - 0.2 for p in range(2)], [record["before"][key] for key in keys], width=0.4, label="before")
-    eval_ax.bar([p + 0.2 for p in range(2)], [record["after"][key] for key in keys], width=0.4, label="after")
-    eval_ax.set_xticks(range(2), names)
+    steps_ax.legend(fontsize=7)
+    names = ["calls the calculator", "answers correctly", "lab task (no tool)"]
+    values = {"before": [], **{record["variant"]: [] for record in shown}}
+    if shown:
+        first = shown[0]["before"]
+        values["before"] = [first["calculator_share"], first["success"], first["lab_task"]["exact_match"]]
+    for record in shown:
+        after = record["after"]
+        values[record["variant"]] = [after["calculator_share"], after["success"], after["lab_task"]["exact_match"]]
+    width = 0.8 / max(len(values), 1)
+    for index, (label, heights) in enumerate(values.items()):
+        if heights:
+            eval_ax.bar([p + (index - (len(values) - 1) / 2) * width for p in range(3)], heights, width=width,
+                        label=label if label == "before" else f"after {label}")
+    eval_ax.set_xticks(range(3), names)
     eval_ax.set_ylim(0, 1.05)
-    eval_ax.set(ylabel="share of held-out episodes (greedy)", title="Held-out tasks")
-    eval_ax.legend()
+    eval_ax.set(ylabel="held-out share (greedy)", title="Held-out tasks, and the regression check")
+    eval_ax.legend(fontsize=7)
     fig.tight_layout()
     return fig

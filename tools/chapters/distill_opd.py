@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from typing import Callable, Mapping, Sequence
 
+from tools.chapters import lesson_text
 from tools.core.environment import installed_version
 from tools.experiments.distillation.gkd_reference import trl_generalized_jsd
 
@@ -140,6 +141,62 @@ def draw_mixing_weights(on_policy: int = 2, fixed: int = 6, lams: Sequence[float
     return fig
 
 
+TEMPERATURE_COUNTEREXAMPLE = {"student": (0.0, 0.0, -2.0), "teacher": (0.0, 0.0, -20.0)}
+"""Logits over three tokens on which a higher temperature makes both KLs larger, not smaller."""
+TEMPERATURES = (1.0, 2.0, 4.0, 8.0)
+
+
+def softmax(logits: Sequence[float], temperature: float = 1.0) -> list[float]:
+    """softmax(logits / temperature) of a list of floats."""
+    top = max(logits)
+    weights = [math.exp((value - top) / temperature) for value in logits]
+    return _normalise(weights)
+
+
+def tempered_kls(student_logits: Sequence[float], teacher_logits: Sequence[float],
+                 temperatures: Sequence[float] = TEMPERATURES) -> list[dict]:
+    """Per temperature tau: the reverse KL(student || teacher) and the forward KL(teacher || student) of the
+    two distributions softmax(logits / tau), and tau^2 times the forward KL (Hinton et al.'s soft-target term;
+    TRL's GKD and DistillationTrainer divide the logits by tau and do not multiply by tau^2)."""
+    rows = []
+    for tau in temperatures:
+        student, teacher = softmax(student_logits, tau), softmax(teacher_logits, tau)
+        forward = kl(teacher, student)
+        rows.append({"temperature": tau, "reverse_kl": kl(student, teacher), "forward_kl": forward,
+                     "tau_squared_forward_kl": tau * tau * forward})
+    return rows
+
+
+def aggregation_batch():
+    """Two sequences for the per-sequence vs per-token comparison: a one-token reply the student gets badly
+    wrong and a four-token reply it nearly matches (float64 logits [2, 4, 3], a ragged mask)."""
+    import torch
+
+    teacher = torch.zeros(2, 4, 3, dtype=torch.float64)
+    teacher[:, :, 0] = 4.0
+    student = teacher.clone()
+    student[0, 0] = torch.tensor([0.0, 3.0, 0.0], dtype=torch.float64)
+    student[1, :, 0] = 3.5
+    mask = torch.tensor([[True, False, False, False], [True, True, True, True]])
+    return {"student": student, "teacher": teacher, "mask": mask}
+
+
+def aggregation_comparison(mixed_distillation_loss: Callable, generalized_jsd: Callable) -> dict:
+    """The same reverse KL averaged two ways on `aggregation_batch()`: per sequence and then over sequences
+    (the chapter's mixed loss, lam = 1) and over every token at once (TRL's GKD, `generalized_jsd` with
+    beta = 1). Per sequence, each of the B sequences weighs 1 / B whatever its length; per token, each of the
+    N tokens weighs 1 / N, so a long sequence weighs its length."""
+    batch = aggregation_batch()
+    mask = batch["mask"]
+    per_sequence = mixed_distillation_loss(batch["student"], batch["teacher"], mask, [True, True], 1.0)
+    per_token = generalized_jsd(batch["student"], batch["teacher"], mask, 1.0, 1.0)
+    lengths = [int(row.sum()) for row in mask]
+    return {"lengths": lengths, "sequence_kl": per_sequence["sequence_kl"],
+            "per_sequence": float(per_sequence["loss"]), "per_token": float(per_token["loss"]),
+            "token_weights": {"per_sequence": [1 / (len(lengths) * n) for n in lengths],
+                              "per_token": [1 / sum(lengths)] * len(lengths)}}
+
+
 # ---------------------------------------------------------------------------
 # The framework check: TRL's GKD generalized_jsd_loss on the same logits
 # ---------------------------------------------------------------------------
@@ -212,38 +269,69 @@ def framework_summary(record: Mapping) -> list[str]:
 # ---------------------------------------------------------------------------
 
 DISTILL_EXPERIMENT = "opd_distill"
-DISTILL_STAGES = ("distill_on_policy", "distill_fixed")
+DISTILL_KINDS = ("on_policy", "fixed", "shuffled_teacher")
+DISTILL_STAGES = tuple(f"distill_{kind}" for kind in DISTILL_KINDS)
 
 
 def distill_lines(record: Mapping) -> list[str]:
     """Lines that show a distill_<kind> record: the student's held-out exact match before and after,
-    the teacher's, and the share of the gap closed."""
+    the teacher's, the share of the gap closed, and the reverse KL averaged per sequence and per token."""
     if record.get("status") != "ok":
         return [f"{record.get('kind')}: status {record.get('status')}: {record.get('error')}"]
     settings = record["settings"]
-    losses = [step["loss"] for step in record["steps"]]
-    return [f"{record['kind']} trajectories (lam {record['lam']}, seed {settings['seed']}, {settings['steps']} steps x "
+    first, last = record["steps"][0], record["steps"][-1]
+    return [f"{record['kind']} ({record['divergence']}, seed {settings['seed']}, {settings['steps']} steps x "
             f"{settings['prompts_per_step']} prompts, lr {settings['learning_rate']:g}): student held-out exact match "
             f"{record['before']['accuracy']:.3f} -> {record['after']['accuracy']:.3f}, teacher "
-            f"{record['teacher_exact_match']:.3f}; gap closed {record['gap_closed']:.2f}",
-            f"  mean reverse KL per step {losses[0]:.3f} (first) -> {losses[-1]:.3f} (last), "
-            f"{record['before']['total']} held-out problems"]
+            f"{record['teacher_exact_match']:.3f}; gap closed {record['gap_closed']:+.2f} "
+            f"({record['before']['total']} held-out problems)",
+            f"  loss {first['loss']:.3f} (first step) -> {last['loss']:.3f} (last); reverse KL to the teacher on the "
+            f"step's sequences, last step: {last['reverse_kl_per_sequence']:.3f} per sequence, "
+            f"{last['reverse_kl_per_token']:.3f} per token",
+            f"  regression check: {record['retained']['still_correct_after']} of the {record['retained']['correct_before']} "
+            f"held-out problems answered correctly before still are after"]
+
+
+def distill_effects(records: Sequence[Mapping]) -> dict | None:
+    """This run's exact-match changes (one seed): each kind's after - before, and on_policy - fixed and
+    on_policy - shuffled_teacher after training; None unless every kind is ok."""
+    by_kind = {record.get("kind"): record for record in records if record.get("status") == "ok"}
+    if set(by_kind) != set(DISTILL_KINDS):
+        return None
+    before = by_kind["on_policy"]["before"]["accuracy"]
+    after = {kind: by_kind[kind]["after"]["accuracy"] for kind in DISTILL_KINDS}
+    return {"seed": by_kind["on_policy"]["settings"]["seed"], "before": before, "after": after,
+            "teacher": by_kind["on_policy"]["teacher_exact_match"]}
+
+
+def distill_effect_sentences(records: Sequence[Mapping]) -> list[str]:
+    """The page's sentences about this run: each recipe against the baseline row and the control."""
+    effects = distill_effects(records)
+    if effects is None:
+        return [lesson_text.text("distill_opd.effect_missing")]
+    after = effects["after"]
+    return [lesson_text.text("distill_opd.effect_one_seed", seed=effects["seed"], before=effects["before"],
+                             teacher=effects["teacher"], on_policy=after["on_policy"], fixed=after["fixed"],
+                             control=after["shuffled_teacher"], on_policy_rise=after["on_policy"] - effects["before"],
+                             fixed_rise=after["fixed"] - effects["before"],
+                             recipes=after["on_policy"] - after["fixed"])]
 
 
 def draw_distillation(records: Sequence[Mapping]):
-    """Figure: the distillation loss per step of each kind, and the student's held-out exact match before
-    and after each kind beside the teacher's."""
+    """Figure: the loss per step of each kind, and the student's held-out exact match before and after each
+    kind beside the teacher's."""
     import matplotlib.pyplot as plt
 
     shown = [record for record in records if record.get("status") == "ok"]
-    fig, (loss_ax, match_ax) = plt.subplots(1, 2, figsize=(11, 3.8))
+    fig, (loss_ax, match_ax) = plt.subplots(1, 2, figsize=(12, 3.8))
     for record in shown:
-        loss_ax.plot([step["step"] for step in record["steps"]], [step["loss"] for step in record["steps"]], marker="o",
-                     label=f"{record['kind']} (lam = {record['lam']})")
-    loss_ax.set(xlabel="distillation step", ylabel="mean reverse KL (nats / token)",
-                title="Loss on the trajectories of each kind")
+        loss_ax.plot([step["step"] for step in record["steps"]], [step["reverse_kl_per_sequence"] for step in record["steps"]],
+                     marker="o", label=f"{record['kind']}")
+    loss_ax.set(xlabel="distillation step", ylabel="reverse KL to the teacher (nats / token, per sequence)",
+                title="How far the student is from the teacher on the step's sequences")
+    loss_ax.set_yscale("log")
     loss_ax.grid(alpha=0.3)
-    loss_ax.legend()
+    loss_ax.legend(fontsize=8)
     positions = range(len(shown))
     match_ax.bar([p - 0.2 for p in positions], [r["before"]["accuracy"] for r in shown], width=0.4, label="student before")
     match_ax.bar([p + 0.2 for p in positions], [r["after"]["accuracy"] for r in shown], width=0.4, label="student after")
@@ -251,7 +339,7 @@ def draw_distillation(records: Sequence[Mapping]):
         match_ax.axhline(shown[0]["teacher_exact_match"], color="black", linestyle="--", label="teacher")
     match_ax.set_xticks(list(positions), [record["kind"] for record in shown])
     match_ax.set_ylim(0, 1.05)
-    match_ax.set(ylabel="held-out exact match (greedy)", title="The student closes part of its gap")
-    match_ax.legend(loc="lower right")
+    match_ax.set(ylabel="held-out exact match (greedy)", title="Student before and after, per kind")
+    match_ax.legend(loc="lower left", fontsize=8)
     fig.tight_layout()
     return fig

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Callable, Mapping, Sequence
 
+from tools.chapters import lesson_text
 from tools.core.environment import installed_version
 from tools.data.arithmetic import generate_tasks
 from tools.experiments.online_rl.batch import pack, prompt_token_ids, reply_token_ids
@@ -289,8 +290,37 @@ def grpo_lines(record: Mapping) -> list[str]:
              f"({tasks['held_out']} held-out problems, {tasks['train']} training problems)",
              "  scoreable share per step " + " ".join(f"{value:.2f}" for value in series["scoreable_share"]),
              "  clip rate per step       " + " ".join("-" if value is None else f"{value:.3f}"
-                                                      for value in series["clip_rate"])]
+                                                      for value in series["clip_rate"]),
+             f"  rollouts per step {record['rollouts_per_step']} ({record['settings']['prompts_per_step']} prompts x "
+             f"{record['group_size']}); in the loss per step " + " ".join(str(step.get("rollouts_in_loss", 0))
+                                                                          for step in record["steps"])]
+    retained = record.get("retained")
+    if retained:
+        lines.append(f"  regression check: {retained['still_correct_after']} of the {retained['correct_before']} held-out "
+                     f"problems answered correctly before still are after")
     return lines
+
+
+def grpo_effect_sentences(records: Sequence[Mapping]) -> list[str]:
+    """The page's sentences about this run (one seed): each group's held-out gain at the same rollout budget,
+    and the rollouts that entered the loss (measured, the candidate explanation of a difference)."""
+    by_variant = {record.get("variant"): record for record in records if record.get("status") == "ok"}
+    if set(by_variant) != {"minimal", "extended"}:
+        return [lesson_text.text("grpo_rlvr.effect_missing")]
+    extended, minimal = by_variant["extended"], by_variant["minimal"]
+
+    def in_loss(record):
+        return sum(step.get("rollouts_in_loss", 0) for step in record["steps"]) / len(record["steps"])
+
+    def gain(record):
+        return record["after"]["exact_match"] - record["before"]["exact_match"]
+
+    return [lesson_text.text("grpo_rlvr.effect_one_seed", seed=extended["settings"]["seed"],
+                             budget=extended["rollouts_per_step"], before=extended["before"]["exact_match"],
+                             extended=extended["after"]["exact_match"], minimal=minimal["after"]["exact_match"],
+                             extended_gain=gain(extended), minimal_gain=gain(minimal),
+                             difference=gain(extended) - gain(minimal), extended_in_loss=in_loss(extended),
+                             minimal_in_loss=in_loss(minimal))]
 
 
 def decision_lines(record: Mapping) -> list[str]:

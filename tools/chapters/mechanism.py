@@ -24,6 +24,7 @@ import textwrap
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from tools.chapters import lesson_text
 from tools.core.catalog import find_chapter
 from tools.core.paths import resolve_project_root
 from tools.errors import ConfigError
@@ -127,3 +128,17 @@ def step5_mechanism(chapter_id: str, namespace: Mapping, *, root: Path | None = 
 def forget(chapter_id: str) -> None:
     """Drop what was kept for a chapter (tests; a new learner in the same kernel)."""
     _kept.pop(chapter_id, None)
+
+
+def ran_sentence(described: Mapping[str, Mapping]) -> str:
+    """The page's sentence naming which functions a stage ran, from a record's `mechanism` field
+    (`Mechanism.describe`): the learner's, the reference's and the package's, in that order."""
+    grouped: dict[str, list[str]] = {}
+    for name, item in sorted(described.items()):
+        grouped.setdefault(item["source"], []).append(f"`{name}`")
+    keys = {"learner": "mechanism.ran_learner", "reference": "mechanism.ran_reference",
+            "package": "mechanism.ran_package"}
+    separator = lesson_text.text("mechanism.separator")
+    parts = [lesson_text.text(keys[source], names=lesson_text.text("mechanism.enumeration").join(grouped[source]))
+             for source in ("learner", "reference", "package") if source in grouped]
+    return lesson_text.text("mechanism.ran", parts=separator.join(parts))

@@ -16,6 +16,8 @@ from typing import Callable, Mapping
 
 import torch
 
+from tools.chapters import lesson_text
+from tools.core import effects
 from tools.core.environment import installed_version
 from tools.experiments.reward import resident, signals, verl_reference
 
@@ -241,17 +243,24 @@ STEP5_CPU_MODEL = "lab"
 
 
 def ppo_lines(record: Mapping) -> list[str]:
-    """Lines that show a ppo record: per seed the exact-match before and after and the value loss."""
+    """Lines that show a ppo record: the setting, per seed the held-out exact match of both arms and the
+    critic's probe loss, the paired effects, memory and the decision."""
     if record.get("status") != "ok":
         return [f"status {record.get('status')}: {record.get('error')}"]
-    config = record["config"]
+    config, tasks = record["config"], record["tasks"]
     lines = [f"{record['model']['model_id']} ({record['model'].get('weights')}): {config['iterations']} iterations x "
              f"{config['tasks_per_iteration']} tasks x {config['samples_per_task']} samples, {config['epochs']} epochs, "
-             f"held-out tasks {record['tasks']['held_out']}"]
-    for result in record["results"]:
-        lines.append(f"seed {result['seed']}: held-out exact-match {result['exact_match_before']:.3f} -> "
-                     f"{result['exact_match_after']:.3f}; value loss on the probe batch {result['value_loss_first']:.4f} "
-                     f"(critic as initialised) -> {result['value_loss_last']:.4f} (mean of the last 3 iterations)")
+             f"per seed twice: verifier reward and the same scores shuffled (control); {tasks['held_out']} held-out "
+             f"problems, critic probe on {tasks['probe']} validation problems",
+             "functions: " + ", ".join(f"{name} ({item['source']})" for name, item in record["mechanism"].items())]
+    for treated, control in zip(record["results"], record["controls"]):
+        lines.append(f"seed {treated['seed']}: held-out exact match {treated['exact_match_before']:.3f} at the start -> "
+                     f"{treated['exact_match_after']:.3f} (verifier), {control['exact_match_after']:.3f} (shuffled); "
+                     f"critic probe loss {treated['value_loss_first']:.4f} -> {treated['value_loss_last']:.4f} "
+                     f"(verifier), {control['value_loss_last']:.4f} (shuffled), best constant "
+                     f"{treated['probe']['constant_value_loss']:.4f}")
+    for key, found in (record.get("effects") or {}).items():
+        lines.append(f"{key}: {effects.describe(found)}")
     memory = record["memory"]
     if memory.get("peak_allocated_mb") is not None:
         lines.append(f"peak allocated {memory['peak_allocated_mb']:.0f} MiB (NVML sampler peak "
@@ -263,25 +272,51 @@ def ppo_lines(record: Mapping) -> list[str]:
     return lines
 
 
+def effect_sentences(record: Mapping) -> list[str]:
+    """The page's sentences about the run's paired effects (lesson_text), chosen by what the record shows."""
+    found = record.get("effects")
+    if record.get("status") != "ok" or not found:
+        return [lesson_text.text("ppo.no_interval", seeds=len(record.get("results") or []))]
+    margin = record["min_gain_over_control"]
+    over_control, over_start = found["exact_match_over_control"], found["exact_match_over_start"]
+    critic = found["critic_over_constant"]
+    control_key = ("ppo.control_beyond_margin" if effects.holds(over_control, margin) else
+                   "ppo.control_above_zero" if effects.holds(over_control, 0.0) else "ppo.control_not_shown")
+    start_key = ("ppo.start_rose" if effects.holds(over_start, 0.0) else
+                 "ppo.start_fell" if effects.holds(over_start, 0.0, "less") else "ppo.start_not_shown")
+    critic_key = "ppo.critic_beyond_mean" if effects.holds(critic, 0.0, "less") else "ppo.critic_mean_only"
+    return [lesson_text.text(control_key, effect=effects.describe(over_control), margin=margin),
+            lesson_text.text(start_key, effect=effects.describe(over_start)),
+            lesson_text.text(critic_key, effect=effects.describe(critic, digits=4),
+                             control=effects.describe(found["critic_over_control"], digits=4))]
+
+
 def draw_ppo(record: Mapping):
-    """Figure: per iteration the mean verifier score, the value loss (training minibatches, dashed, and
-    the fixed probe batch, solid, with the untrained critic's at iteration -1), and the held-out
-    exact-match before and after PPO, one line per seed."""
+    """Figure: per iteration the mean verifier score of the rollouts and the critic's probe loss (solid:
+    verifier reward, dashed: shuffled control, dotted: the best constant critic), and per seed the
+    held-out exact match at the start and after each arm."""
     import matplotlib.pyplot as plt
 
-    fig, (score_ax, value_ax, match_ax) = plt.subplots(1, 3, figsize=(13, 3.6))
-    for result in record["results"]:
-        steps = [item["iteration"] for item in result["history"]]
-        score_ax.plot(steps, [item["mean_score"] for item in result["history"]], "o-", label=f"seed {result['seed']}")
-        line, = value_ax.plot([-1, *steps], [result["value_loss_first"], *(item["probe_value_loss"] for item in result["history"])],
-                              "o-", label=f"seed {result['seed']} probe")
-        value_ax.plot(steps, [item["value_loss"] for item in result["history"]], "--", color=line.get_color(), alpha=0.5,
-                      label=f"seed {result['seed']} training")
-        match_ax.plot(["before", "after"], [result["exact_match_before"], result["exact_match_after"]], "o-",
-                      label=f"seed {result['seed']}")
-    score_ax.set_title("mean verifier score of the rollouts")
-    value_ax.set_title("value loss (solid: probe batch, dashed: training)")
-    match_ax.set_title("held-out exact-match (greedy)")
+    fig, (score_ax, value_ax, match_ax) = plt.subplots(1, 3, figsize=(14, 3.8))
+    for treated, control in zip(record["results"], record["controls"]):
+        seed = treated["seed"]
+        steps = [item["iteration"] for item in treated["history"]]
+        line, = score_ax.plot(steps, [item["mean_score"] for item in treated["history"]], "o-", label=f"seed {seed}")
+        color = line.get_color()
+        score_ax.plot([item["iteration"] for item in control["history"]],
+                      [item["mean_score"] for item in control["history"]], "x--", color=color, alpha=0.6)
+        value_ax.plot([-1, *steps], [treated["value_loss_first"], *(item["probe_value_loss"] for item in treated["history"])],
+                      "o-", color=color, label=f"seed {seed}")
+        value_ax.plot([-1, *(item["iteration"] for item in control["history"])],
+                      [control["value_loss_first"], *(item["probe_value_loss"] for item in control["history"])],
+                      "x--", color=color, alpha=0.6)
+        value_ax.axhline(treated["probe"]["constant_value_loss"], color=color, ls=":", lw=1)
+        match_ax.plot(["start", "verifier", "shuffled"], [treated["exact_match_before"], treated["exact_match_after"],
+                                                         control["exact_match_after"]], "o-", color=color,
+                      label=f"seed {seed}")
+    score_ax.set_title("mean verifier score of the rollouts\n(solid: verifier reward, dashed: shuffled)", fontsize=9)
+    value_ax.set_title("critic loss on the probe batch\n(dotted: best constant critic)", fontsize=9)
+    match_ax.set_title("held-out exact match (greedy)", fontsize=9)
     for ax in (score_ax, value_ax):
         ax.set_xlabel("PPO iteration")
     match_ax.set_ylim(0, 1)

@@ -17,13 +17,16 @@ from typing import Callable, Mapping, Sequence
 
 import torch
 
+from tools.chapters import lesson_text
+from tools.core import effects
 from tools.core.environment import installed_version
 from tools.experiments.reward import bradley_terry
-from tools.experiments.reward.heads import (  # noqa: F401 - load_reward_model and pad_rows serve the notebook
+from tools.experiments.reward.heads import (  # noqa: F401 - load_reward_model serves the notebook
     conversation_ids,
     load_reward_model,
     pad_rows,
     quiet_transformers,
+    readout_mask,
     token_scores,
 )
 from tools.experiments.reward.masks import last_valid_positions
@@ -203,23 +206,51 @@ def tokenized_pairs(tokenizer, pairs=FRAMEWORK_PAIRS) -> list[dict]:
              "rejected_ids": conversation_ids(tokenizer, prompt, rejected)} for prompt, chosen, rejected in pairs]
 
 
+def _read_against_logits(model, tokenizer, rows, pairwise_reward_loss: Callable, pad_id: int, side: str) -> dict:
+    """One padded batch: the loss function's rewards with the readout mask (the tokens that are not the pad
+    id: the last 1 is the token transformers reads) and with the attention mask, each against the model's
+    sequence-classification logits."""
+    chosen_ids, chosen_attention = pad_rows([row["chosen_ids"] for row in rows], pad_id, side)
+    rejected_ids, rejected_attention = pad_rows([row["rejected_ids"] for row in rows], pad_id, side)
+    chosen_scores = token_scores(model, chosen_ids, chosen_attention)
+    rejected_scores = token_scores(model, rejected_ids, rejected_attention)
+    chosen_logits = model(input_ids=chosen_ids, attention_mask=chosen_attention).logits.squeeze(-1)
+    rejected_logits = model(input_ids=rejected_ids, attention_mask=rejected_attention).logits.squeeze(-1)
+
+    def difference(read: dict) -> float:
+        return max(float((read["chosen_rewards"] - chosen_logits).abs().max()),
+                   float((read["rejected_rewards"] - rejected_logits).abs().max()))
+
+    ours = pairwise_reward_loss(chosen_scores, readout_mask(chosen_ids, pad_id), rejected_scores,
+                                readout_mask(rejected_ids, pad_id))
+    attention = pairwise_reward_loss(chosen_scores, chosen_attention, rejected_scores, rejected_attention)
+    return {"max_abs_diff": difference(ours), "attention_mask_max_abs_diff": difference(attention),
+            "positions": ours["positions"], "attention_mask_positions": attention["positions"]}
+
+
 def compare_with_transformers(model, tokenizer, pairwise_reward_loss: Callable, pairs=FRAMEWORK_PAIRS) -> dict:
     """The given loss function's chosen and rejected rewards, read from the head's scores at every
-    position, against transformers' sequence-classification logits of the same batch, once padded
-    on the right and once on the left."""
+    position, against transformers' sequence-classification logits of the same batch: padded on the right
+    and on the left with the tokenizer's pad token, and once more with the pad token set to the
+    end-of-sequence token on replies that end with it (the setting `load_reward_model` falls back to when
+    a tokenizer has no pad token). The function gets the readout mask (`heads.readout_mask`); the record
+    also keeps what reading the attention mask's last 1 would give, which differs only in the last case."""
     rows = tokenized_pairs(tokenizer, pairs)
+    eos = tokenizer.eos_token_id
+    ending_in_eos = [{key: ids[:max(i for i, token in enumerate(ids) if token == eos) + 1] for key, ids in row.items()}
+                     for row in rows]
     result = {"tolerance": FRAMEWORK_TOLERANCE, "padding": {}}
+    configured = model.config.pad_token_id
     with torch.no_grad():
         for side in ("right", "left"):
-            chosen_ids, chosen_mask = pad_rows([row["chosen_ids"] for row in rows], tokenizer.pad_token_id, side)
-            rejected_ids, rejected_mask = pad_rows([row["rejected_ids"] for row in rows], tokenizer.pad_token_id, side)
-            ours = pairwise_reward_loss(token_scores(model, chosen_ids, chosen_mask), chosen_mask,
-                                        token_scores(model, rejected_ids, rejected_mask), rejected_mask)
-            chosen_logits = model(input_ids=chosen_ids, attention_mask=chosen_mask).logits.squeeze(-1)
-            rejected_logits = model(input_ids=rejected_ids, attention_mask=rejected_mask).logits.squeeze(-1)
-            difference = max(float((ours["chosen_rewards"] - chosen_logits).abs().max()),
-                             float((ours["rejected_rewards"] - rejected_logits).abs().max()))
-            result["padding"][side] = {"max_abs_diff": difference, "positions": ours["positions"]}
+            result["padding"][side] = _read_against_logits(model, tokenizer, rows, pairwise_reward_loss,
+                                                           tokenizer.pad_token_id, side)
+        model.config.pad_token_id = eos
+        try:
+            result["padding"]["right, pad = eos"] = _read_against_logits(model, tokenizer, ending_in_eos,
+                                                                         pairwise_reward_loss, eos, "right")
+        finally:
+            model.config.pad_token_id = configured
     result["max_abs_diff"] = max(item["max_abs_diff"] for item in result["padding"].values())
     result["matches"] = result["max_abs_diff"] <= FRAMEWORK_TOLERANCE
     return result
@@ -272,49 +303,77 @@ measurement (one pair moves it by 1/64, not by 1/4)."""
 
 
 def gate_lines(record: Mapping) -> list[str]:
-    """Lines that show a train_and_gate record: the pairs, both reward models, the gate."""
+    """Lines that show a train_and_gate record: the pairs, both reward models per seed, the gates, the
+    paired effects."""
     if record.get("status") != "ok":
         return [f"status {record.get('status')}: {record.get('error')}"]
-    pairs, split = record["pairs"], record["settings"]["split"]
-    total = sum(split.values())
-    lines = [f"{split['train']} training, {split['calibration']} calibration, {split['hidden']} hidden pairs from "
-             f"{record['model']['model_id']} ({record['model'].get('weights')}); chosen: the model's own correct answer "
-             f"for {pairs['sampled_chosen']}/{total} (the rest the label); rejected: the same integer wrapped in words; "
-             f"control swaps {len(pairs['flipped'])} of {split['train']} training pairs"]
-    for name in ("candidate", "control"):
-        item, calibration = record[name], record[name]["calibration"]
-        lines.append(f"{name:<10} train loss {item['train_losses'][0]:.3f} -> {item['train_losses'][-1]:.3f}, hidden "
-                     f"accuracy {item['hidden_accuracy']:.3f} ({item['hidden_pairs']} pairs), temperature "
-                     f"{calibration['temperature']:g}, ECE {calibration['ece_before']:.3f} -> {calibration['ece_after']:.3f}")
-    decision = record["decision"]
-    lines.append(f"gate: gap {decision['gap']:+.3f} (needs {decision['min_gap']}), reasons {decision['reasons']} -> "
-                 f"{decision['decision']}")
+    settings, split = record["settings"], record["settings"]["split"]
+    first = record["per_seed"][0]
+    lines = [f"{split['train']} training (train split), {split['calibration']} calibration (validation split) and "
+             f"{split['hidden']} hidden pairs (heldout split) per seed from {record['model']['model_id']} "
+             f"({record['model'].get('weights')}); rejected replies wrapped by {settings['train_templates']} in "
+             f"training and calibration, by {settings['hidden_templates']} (never trained on) in the hidden pairs; "
+             f"the control swaps {len(first['pairs']['flipped'])} of {split['train']} training pairs"]
+    for entry in record["per_seed"]:
+        for name in ("candidate", "control"):
+            item, fitted, hidden = entry[name], entry[name]["calibration"], entry[name]["hidden_calibration"]
+            lines.append(f"seed {entry['seed']} {name:<9} train loss {item['train_losses'][0]:.3f} -> "
+                         f"{item['train_losses'][-1]:.3f}; hidden accuracy {item['hidden_accuracy']:.3f} (unseen "
+                         f"templates), {item['hidden_accuracy_training_templates']:.3f} (training templates); "
+                         f"temperature {fitted['temperature']:g} (fitted on calibration pairs), hidden-pair ECE "
+                         f"{hidden['ece_before']:.3f} -> {hidden['ece_after']:.3f}")
+        gate = entry["gate"]
+        lines.append(f"seed {entry['seed']} gate: gap {gate['gap']:+.3f} (needs {settings['min_gap']}), reasons "
+                     f"{gate['reasons']} -> {gate['decision']}")
+    for key, found in (record.get("effects") or {}).items():
+        lines.append(f"{key}: {effects.describe(found)}")
+    lines.append(f"decision: {record['decision']['decision']} ({record['decision']['reason']})")
     return lines
 
 
+def effect_sentences(record: Mapping) -> list[str]:
+    """The page's sentences about the run's paired effects (lesson_text), chosen by what the record shows."""
+    found = record.get("effects")
+    if record.get("status") != "ok" or not found:
+        return [lesson_text.text("pt_reward_model.no_interval", seeds=len(record.get("per_seed") or []))]
+    gap = found["candidate_over_control"]
+    key = ("pt_reward_model.gap_beyond_margin" if effects.holds(gap, record["settings"]["min_gap"]) else
+           "pt_reward_model.gap_above_zero" if effects.holds(gap, 0.0) else "pt_reward_model.gap_not_shown")
+    overlap = found["unseen_over_seen_templates"]
+    controls = [entry["control"]["hidden_accuracy"] for entry in record["per_seed"]]
+    return [lesson_text.text(key, effect=effects.describe(gap), margin=record["settings"]["min_gap"]),
+            lesson_text.text("pt_reward_model.templates", effect=effects.describe(overlap)),
+            lesson_text.text("pt_reward_model.control_spread", low=min(controls), high=max(controls),
+                             pairs=record["settings"]["split"]["hidden"],
+                             chance_sd=0.5 / record["settings"]["split"]["hidden"] ** 0.5)]
+
+
 def draw_gate(record: Mapping, reported: Mapping[str, float] | None = None):
-    """Figure: both reward models' training losses, and their hidden accuracy beside the original
-    course's reported figures (labelled `reported`)."""
+    """Figure: both reward models' training losses per seed, and per seed their hidden accuracy (unseen
+    templates) beside the original course's reported figures (labelled `reported`)."""
     import matplotlib.pyplot as plt
 
-    fig, (loss_ax, accuracy_ax) = plt.subplots(1, 2, figsize=(11, 3.6))
-    for name, color in (("candidate", "tab:green"), ("control", "tab:red")):
-        loss_ax.plot(record[name]["train_losses"], color=color, label=name)
+    fig, (loss_ax, accuracy_ax) = plt.subplots(1, 2, figsize=(12, 3.8))
+    labels, heights, colors = [], [], []
+    for entry in record["per_seed"]:
+        for name, color in (("candidate", "tab:green"), ("control", "tab:red")):
+            loss_ax.plot(entry[name]["train_losses"], color=color, alpha=0.7,
+                         label=name if entry is record["per_seed"][0] else None)
+            labels.append(f"{name}\nseed {entry['seed']}")
+            heights.append(entry[name]["hidden_accuracy"])
+            colors.append(color)
     loss_ax.set_xlabel("training step")
     loss_ax.set_ylabel("Bradley-Terry loss")
     loss_ax.legend(fontsize=8)
-    labels = ["candidate (yours)", "control (yours)"]
-    heights = [record["candidate"]["hidden_accuracy"], record["control"]["hidden_accuracy"]]
-    colors = ["tab:green", "tab:red"]
     for name, value in (reported or {}).items():
-        labels.append(f"{name} (reported)")
+        labels.append(f"{name}\n(reported)")
         heights.append(value)
         colors.append("lightgray")
     accuracy_ax.bar(labels, heights, color=colors)
     accuracy_ax.axhline(0.5, color="black", ls="--", lw=1, label="chance")
     accuracy_ax.set_ylim(0, 1.05)
-    accuracy_ax.set_ylabel("hidden-pair ranking accuracy")
-    accuracy_ax.tick_params(axis="x", labelrotation=15, labelsize=8)
+    accuracy_ax.set_ylabel("hidden-pair accuracy (unseen templates)")
+    accuracy_ax.tick_params(axis="x", labelsize=7)
     accuracy_ax.legend(fontsize=8)
     fig.tight_layout()
     return fig

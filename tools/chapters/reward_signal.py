@@ -14,6 +14,8 @@ from typing import Callable, Mapping
 
 import torch
 
+from tools.chapters import lesson_text
+from tools.core import effects
 from tools.experiments.reward import signals, verl_reference
 
 CHAPTER_ID = "PT-REWARD-SIGNAL"
@@ -161,9 +163,34 @@ def draw_kl_share(batch: Mapping, coefficients, max_kl_share: float):
 def framework() -> dict:
     """What the check compares with: the library, its version, the calls and the tolerance."""
     return {"library": "verl", "version": verl_reference.version(),
-            "reference_calls": ["verl.trainer.ppo.core_algos.kl_penalty (kl, low_var_kl)",
-                                "verl.trainer.ppo.core_algos.compute_gae_advantage_return"],
+            "reference_calls": ["verl.trainer.ppo.core_algos.kl_penalty (kl, low_var_kl with its clamp and cap)",
+                                "verl.trainer.ppo.core_algos.compute_gae_advantage_return (gamma 1 and 0.9, lam 0.95 and 1)"],
             "tolerance_abs": FRAMEWORK_TOLERANCE}
+
+
+VERL_SETTINGS = ((1.0, 0.95), (0.9, 0.95), (0.9, 1.0))
+"""(gamma, lam) of the GAE comparisons: undiscounted, discounted, and discounted Monte Carlo (lam = 1)."""
+
+
+def far_batch() -> dict:
+    """The example batch with the policy moved far from the reference on some tokens: per-token differences
+    d = ref_log_probs - log_probs of -25 to 25, so k3's log-ratio clamp (+-20) and its cap (10) both bind
+    (verl's `low_var_kl` clamps and caps at the same places)."""
+    batch = example_batch()
+    d = torch.tensor([[-25.0, 25.0, 3.0, -11.5, -10.0, 0.3],
+                      [12.0, -3.5, 0.5, -0.2, 40.0, -40.0],
+                      [-21.0, 2.0, 30.0, -30.0, 20.5, -0.6]], dtype=torch.float64)
+    log_probs = -d.clamp(min=0) - 0.25
+    return {**batch, "log_probs": log_probs, "ref_log_probs": log_probs + d}
+
+
+def k3_clamps(batch: Mapping) -> dict:
+    """How many valid tokens of `batch` reach k3's log-ratio clamp (|d| > 20) and its cap (k3 >= 10)."""
+    valid = batch["response_mask"].bool()
+    d = (batch["ref_log_probs"] - batch["log_probs"])[valid]
+    capped = signals.kl_estimate(batch["log_probs"], batch["ref_log_probs"], "k3")[valid] >= signals.KL_CLAMP_K3
+    return {"log_ratio_clamped": int((d.abs() > signals.KL_CLAMP_LOG_RATIO).sum()), "capped": int(capped.sum()),
+            "valid_tokens": int(valid.sum())}
 
 
 def _max_diff(ours: torch.Tensor, theirs: torch.Tensor, valid: torch.Tensor) -> float:
@@ -171,12 +198,14 @@ def _max_diff(ours: torch.Tensor, theirs: torch.Tensor, valid: torch.Tensor) -> 
 
 
 def compare_with_verl(batch: Mapping, functions: Mapping[str, Callable], *, kl_coef: float = 0.1,
-                      gamma: float = 1.0, lam: float = 0.95) -> dict:
+                      settings=VERL_SETTINGS) -> dict:
     """The given `token_level_rewards`, `gae_advantages` and `whiten_and_gate` on `batch` against verl:
-    token rewards and KL (both estimators, every position), returns and whitened advantages (valid
-    positions; verl leaves values at masked positions that the course sets to 0)."""
+    token rewards and KL (both estimators, every position), and for each (gamma, lam) of `settings` the
+    returns and whitened advantages (valid positions; verl leaves values at masked positions that the
+    course sets to 0)."""
     valid = batch["response_mask"].bool()
-    result = {"tolerance": FRAMEWORK_TOLERANCE, "kl_coef": kl_coef, "gamma": gamma, "lam": lam, "estimators": {}}
+    result = {"tolerance": FRAMEWORK_TOLERANCE, "kl_coef": kl_coef, "estimators": {}, "gae": [],
+              "k3_clamps": k3_clamps(batch)}
     for estimator in ("k1", "k3"):
         ours = functions["token_level_rewards"](batch["scores"], batch["log_probs"], batch["ref_log_probs"],
                                                 batch["response_mask"], kl_coef, estimator)
@@ -187,17 +216,27 @@ def compare_with_verl(batch: Mapping, functions: Mapping[str, Callable], *, kl_c
                                            "kl_max_abs_diff": _max_diff(ours["kl"], kld, everywhere)}
         if estimator == "k1":
             signal_rewards = ours["rewards"]
-    ours = functions["gae_advantages"](signal_rewards, batch["values"], batch["response_mask"], gamma, lam)
-    gated = functions["whiten_and_gate"](ours["advantages"], batch["response_mask"], torch.zeros_like(batch["log_probs"]),
-                                         0.0, batch["scores"])
-    verl_advantages, verl_returns = verl_reference.gae(signal_rewards, batch["values"], batch["response_mask"], gamma, lam)
-    result["returns_max_abs_diff"] = _max_diff(ours["returns"], verl_returns, valid)
-    result["whitened_max_abs_diff"] = _max_diff(gated["whitened"], verl_advantages, valid)
+    for gamma, lam in settings:
+        ours = functions["gae_advantages"](signal_rewards, batch["values"], batch["response_mask"], gamma, lam)
+        gated = functions["whiten_and_gate"](ours["advantages"], batch["response_mask"],
+                                             torch.zeros_like(batch["log_probs"]), 0.0, batch["scores"])
+        verl_advantages, verl_returns = verl_reference.gae(signal_rewards, batch["values"], batch["response_mask"],
+                                                           gamma, lam)
+        result["gae"].append({"gamma": gamma, "lam": lam,
+                              "returns_max_abs_diff": _max_diff(ours["returns"], verl_returns, valid),
+                              "whitened_max_abs_diff": _max_diff(gated["whitened"], verl_advantages, valid)})
     diffs = [value for per in result["estimators"].values() for value in per.values()]
-    diffs += [result["returns_max_abs_diff"], result["whitened_max_abs_diff"]]
+    diffs += [value for item in result["gae"] for key, value in item.items() if key.endswith("diff")]
+    result["returns_max_abs_diff"] = max(item["returns_max_abs_diff"] for item in result["gae"])
+    result["whitened_max_abs_diff"] = max(item["whitened_max_abs_diff"] for item in result["gae"])
     result["max_abs_diff"] = max(diffs)
     result["matches"] = result["max_abs_diff"] <= FRAMEWORK_TOLERANCE
     return result
+
+
+def framework_batches() -> dict:
+    """The batches the framework check runs: the example of Steps 1-4 and its far-moved variant."""
+    return {"example": example_batch(), "far": far_batch()}
 
 
 # ---------------------------------------------------------------------------
@@ -205,52 +244,84 @@ def compare_with_verl(batch: Mapping, functions: Mapping[str, Callable], *, kl_c
 # ---------------------------------------------------------------------------
 
 STAGE = "signal_matrix"
+KL_SHARE_MARGIN = 0.3
+"""The smallest difference in KL share between the KL-dominated control and the baseline the page claims."""
 STEP5_CPU_MODEL = "lab"
 """The model cpu_smoke samples from."""
 
 
 def matrix_lines(record: Mapping) -> list[str]:
-    """Lines that show a signal_matrix record: the rollouts, each candidate's gate, verl, the decision."""
+    """Lines that show a signal_matrix record: per seed the rollouts, each candidate's gate and verl; the
+    paired effects and the decision."""
     if record.get("status") != "ok":
         return [f"status {record.get('status')}: {record.get('error')}"]
-    rollouts = record["rollouts"]
-    lines = [f"{rollouts['responses']} rollouts of {record['model']['model_id']} ({record['model'].get('weights')}), "
-             f"verifier pass rate {rollouts['pass_rate']:.3f}, {rollouts['response_tokens']} response tokens",
-             f"{'candidate':<24}{'beta':>6}{'est':>5}{'reward':>10}{'gamma':>7}{'lam':>6}{'mean KL':>10}"
-             f"{'KL share':>10}{'|A| max':>9}  gate"]
-    for item in record["candidates"]:
-        setting = item["setting"]
-        lines.append(f"{item['name']:<24}{setting['kl_coef']:>6g}{setting['estimator']:>5}{setting['reward']:>10}"
-                     f"{setting['gamma']:>7g}{setting['lam']:>6g}{item['mean_kl']:>10.4f}{item['kl_share']:>10.3f}"
-                     f"{item['advantage_abs_max']:>9.3f}  {item['decision']} {item['reasons'] or ''}")
-    framework = record.get("framework") or {}
-    if framework.get("not_measured"):
-        lines.append(f"verl check: not measured ({framework['not_measured']})")
-    elif framework:
-        lines.append(f"verl {framework['verl']} on these rollouts: rewards {framework['rewards_max_abs_diff']:.1e}, "
-                     f"whitened advantages {framework['whitened_max_abs_diff']:.1e}, returns "
-                     f"{framework['returns_max_abs_diff']:.1e} (max |difference|)")
+    lines = ["functions: " + ", ".join(f"{name} ({item['source']})" for name, item in record["mechanism"].items())]
+    for entry in record["per_seed"]:
+        rollouts = entry["rollouts"]
+        lines += [f"seed {entry['seed']}: {rollouts['responses']} rollouts of {entry['model']['model_id']} "
+                  f"({entry['model'].get('weights')}), verifier pass rate {rollouts['pass_rate']:.3f}, "
+                  f"{rollouts['response_tokens']} response tokens",
+                  f"  {'candidate':<24}{'beta':>6}{'est':>5}{'reward':>10}{'gamma':>7}{'lam':>6}{'mean KL':>10}"
+                  f"{'KL share':>10}{'A spread':>10}{'|A| max':>9}  gate"]
+        for item in entry["candidates"]:
+            setting = item["setting"]
+            lines.append(f"  {item['name']:<24}{setting['kl_coef']:>6g}{setting['estimator']:>5}{setting['reward']:>10}"
+                         f"{setting['gamma']:>7g}{setting['lam']:>6g}{item['mean_kl']:>10.4f}{item['kl_share']:>10.3f}"
+                         f"{item['advantage_spread']:>10.3g}{item['advantage_abs_max']:>9.3f}  {item['decision']} "
+                         f"{item['reasons'] or ''}")
+        framework = entry.get("framework") or {}
+        if framework.get("not_measured"):
+            lines.append(f"  verl check: not measured ({framework['not_measured']})")
+        elif framework:
+            lines.append(f"  verl {framework['verl']} on these rollouts (k1 and k3, gamma 1 and 0.9): rewards "
+                         f"{framework['rewards_max_abs_diff']:.1e}, KL {framework['kl_max_abs_diff']:.1e}, whitened "
+                         f"advantages {framework['whitened_max_abs_diff']:.1e}, returns "
+                         f"{framework['returns_max_abs_diff']:.1e} (max |difference|); {framework['k3_capped_tokens']} of "
+                         f"{framework['valid_tokens']} tokens at k3's cap, {framework['k3_log_ratio_clamped_tokens']} past "
+                         f"its log-ratio clamp")
+    for key, found in (record.get("effects") or {}).items():
+        lines.append(f"{key}: {effects.describe(found)}")
     lines.append(f"stage decision: {record['decision']['decision']} ({record['decision']['reason']})")
     return lines
 
 
 def draw_matrix(record: Mapping):
-    """Figure: each candidate's KL share against the gate's limit and its largest advantage, coloured
-    by the gate's verdict."""
+    """Figure: each candidate's KL share against the gate's limit and the spread (max - min) of its valid
+    advantages (log scale; 0 drawn at the bottom), one marker per seed, coloured by the gate's verdict."""
     import matplotlib.pyplot as plt
 
-    candidates = record["candidates"]
-    names = [item["name"] for item in candidates]
-    colors = ["tab:green" if item["decision"] == "accept" else "tab:red" for item in candidates]
-    fig, (share_ax, size_ax) = plt.subplots(1, 2, figsize=(12, 3.8))
-    share_ax.barh(names, [item["kl_share"] for item in candidates], color=colors)
+    names = [item["name"] for item in record["per_seed"][0]["candidates"]]
+    fig, (share_ax, spread_ax) = plt.subplots(1, 2, figsize=(13, 4))
+    floor = 1e-18
+    for entry in record["per_seed"]:
+        for row, item in enumerate(entry["candidates"]):
+            color = "tab:green" if item["decision"] == "accept" else "tab:red"
+            share_ax.plot(item["kl_share"], row, "o", color=color)
+            spread_ax.plot(max(item["advantage_spread"], floor), row, "o", color=color)
     share_ax.axvline(record["max_kl_share"], color="black", ls="--", lw=1, label="gate limit")
+    share_ax.set_yticks(range(len(names)), names)
     share_ax.set_xlabel("KL share of the reward mass")
     share_ax.set_xlim(0, 1)
     share_ax.legend(fontsize=8)
-    size_ax.barh(names, [item["advantage_abs_max"] for item in candidates], color=colors)
-    size_ax.set_xlabel("largest |advantage| before whitening")
-    size_ax.set_yticks([])
-    fig.suptitle("Six signal settings on the same rollouts (green: accepted by the gate, red: rejected)")
+    spread_ax.set_xscale("log")
+    spread_ax.set_yticks(range(len(names)), [])
+    spread_ax.set_xlabel(f"max - min of the valid advantages (0 drawn at {floor:g})")
+    fig.suptitle("Seven signal settings on the same rollouts, one marker per seed (green: accepted, red: rejected)")
     fig.tight_layout()
     return fig
+
+
+def effect_sentences(record: Mapping) -> list[str]:
+    """The page's sentences about the run's paired effects (lesson_text), chosen by what the record shows."""
+    found = record.get("effects")
+    if record.get("status") != "ok" or not found:
+        return [lesson_text.text("pt_reward_signal.no_interval", seeds=len(record.get("per_seed") or []))]
+    share = found["kl_share_control_over_baseline"]
+    key = ("pt_reward_signal.kl_share_beyond_margin" if effects.holds(share, KL_SHARE_MARGIN) else
+           "pt_reward_signal.kl_share_not_shown")
+    same = [next(item for item in entry["candidates"] if item["name"] == "same_score_no_baseline")
+            for entry in record["per_seed"]]
+    return [lesson_text.text(key, effect=effects.describe(share), margin=KL_SHARE_MARGIN),
+            lesson_text.text("pt_reward_signal.same_score", spread=max(item["advantage_spread"] for item in same),
+                             whitened=max(item["whitened_abs_max"] for item in same),
+                             reasons=", ".join(sorted({reason for item in same for reason in item["reasons"]})) or "-")]

@@ -9,8 +9,11 @@ functions get the same rewards and the same log-probabilities. Nothing here prin
 
 from __future__ import annotations
 
+import math
 from typing import Callable, Mapping, Sequence
 
+from tools.chapters import lesson_text
+from tools.core import effects
 from tools.core.environment import installed_version
 from tools.data.arithmetic import generate_tasks
 from tools.experiments.online_rl.models import load_quietly
@@ -203,18 +206,34 @@ VARIANCE_RATIOS = {"loo_over_none": "LOO / none", "loo_over_batch_mean": "LOO / 
                    "matched_scale_ratio": "((n-1)/n)^2 LOO / group mean", "wrong_over_right": "wrong only / none"}
 
 
+VARIANCE_FUNCTIONS = ("leave_one_out_advantages",)
+"""The chapter functions Step 5.2 runs: it measures gradients and updates nothing, so the filter and the loss run
+in the framework check (5.1) only."""
+
+
+def variance_mechanism(mechanism):
+    """The part of the notebook's mechanism the variance experiment takes (`VARIANCE_FUNCTIONS`)."""
+    from tools.experiments.contract import Mechanism
+
+    return Mechanism({name: mechanism.functions[name] for name in VARIANCE_FUNCTIONS},
+                     {name: mechanism.sources[name] for name in VARIANCE_FUNCTIONS})
+
+
 def _ratio(value) -> str:
     return "n/a" if value is None else f"{value:.3f}"
 
 
 def variance_lines(record: Mapping) -> list[str]:
-    """Lines that show a baseline_variance record: settings, and per seed the total variances and ratios."""
+    """Lines that show a baseline_variance record: settings, which function ran, and per seed the total
+    variances, the ratios, p, the per-outcome gradient norms and the splits of the ratios."""
     if record.get("status") != "ok":
         return [f"status {record.get('status')}: {record.get('error')}"]
     settings = record["settings"]
     lines = [f"{settings['model']} model, {settings['prompts']} prompts x {settings['group_size']} answers per draw, "
              f"{settings['draws']} draws per seed, temperature {settings['temperature']:g}, "
              f"at most {settings['max_new_tokens']} new tokens, verifier {settings['verifier']}"]
+    if record.get("mechanism"):
+        lines.append("functions: " + ", ".join(f"{name} ({item['source']})" for name, item in record["mechanism"].items()))
     for entry in record["per_seed"]:
         variances = ", ".join(f"{VARIANCE_NAMES[name]} {entry['baselines'][name]['total_variance']:.4g}"
                               for name in VARIANCE_NAMES)
@@ -224,29 +243,92 @@ def variance_lines(record: Mapping) -> list[str]:
                   f"{entry['mixed_group_share']:.3f}; total variance: {variances}",
                   f"  ratios: {ratios}; |mean grad group mean| / |mean grad LOO| {_ratio(compared['norm_ratio'])} "
                   f"(expected {entry['expected_norm_ratio']:.3f}), cosine {_ratio(compared['cosine'])}"]
+        if "splits" in entry:
+            norms, loo, wrong = entry["gradient_norms"], entry["splits"]["loo_over_none"], entry["splits"]["wrong_over_right"]
+            lines += [f"  p = {entry['rewarded_share']:.3f}; mean |grad log pi| rewarded {norms['rewarded']['mean_norm']:.4g} "
+                      f"({norms['rewarded']['answers']} answers), unrewarded {norms['unrewarded']['mean_norm']:.4g} "
+                      f"({norms['unrewarded']['answers']} answers)",
+                      f"  LOO / none {_ratio(loo['measured'])} = rewards alone {_ratio(loo['advantage_part'])} (independent "
+                      f"0/1 rewards: n/(n-1)(1-p) = {loo['independent_rewards_advantage_part']:.3f}) x gradient norms "
+                      f"{_ratio(loo['norm_part'])} x residual {_ratio(loo['residual'])}",
+                      f"  wrong only / none {_ratio(wrong['measured'])} = count (1-p)/p {_ratio(wrong['count_part'])} x "
+                      f"|grad|^2 unrewarded / rewarded {_ratio(wrong['norm_part'])} x residual {_ratio(wrong['residual'])}"]
+    for key, found in (record.get("effects") or {}).items():
+        lines.append(f"{key}: {effects.describe(found)}")
     return lines
 
 
+def finding_sentences(record: Mapping) -> list[str]:
+    """The page's sentences about why LOO's variance differs from no baseline's, each printed as a finding only
+    where the record measured it (lesson_text): the split into count, baseline noise and gradient norms per
+    seed, and the paired effects over the seeds."""
+    if record.get("status") != "ok":
+        return []
+    sentences = []
+    for entry in record["per_seed"]:
+        loo, wrong = entry["splits"]["loo_over_none"], entry["splits"]["wrong_over_right"]
+        sentences.append(lesson_text.text(
+            "pt_rloo.split", seed=entry["seed"], p=entry["rewarded_share"], measured=loo["measured"],
+            rewards=loo["advantage_part"], independent=loo["independent_rewards_advantage_part"],
+            norms=loo["norm_part"], residual=loo["residual"], count=wrong["count_part"],
+            norm_ratio=wrong["norm_part"]))
+    found = record.get("effects")
+    if not found:
+        return sentences + [lesson_text.text("pt_rloo.no_interval", seeds=len(record["per_seed"]))]
+    norms, variance = found["log_squared_norm_unrewarded_over_rewarded"], found["log_variance_loo_over_none"]
+    sentences.append(lesson_text.text(
+        "pt_rloo.norms_measured" if effects.holds(norms, 0.0) else "pt_rloo.norms_not_shown",
+        effect=effects.describe(norms), low=math.exp(norms["lower"]), high=math.exp(norms["upper"])))
+    key = ("pt_rloo.loo_above_none" if effects.holds(variance, 0.0) else
+           "pt_rloo.loo_below_none" if effects.holds(variance, 0.0, "less") else "pt_rloo.loo_not_shown")
+    sentences.append(lesson_text.text(key, effect=effects.describe(variance), low=math.exp(variance["lower"]),
+                                      high=math.exp(variance["upper"])))
+    return sentences
+
+
+SPLIT_PARTS = {"measured": "measured LOO / none", "advantage_part": "rewards alone", "norm_part": "gradient norms",
+               "residual": "residual"}
+
+
 def draw_baseline_variance(record: Mapping):
-    """Figure: per seed the total variance of the gradient estimate under each weighting (log scale), and
-    the variance ratios per seed against the line 1."""
+    """Figure: per seed the total variance of the gradient estimate under each weighting (log scale), the
+    variance ratios per seed against the line 1, and the split of LOO / none into the part the rewards
+    alone explain, the part the per-answer gradient norms add, and the residual (their product is the
+    measured ratio)."""
     import matplotlib.pyplot as plt
 
     entries = record["per_seed"]
-    fig, (variance_ax, ratio_ax) = plt.subplots(1, 2, figsize=(12, 4))
+    split = all("splits" in entry for entry in entries)
+    fig, axes = plt.subplots(1, 3 if split else 2, figsize=(17 if split else 12, 4))
+    variance_ax, ratio_ax = axes[0], axes[1]
     width = 0.8 / len(entries)
+
+    def offsets(count, index):
+        return [position + (index - (len(entries) - 1) / 2) * width for position in range(count)]
+
     for index, entry in enumerate(entries):
-        offsets = [position + (index - (len(entries) - 1) / 2) * width for position in range(len(VARIANCE_NAMES))]
-        variance_ax.bar(offsets, [entry["baselines"][name]["total_variance"] for name in VARIANCE_NAMES],
+        variance_ax.bar(offsets(len(VARIANCE_NAMES), index),
+                        [entry["baselines"][name]["total_variance"] for name in VARIANCE_NAMES],
                         width=width, label=f"seed {entry['seed']}")
-        ratio_ax.bar([position + (index - (len(entries) - 1) / 2) * width for position in range(len(VARIANCE_RATIOS))],
-                     [entry[key] or float("nan") for key in VARIANCE_RATIOS], width=width, label=f"seed {entry['seed']}")
+        ratio_ax.bar(offsets(len(VARIANCE_RATIOS), index), [entry[key] or float("nan") for key in VARIANCE_RATIOS],
+                     width=width, label=f"seed {entry['seed']}")
+        if split:
+            parts = entry["splits"]["loo_over_none"]
+            axes[2].bar(offsets(len(SPLIT_PARTS), index), [parts[key] or float("nan") for key in SPLIT_PARTS],
+                        width=width, label=f"seed {entry['seed']} (p = {entry['rewarded_share']:.2f})")
     variance_ax.set_xticks(range(len(VARIANCE_NAMES)), list(VARIANCE_NAMES.values()), rotation=15)
     variance_ax.set(yscale="log", ylabel="total variance of the estimate", title="Same answers, five weightings")
-    ratio_ax.axhline(1.0, color="black", linewidth=1)
     ratio_ax.set_xticks(range(len(VARIANCE_RATIOS)), list(VARIANCE_RATIOS.values()), rotation=15)
     ratio_ax.set(yscale="log", ylabel="variance ratio", title="Ratios per seed (1: equal)")
-    for ax in (variance_ax, ratio_ax):
+    used = [variance_ax, ratio_ax]
+    if split:
+        axes[2].set_xticks(range(len(SPLIT_PARTS)), list(SPLIT_PARTS.values()), rotation=15)
+        axes[2].set(yscale="log", ylabel="factor", title="LOO / none = rewards x norms x residual")
+        axes[2].legend(fontsize=8)
+        used.append(axes[2])
+    for ax in used[1:]:
+        ax.axhline(1.0, color="black", linewidth=1)
+    for ax in used:
         ax.grid(alpha=0.3, axis="y")
     variance_ax.legend()
     fig.tight_layout()

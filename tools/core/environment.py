@@ -58,6 +58,9 @@ def runtime_snapshot(root: Path | None = None) -> dict:
         if snapshot["cuda_available"]:
             snapshot["device"] = "cuda"
             snapshot["device_name"] = torch.cuda.get_device_name(0)
+        from tools.core.numerics import cpu_numerics
+
+        snapshot["cpu_numerics"] = cpu_numerics()  # the arithmetic a CPU figure came from
     for package in RECORDED_PACKAGES:
         snapshot[package] = installed_version(package)
     snapshot.update(git_state(root))

@@ -186,7 +186,7 @@ def cmd_bench(args) -> int:
     from tools.course.runs.bench import BENCH_SCHEMA, bench_chapter, bench_suite, format_bench
 
     chapters = [bench_chapter(args.root, chapter, copies=args.copies, grading=not args.no_grading,
-                              grading_only=args.grading_only)
+                              grading_only=args.grading_only, hostile=args.hostile, attacks=args.attack)
                 for chapter in select_chapters(args.chapter, args.root)]
     suite = bench_suite(args.root, args.workers) if args.suite else None
     record = {"schema_version": BENCH_SCHEMA, "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -317,6 +317,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--grading-only", action="store_true",
                        help="only the class-grading comparison (plain nbgrader vs --jobs 1/2, the boundary's cost, "
                             "a correct submission beside a CPU hog)")
+    bench.add_argument("--hostile", action="store_true",
+                       help="with --grading-only: instead, an honest class and the same class beside each attack of "
+                            "issue 33 (wall and CPU seconds, what each attacker spent, honest marks kept)")
+    bench.add_argument("--attack", action="append", help="with --hostile: only these attacks (repeatable)")
     bench.add_argument("--suite", action="store_true", help="also run the test suite with --durations=0")
     bench.add_argument("--workers", type=int, default=2, help="pytest-xdist workers for --suite (default 2)")
     bench.set_defaults(handler=cmd_bench)

@@ -101,6 +101,11 @@ def _outside_allocator(torch_module: Any, device: Any, cuda: bool) -> dict:
     return {"device_overhead_mb": max(total - free - reserved, 0) / MIB, "device_total_mb": total / MIB}
 
 
+def allocator_outside_mb(torch_module: Any, device: Any) -> dict:
+    """`{"device_overhead_mb", "device_total_mb"}` as `measure_training_run` reports them (None off CUDA)."""
+    return _outside_allocator(torch_module, device, _is_cuda(torch_module, device))
+
+
 def device_memory_mb(torch_module: Any, device: Any) -> dict | None:
     """`{"free_mb", "total_mb"}` of a CUDA device (driver view, all processes); None on other devices."""
     if not _is_cuda(torch_module, device):

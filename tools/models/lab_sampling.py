@@ -178,11 +178,13 @@ def score_samples(problems: Sequence[lab_tasks.LabProblem], samples: Sequence[di
 
 
 def exact_match(model, tokenizer, task: str = lab_tasks.PRETRAINING_TASK, split: str = "heldout", *,
-                problems: Sequence[lab_tasks.LabProblem] | None = None, batch_size: int = 256) -> dict:
+                problems: Sequence[lab_tasks.LabProblem] | None = None, batch_size: int = 256,
+                per_problem: bool = False) -> dict:
     """Greedy exact-match of `model` on a split of a lab task (or on the given `problems`).
 
     Returns `{task, split, total, correct, accuracy, format_ok, content_sha256}`; `content_sha256`
-    names the problems scored (sorted content hashes), so two figures are comparable only when equal."""
+    names the problems scored (sorted content hashes), so two figures are comparable only when equal.
+    With `per_problem`, also `correct_by_problem`: one bool per problem, in the split's order."""
     import hashlib
 
     chosen = list(problems) if problems is not None else lab_tasks.problems(task, split)
@@ -194,6 +196,7 @@ def exact_match(model, tokenizer, task: str = lab_tasks.PRETRAINING_TASK, split:
     scored = score_samples(chosen, samples)
     correct = sum(item["correct"] for item in scored)
     digest = hashlib.sha256("".join(sorted(problem.content_sha256 for problem in chosen)).encode()).hexdigest()
-    return {"task": task if problems is None else chosen[0].task, "split": split if problems is None else "given",
-            "total": len(chosen), "correct": correct, "accuracy": correct / len(chosen),
-            "format_ok": sum(item["format_ok"] for item in scored) / len(chosen), "content_sha256": digest}
+    result = {"task": task if problems is None else chosen[0].task, "split": split if problems is None else "given",
+              "total": len(chosen), "correct": correct, "accuracy": correct / len(chosen),
+              "format_ok": sum(item["format_ok"] for item in scored) / len(chosen), "content_sha256": digest}
+    return {**result, "correct_by_problem": [bool(item["correct"]) for item in scored]} if per_problem else result

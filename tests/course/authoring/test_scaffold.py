@@ -78,7 +78,9 @@ def test_a_planned_chapter_is_scaffolded_filled_and_verified(course, tmp_path):
     assert len(smoke.records_written) == 1
     assert coverage_problems(chapter.id, clause_coverage(course, chapter)) == []  # every named clause is reached
     report = verify_chapter(course, chapter, log_dir=tmp_path / "logs")
-    assert report.passed and len([o for o in report.outcomes if o.student.startswith("mutant_")]) == 8
+    planted = [o for o in report.outcomes if o.student.startswith("mutant_")]
+    assert report.passed and len([o for o in planted if "+overwrite_" not in o.student]) == 8
+    assert len([o for o in planted if "+overwrite_" in o.student]) == 8  # each mutant, its arguments overwritten
     assert {o.student for o in report.outcomes if o.expectation == "near_zero"} == {
         f"{kind}_{name}" for kind in ("raises", "constant") for name in ("pass_share", "rank_groups", "gate")}
 

@@ -186,10 +186,11 @@ def test_every_idle_tqdm_monitor_is_stopped_so_the_workers_can_be_forked():
     assert not [thread for thread in threading.enumerate() if isinstance(thread, _monitor.TMonitor)]
 
 
-def test_a_submission_that_runs_out_of_time_beside_others_is_graded_again_alone_or_reported(tmp_path, monkeypatch):
-    """With two jobs, a test cell that times out (the learner's function sleeps) and a notebook past its limit
-    are each graded a second time with no other submission beside them; the record, the summary and the class
-    report say so, and the submission that fails again is reported as not graded, with the reason."""
+def test_a_submission_that_spends_its_own_time_is_graded_as_it_is_and_never_again(tmp_path, monkeypatch):
+    """With two jobs, a learner's function that sleeps past the cell limit and a notebook that never ends (it
+    ignores the interrupt) spend their own time: the first keeps what its other tests earn, the second is
+    reported as not graded at its notebook limit; neither is graded again (no contention evidence), the honest
+    ones keep full marks, and the record, the summary and the class report account for the time."""
     root = make_toy_project(tmp_path)
     build_sources(root, load_catalog(root))
     course = root / "grading"
@@ -209,13 +210,18 @@ def test_a_submission_that_runs_out_of_time_beside_others_is_graded_again_alone_
     record = json.loads((root / "out" / "autograde_toy.json").read_text(encoding="utf-8"))
     outcomes = {item["student"]: item for item in record["outcomes"]}
     assert code == 1 and set(outcomes) == {"a_ref", "b_slow_function", "c_hangs", "d_ref"}
-    assert outcomes["a_ref"]["regraded"] is None and outcomes["a_ref"]["score"] == 5.0
+    for honest in ("a_ref", "d_ref"):
+        assert outcomes[honest]["regraded"] is None and outcomes[honest]["score"] == 5.0
     slow = outcomes["b_slow_function"]
-    assert slow["status"] == "graded" and slow["regraded"] and "ran out of time" in slow["regraded"]["first_reason"]
-    assert slow["score"] == 2.0  # its two tests of halve time out again when it is alone; add_rates keeps its points
+    assert slow["status"] == "graded" and slow["regraded"] is None
+    assert slow["score"] == 2.0  # its two tests of halve ran out of time; add_rates keeps its points
+    timeouts = slow["boundary"]["timeouts"]
+    assert len(timeouts) == 2 and all(item["learner_s"] >= 2.0 for item in timeouts)  # waiting for its replies
+    assert len(slow["boundary"]["learners_time"]["cells"]) == 2
     hangs = outcomes["c_hangs"]
-    assert hangs["status"] == "failed" and hangs["regraded"] and "per-notebook limit" in hangs["regraded"]["first_reason"]
-    assert hangs["reason"].startswith("not graded, also when graded alone")
-    assert record["summary"]["graded_again_alone"] == 2 and record["summary"]["not_graded"] == 1
+    assert hangs["status"] == "failed" and hangs["regraded"] is None and "per-notebook limit" in hangs["reason"]
+    assert record["summary"]["graded_again_alone"] == 0 and record["summary"]["not_graded"] == 1
+    assert record["time"]["budget_s"] == 40 and record["time"]["graded_again"] == 0
+    assert record["time"]["learner_timeouts"] == 2  # its cells, and the hanging one's solution cell
     report = (root / "out" / "class_report.md").read_text(encoding="utf-8")
-    assert "## Graded again alone" in report and "| c_hangs |" in report
+    assert "## Time" in report and "| b_slow_function |" in report and "## Graded again" not in report

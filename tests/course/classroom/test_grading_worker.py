@@ -193,7 +193,10 @@ def test_a_submission_past_the_notebook_limit_costs_its_worker_not_the_next_subm
     assert code == 1
     hung, ref = outcomes["a_hang"], outcomes["b_ref"]
     assert hung["status"] == "failed" and "per-notebook limit of 7 s" in hung["reason"]
-    assert hung["enforced"]["killed_at_notebook_timeout"] is True and hung["worker"]["process"] == 1
+    assert hung["enforced"]["killed_at_notebook_timeout"] is True
+    # its own sleeps passed the limit: graded again only if the host measurably starved it (most of its time)
+    assert hung["regraded"] is None or "waited" in hung["regraded"]["first_reason"], hung["regraded"]
+    assert hung["worker"]["process"] == (1 if hung["regraded"] is None else 3)
     assert ref["status"] == "graded" and ref["score"] == 5.0
     assert ref["worker"] == {"slot": "slot-0", "process": 2, "started_as": "new interpreter", "submission": 1}
     assert ref["enforced"]["killed_at_notebook_timeout"] is False

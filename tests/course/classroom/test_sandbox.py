@@ -482,3 +482,83 @@ def test_the_kernel_sees_only_what_it_needs_and_writes_only_to_capped_scratch(wo
                              str(kernel.home): True, "/tmp": True}
     assert view["home_filled"].startswith("16 MiB then OSError") or view["home_filled"].startswith("15 MiB then"), view
     assert enforced["kernel_filesystem"]["home_mb"] == 16
+
+
+HARDENING_VIEW = """
+import ctypes, json, os, socket, subprocess, sys, threading
+libc = ctypes.CDLL(None, use_errno=True)
+def errno_of(result):
+    return "allowed" if result == 0 else os.strerror(ctypes.get_errno())
+status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
+report = {"seccomp_mode": status["Seccomp"].strip()}
+report["unshare_user"] = errno_of(libc.unshare(0x10000000))
+report["unshare_mount"] = errno_of(libc.unshare(0x00020000))
+report["mount_tmpfs"] = errno_of(libc.mount(b"tmpfs", b"/tmp", b"tmpfs", 0, None))
+report["ptrace_traceme"] = errno_of(libc.ptrace(0, 0, None, None))
+report["keyctl"] = errno_of(libc.syscall(250, 0, 0, 0, 0))
+report["bpf"] = errno_of(libc.syscall(321, 0, 0, 0))
+report["unshare_command"] = subprocess.run(["unshare", "-U", "true"], capture_output=True).returncode
+def policy(which):
+    try:
+        os.sched_setscheduler(0, which, os.sched_param(0))
+        return "allowed"
+    except OSError as error:
+        return error.strerror
+report["sched_idle"] = policy(os.SCHED_IDLE)
+report["sched_other"] = policy(os.SCHED_OTHER)
+import zmq
+context = zmq.Context()
+context.socket(zmq.PAIR).close()  # libzmq sets its I/O thread's (normal) scheduling policy again
+context.term()
+report["zmq"] = "ran"
+thread = threading.Thread(target=lambda: None)
+thread.start()
+thread.join()
+report["thread"] = "ran"
+report["subprocess"] = subprocess.run([sys.executable, "-c", "print(6 * 7)"], capture_output=True, text=True).stdout.strip()
+pid = os.fork()
+if pid == 0:
+    os._exit(7)
+report["fork"] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+report["etc"] = sorted(os.listdir("/etc"))
+report["passwd"] = open("/etc/passwd").read().splitlines()
+report["tcp"] = open("/proc/net/tcp").read().splitlines()[1:]
+report["unix"] = [line.split()[-1] for line in open("/proc/net/unix").read().splitlines()[1:] if len(line.split()) > 7]
+report["interfaces"] = sorted(name for _, name in socket.if_nameindex())
+try:
+    socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=3).close()
+    report["slot_port"] = "connected"
+except OSError as error:
+    report["slot_port"] = type(error).__name__
+print(json.dumps(report))
+"""
+
+
+@needs_namespaces
+@pytest.mark.slow
+def test_the_kernel_cannot_create_namespaces_or_mount_sees_a_minimal_etc_and_none_of_the_slots_sockets(worker):
+    """Issue 33's hardening: a seccomp filter (no user namespace, no mount, no ptrace, bpf or keyrings; threads,
+    fork and subprocesses still work), an /etc of a few generated and linker files instead of the host's, and a
+    network namespace of its own (its /proc/net shows none of the slot's sockets, a port the slot listens on is
+    out of reach)."""
+    if os.uname().machine != "x86_64":
+        pytest.skip("the seccomp filter is written for x86_64")
+    server = socket.create_server(("127.0.0.1", 0))  # stands for the slot's sockets (the trusted grader's, ...)
+    try:
+        run, view, enforced, kernel = run_script(worker, HARDENING_VIEW, Limits(cell_timeout_s=5, notebook_timeout_s=60),
+                                                 args=(server.getsockname()[1],))
+    finally:
+        server.close()
+    assert run.returncode == 0, view
+    assert view["seccomp_mode"] == "2" and enforced["seccomp"]["applied"] is True
+    for call in ("unshare_user", "unshare_mount", "mount_tmpfs", "ptrace_traceme", "keyctl", "bpf"):
+        assert view[call] == "Operation not permitted", (call, view[call])
+    assert view["unshare_command"] != 0
+    assert view["sched_idle"] == "Operation not permitted" and view["sched_other"] == "allowed"
+    assert view["thread"] == "ran" and view["subprocess"] == "42" and view["fork"] == 7 and view["zmq"] == "ran"
+    assert len(view["etc"]) <= 12 and "shadow" not in view["etc"] and "ld.so.cache" in view["etc"], view["etc"]
+    assert len(os.listdir("/etc")) > 3 * len(view["etc"])
+    assert [line.split(":")[0] for line in view["passwd"]] == ["root", "learner"]
+    assert view["tcp"] == [] and view["interfaces"] == ["lo"] and view["slot_port"] == "ConnectionRefusedError"
+    assert enforced["kernel_network_namespace"] == {"interfaces": ["lo"]}
+    assert enforced["kernel_filesystem"]["etc"] == view["etc"]

@@ -1,5 +1,6 @@
 """The grading boundary in one process: a test calls the learner's function through a proxy, the call and its
-result cross the same encoding as between two processes, and its in-place effects come back."""
+result cross the same encoding as between two processes, and its in-place effects come back where the
+contract declares them (anything else the call changes fails it)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import torch
 
 from tools.course.grader.boundary import (
     BoundaryError,
+    Contract,
     InProcessChannel,
+    InputsChanged,
     LearnerFunction,
     backward_through,
     learner_proxies,
@@ -71,7 +74,28 @@ def grads_seen(model, tensor):
 
 def doubled(x):
     return x * 2, torch.is_grad_enabled()
+
+def zero_and_sum(logits):
+    total = logits.sum()
+    logits.zero_()
+    return total
+
+def nll_and_scale(logits):
+    logits.data.mul_(0)
+    return nll(logits)
+
+def overwrite_model(model, batch):
+    model.weight.data.fill_(1.0)
+    return float(model(batch).sum())
 '''
+
+CONTRACTS = {
+    "append_and_total": Contract(("values", "table"), frozenset({"values", "table"})),
+    "scale_": Contract(("tensor", "factor"), frozenset({"tensor"})),
+    "train_step": Contract(("model", "optimizer", "batch"), frozenset({"model", "optimizer"})),
+    "zero_and_sum": Contract(("logits",)),
+    "nll_and_scale": Contract(("logits",)),
+}
 
 
 def learner_namespace() -> dict:
@@ -87,11 +111,11 @@ def proxies():
     learner["SETUP_ITEMS"] = ["a", "b"]
     trusted = {"SETUP_ITEMS": ["a", "b"]}
     names = ["append_and_total", "scale_", "train_step", "nll", "checked", "module_out", "uses_setup", "pure",
-             "grads_seen", "noisy", "doubled", "missing"]
-    return learner_proxies(names, InProcessChannel(learner), shared_names(trusted)), trusted
+             "grads_seen", "noisy", "doubled", "missing", "zero_and_sum", "nll_and_scale"]
+    return learner_proxies(names, InProcessChannel(learner), shared_names(trusted), CONTRACTS), trusted
 
 
-def test_results_cross_and_in_place_effects_on_lists_and_dicts_come_back(proxies):
+def test_results_cross_and_declared_in_place_effects_on_lists_and_dicts_come_back(proxies):
     functions, _ = proxies
     values, table = [1, 2], {"drop": 1, "keep": "x"}
     assert functions["append_and_total"](values, table) == 5
@@ -196,14 +220,51 @@ def test_a_result_that_claims_to_equal_anything_never_reaches_the_test(name):
         function()
 
 
-def test_an_argument_filled_with_a_spoofing_object_is_not_mirrored_back():
+@pytest.mark.parametrize("declared", [True, False])
+def test_an_argument_filled_with_a_spoofing_object_is_not_mirrored_back(declared):
     learner = {"__name__": "__main__"}
     exec(SPOOFS, learner)  # noqa: S102 - the test's own hostile learner code
-    function = learner_proxies(["spoof_through_an_argument"], InProcessChannel(learner), shared_names({}))
+    contract = Contract(("values",), frozenset({"values"}) if declared else frozenset())
+    function = learner_proxies(["spoof_through_an_argument"], InProcessChannel(learner), shared_names({}),
+                               {"spoof_through_an_argument": contract})
     values = [0.0]
-    with pytest.raises(BoundaryError, match="could not be applied"):
+    with pytest.raises((BoundaryError, LearnerError), match="could not be applied|changed its inputs"):
         function["spoof_through_an_argument"](values)
     assert values == [0.0] and all(type(value) is float for value in values)
+
+
+def test_an_undeclared_change_fails_the_call_and_never_reaches_the_tests_objects(proxies):
+    """A wrong answer that also overwrites its input (`logits.zero_()`) cannot make a test that reads the
+    input after the call agree with it: the call fails with a clear error and the test's tensor is untouched."""
+    functions, _ = proxies
+    logits = torch.arange(6.0).reshape(2, 3)
+    with pytest.raises(InputsChanged, match=r"zero_and_sum changed its inputs \(logits: tensor values"):
+        functions["zero_and_sum"](logits)
+    assert torch.equal(logits, torch.arange(6.0).reshape(2, 3))
+    assert functions["zero_and_sum"](torch.zeros(2)) == torch.tensor(0.0)
+
+
+def test_backward_through_brings_gradients_back_but_not_changed_values(proxies):
+    functions, _ = proxies
+    logits = torch.randn(2, 3, requires_grad=True)
+    kept = logits.detach().clone()
+    with pytest.raises(InputsChanged, match="logits"):
+        backward_through(functions["nll_and_scale"], logits, select=["nll"])
+    assert torch.equal(logits.detach(), kept)
+
+
+def test_a_setup_object_the_call_changed_is_reported_by_name():
+    """A setup object goes by name: the learner's function gets its own process's copy, so the learner's side
+    says whether the call changed it."""
+    learner = learner_namespace()
+    learner["SETUP_MODEL"] = torch.nn.Linear(2, 1)
+    trusted = {"SETUP_MODEL": torch.nn.Linear(2, 1)}
+    kept = trusted["SETUP_MODEL"].weight.detach().clone()
+    function = learner_proxies(["overwrite_model"], InProcessChannel(learner), shared_names(trusted),
+                               {"overwrite_model": Contract(("model", "batch"))})["overwrite_model"]
+    with pytest.raises(InputsChanged, match="the setup object 'SETUP_MODEL'"):
+        function(trusted["SETUP_MODEL"], torch.ones(1, 2))
+    assert torch.equal(trusted["SETUP_MODEL"].weight, kept)
 
 
 def test_arguments_that_cannot_be_sent_are_a_clear_error(proxies):
@@ -226,6 +287,11 @@ def test_many_calls_in_one_round_trip_each_with_its_own_effects(proxies):
     outcomes = functions["append_and_total"].call_many(cases)
     assert outcomes == [("value", 2), ("value", 0)]
     assert cases[0][0] == ([1, 1], {"total": 2}) and cases[1][0] == ([0], {"total": 0})
+    arguments = [((torch.ones(2),), {}), ((torch.zeros(2),), {})]
+    changed = functions["zero_and_sum"].call_many(arguments)
+    assert changed[0][0] == "raised" and isinstance(changed[0][1], InputsChanged)
+    assert changed[1] == ("value", torch.tensor(0.0))  # zeroing zeros changes nothing
+    assert torch.equal(arguments[0][0][0], torch.ones(2))
     raised = functions["checked"].call_many([((1,), {}), ((-1,), {})])
     assert raised[0] == ("value", 1.0) and raised[1][0] == "raised" and isinstance(raised[1][1], ValueError)
 

@@ -11,6 +11,8 @@ import pytest
 import torch
 
 from tools.course.grader.codec import (
+    MAX_TREE_BYTES,
+    MAX_TREE_NODES,
     CodecError,
     LearnerError,
     Unencodable,
@@ -106,6 +108,23 @@ def _reply(tree, blob=b"") -> bytes:
 def test_anything_but_a_valid_encoding_is_refused(payload):
     with pytest.raises(CodecError):
         decode(payload)
+
+
+def test_the_structure_of_a_reply_is_bounded_far_below_its_tensor_bytes():
+    """A reply's JSON part is parsed into Python objects: it is counted (bytes and containers) before parsing,
+    both when the learner's side encodes it and when the trusted side receives it; tensor bytes are not."""
+    assert MAX_TREE_BYTES * 8 <= 64 * 2 ** 20
+    many = list(range(MAX_TREE_NODES))
+    with pytest.raises(Unencodable, match="nested values"):
+        encode(many)
+    tree = {"list": [{"int": "1"}] * (MAX_TREE_NODES + 1)}
+    with pytest.raises(CodecError, match="nested values"):
+        decode(_reply(tree))
+    with pytest.raises(CodecError, match="structure of"):
+        decode(_reply({"list": ["x" * (MAX_TREE_BYTES + 1)]}))
+    big = torch.zeros(4 * 2 ** 20, dtype=torch.float32)  # 16 MiB of tensor bytes still cross
+    assert torch.equal(roundtrip(big), big)
+    assert roundtrip(list(range(1000))) == list(range(1000))
 
 
 def test_deep_nesting_is_refused_both_ways():

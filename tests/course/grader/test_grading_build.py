@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from chapter_factory import REPO_ROOT, make_toy_project, toy_notebook
+from chapter_factory import REPO_ROOT, TOY_HIDDEN, make_toy_project, toy_notebook
 from tools.core.catalog import load_catalog
 from tools.course.grader.build import (
     BEGIN_HIDDEN,
@@ -80,6 +80,19 @@ def test_hidden_tests_for_unknown_exercise_are_refused(tmp_path):
     root = make_toy_project(tmp_path, hidden="# %% hidden exercise=nope points=1 name=a\n# hint: h\nassert True\n")
     with pytest.raises(ConfigError, match="unknown exercise"):
         build_source_notebook(root, load_catalog(root)[0])
+
+
+def test_a_hidden_test_that_reads_an_argument_after_the_call_is_refused(tmp_path):
+    reads_after = ("# %% hidden exercise=halve points=1 name=reads_after\n# hint: h\n"
+                   "values = [4.0]\nhalf = halve(values)\nassert half == values[0] / 2\n")
+    root = make_toy_project(tmp_path, hidden=TOY_HIDDEN + reads_after)
+    with pytest.raises(ConfigError, match=r"TOY, hidden test reads_after: line 3 compares a result of halve with "
+                                          r"'values', read after line 2 passed it to halve \(as 'x'\)"):
+        build_source_notebook(root, load_catalog(root)[0])
+    before = reads_after.replace("half = halve(values)\nassert half == values[0] / 2",
+                                 "expected = values[0] / 2\nhalf = halve(values)\nassert half == expected")
+    root = make_toy_project(tmp_path / "fixed", hidden=TOY_HIDDEN + before)
+    assert any("reads_after" in cell.source for cell in build_source_notebook(root, load_catalog(root)[0]).cells)
 
 
 @pytest.mark.slow

@@ -94,6 +94,14 @@ def test_edited_or_deleted_test_cells_gain_nothing(toy_report):
 
 
 @pytest.mark.integration
+def test_every_mutant_is_planted_again_with_each_argument_overwritten_in_place(toy_report):
+    overwritten = {o.student: o for o in toy_report.outcomes if "+overwrite_" in o.student}
+    assert {"mutant_no_nan_check+overwrite_undeclared", "mutant_floor_division+overwrite_undeclared"} <= set(overwritten)
+    assert all(o.expectation == "loses_points" for o in overwritten.values())
+    assert all(o.passed for name, o in overwritten.items() if not name.startswith("mutant_equivalent"))
+
+
+@pytest.mark.integration
 def test_a_mutant_that_loses_nothing_fails_verification(toy_report):
     assert not outcome(toy_report, "mutant_equivalent").passed
     assert not toy_report.passed

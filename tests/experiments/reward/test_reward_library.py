@@ -32,7 +32,7 @@ def test_last_valid_positions_for_every_padding_and_read_last_keeps_gradients():
         last_valid_positions(torch.tensor([[1, 0], [0, 0]]))
 
 
-def test_signal_gate_rejects_kl_domination_and_zero_advantages():
+def test_signal_gate_rejects_kl_domination_and_constant_advantages():
     mask = torch.tensor([[1, 1, 0]])
     advantages = torch.tensor([[0.5, -0.5, 9.0]], dtype=torch.float64)
     kl = torch.tensor([[0.25, -0.25, 40.0]], dtype=torch.float64)
@@ -40,7 +40,23 @@ def test_signal_gate_rejects_kl_domination_and_zero_advantages():
     assert signals.gate(advantages, mask, kl, 2.0, scores) == {"kl_share": 0.5, "reasons": [], "decision": "accept"}
     assert signals.gate(advantages, mask, kl, 2.1, scores)["reasons"] == ["kl_dominated"]
     zero = signals.gate(torch.zeros(1, 3, dtype=torch.float64), mask, kl, 0.0, scores)
-    assert zero["reasons"] == ["zero_advantages"] and zero["kl_share"] == 0.0
+    assert zero["reasons"] == ["constant_advantages"] and zero["kl_share"] == 0.0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_equal_advantages_that_are_not_zero_are_rejected_too(dtype):
+    """Constant advantages whiten to rounding noise (about 1e-12, not exactly 0), so a gate that only asks for
+    exact zeros accepts a signal with nothing in it; the gate judges the spread with a tolerance."""
+    mask = torch.ones(2, 3, dtype=torch.long)
+    flat = torch.full((2, 3), 0.7, dtype=dtype)
+    whitened = signals.masked_whiten(flat, mask)
+    assert float(whitened.abs().max()) < 1e-3, "nothing but rounding noise survives whitening"
+    no_kl, scores = torch.zeros(2, 3, dtype=dtype), torch.ones(2, dtype=dtype)
+    assert signals.gate(flat, mask, no_kl, 0.0, scores)["reasons"] == ["constant_advantages"]
+    assert signals.gate(flat * 1000.0, mask, no_kl, 0.0, scores)["reasons"] == ["constant_advantages"]
+    varied = flat.clone()
+    varied[1, 2] += 1e-3
+    assert signals.gate(varied, mask, no_kl, 0.0, scores)["reasons"] == [], "a real difference is a signal"
 
 
 def test_bradley_terry_is_stable_and_calibration_bins_are_equal_width():

@@ -154,6 +154,15 @@ def check_exercise_cell(cell: NotebookNode) -> list[str]:
         problems.append(f"needs exactly one line {SOLUTION_PLACEHOLDER!r}, found {len(placeholder_lines)}")
     elif is_stub_raise and placeholder_lines[0] != last.lineno - 2:
         problems.append(f"{SOLUTION_PLACEHOLDER!r} must stand on the line right before the final raise")
+    changes = cell.metadata.get("course", {}).get("changes")
+    if changes is not None:
+        arguments = functions[name].args
+        parameters = [argument.arg for argument in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]]
+        if not (isinstance(changes, list) and changes and all(isinstance(item, str) for item in changes)):
+            problems.append("metadata.course.changes must be a non-empty list of parameter names")
+        elif [item for item in changes if item not in parameters]:
+            problems.append(f"metadata.course.changes names {[i for i in changes if i not in parameters]}, "
+                            f"which are not parameters of {name}")
     return problems
 
 

@@ -11,10 +11,17 @@ kernel of its own (forked from the worker's kernel zygote, `tools.course.classro
 submission's own sandbox: namespaces, control group, filesystem; `tools.course.classroom.sandbox`);
 its test cells run in a trusted grader process outside that sandbox (`split_execute`, `trusted`), so
 the verdicts are computed where the learner's code cannot reach. The main thread then merges each result
-into the course gradebook with nbgrader's Gradebook API, one student at a time, copies the autograded
-notebook, and writes the learner's feedback (`tools.course.classroom.feedback`). A submission that cannot
-be graded is recorded as failed and skipped; it never touches another student. One that ran out of time
-beside others (`starved`) is graded again alone once, and reported as not graded if it fails again.
+into the course gradebook with nbgrader's Gradebook API, one student at a time, has the learner's feedback
+rendered in a process of its own with limits (`tools.course.classroom.feedback_render`: it also withholds
+what would show a hidden test's inputs) and copies the autograded notebook once it is within its size limit
+and scanned. A submission that cannot be graded is recorded as failed and skipped; it never touches another
+student. Time goes to the learner who spends it: a submission is graded again (at once, beside the rest of
+the class) only on evidence that the host starved it (`regrade_reason`), and reported as not graded if it
+fails again; the class report sets the class's time against its budget (`class_time`).
+
+`grade_in_worker` (one submission in its sandbox, returning a `WorkerResult`) is apart from the merge
+(`_finish`, the only writer of the course gradebook), so another executor can run the first and leave the
+second to the process that owns the course.
 """
 
 from __future__ import annotations
@@ -28,8 +35,9 @@ import tempfile
 import threading
 import time
 import warnings
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 import nbformat
@@ -38,19 +46,13 @@ from tools.core.catalog import Chapter
 from tools.core.records import save_json_record_once, utc_timestamp
 from tools.course.cells import read_notebook
 from tools.course.classroom.cgroups import BatchCgroups, probe_cgroups
-from tools.course.classroom.feedback import (
-    HtmlGuard,
-    cell_results,
-    course_secret_lines,
-    exercise_summary,
-    exercises_of,
-    grade_cells,
-    write_student_feedback,
-)
+from tools.course.classroom.contention import NOTEBOOK_WAIT_SHARE, contention_evidence
+from tools.course.classroom.feedback import cell_results, exercise_summary, exercises_of, grade_cells
+from tools.course.classroom.feedback_render import FeedbackRenderer
 from tools.course.classroom.report import score_summary, write_class_report
 from tools.course.grader.build import render_source_notebook
 from tools.course.layout import CourseLayout, NbgraderCourse
-from tools.course.nbgrader_cli import course_id as read_course_id, run_nbgrader
+from tools.course.nbgrader_cli import run_nbgrader
 from tools.course.classroom.sandbox import (
     HostIsolation,
     Limits,
@@ -92,7 +94,8 @@ class Outcome:
     worker: dict | None = None  # slot, n-th worker process of the slot, k-th submission of that worker
     timings: dict = field(default_factory=dict)  # seconds per stage of this submission (see `grade_in_worker`)
     boundary: dict = field(default_factory=dict)  # cells that timed out, the output cap if reached
-    regraded: dict | None = None  # graded again alone after it was starved: the first attempt's reason
+    regraded: dict | None = None  # graded again after it was starved: the first attempt's reason
+    collected_utc: str | None = None  # when the instructor collected it (its nbgrader timestamp)
 
 
 @dataclass
@@ -112,6 +115,7 @@ class BatchReport:
     report_path: str | None = None
     hardest_exercise: str | None = None
     timings: dict = field(default_factory=dict)  # seconds since the start at each step of the batch
+    time: dict = field(default_factory=dict)  # the class's time against its budget (`class_time`)
 
     @property
     def graded(self) -> list[Outcome]:
@@ -256,6 +260,8 @@ class WorkerResult:
     worker: dict | None = None
     timings: dict = field(default_factory=dict)
     boundary: dict = field(default_factory=dict)  # timeouts and output cap of the run (`SplitExecute.report`)
+    hidden_inputs: list = field(default_factory=list)  # what hidden tests sent (fingerprints, for the leak scan)
+    collected_utc: str | None = None
 
 
 @dataclass
@@ -281,15 +287,29 @@ def slot_trusted_spec(slot: GradingSlot, context: WorkerContext) -> dict | None:
     return trusted_spec(context.source, folder)
 
 
+TIMESTAMP_FILE = "timestamp.txt"
+
+
+def collected_utc(submission: Submission) -> str:
+    """When the instructor collected `submission`, in nbgrader's timestamp format: the submitted notebook's
+    inode change time, which the copy into `submitted/` set on the instructor's side (no archive, tool or file
+    of the learner carries it). A `timestamp.txt` in the learner's folder is never read."""
+    stamp = datetime.fromtimestamp(submission.notebook.stat().st_ctime, tz=timezone.utc)
+    return stamp.strftime("%Y-%m-%d %H:%M:%S.%f UTC")
+
+
 def prepare_private_course(submission: Submission, private: Path, context: WorkerContext) -> None:
     """The submission's own nbgrader course: the template gradebook (with the student's extension, if
-    any), the config, the assignment's source and the submitted files."""
+    any), the config, the assignment's source, the submitted files (never the learner's `timestamp.txt`) and
+    the time of collection (`collected_utc`) as nbgrader's `timestamp.txt`."""
     own, course = NbgraderCourse(private), NbgraderCourse(context.course)
     private.mkdir(mode=0o700)
     shutil.copy(context.template, own.gradebook)
     shutil.copy(course.config, own.config)
     shutil.copytree(course.source_dir(context.slug), own.source_dir(context.slug))
-    copy_regular_files(submission.folder, own.submission_dir(submission.student, context.slug))
+    target = own.submission_dir(submission.student, context.slug)
+    copy_regular_files(submission.folder, target, skip_names={TIMESTAMP_FILE})
+    (target / TIMESTAMP_FILE).write_text(collected_utc(submission) + "\n", encoding="utf-8")
     if submission.student in context.extensions:
         from nbgrader.api import Gradebook
 
@@ -331,13 +351,18 @@ def grade_in_worker(submission: Submission, index: int, slot: GradingSlot, conte
     # The kernel starts in its own folder: give it what nbgrader would put next to the notebook,
     # the student's other files overwritten by the assignment's own.
     for source in (submission.folder, NbgraderCourse(context.course).source_dir(context.slug)):
-        copy_regular_files(source, kernel.home, skip_suffix=".ipynb", owner=slot.uid)
+        copy_regular_files(source, kernel.home, skip_suffix=".ipynb", owner=slot.uid, skip_names={TIMESTAMP_FILE})
     log_path = folder / "autograde.log"
+    boundary_path, inputs_path = private / "boundary.json", private / "hidden_inputs.json"
     request = {"id": index, "course": str(private), "slug": context.slug, "student": submission.student,
-               "cell_timeout": context.limits.cell_timeout_s, "log": str(log_path),
-               "env": slot.sandbox.grader_env(kernel), "zygote_env": slot.sandbox.zygote_env(),
+               "cell_timeout": context.limits.cell_timeout_s, "setup_timeout": context.limits.setup_s,
+               "log": str(log_path), "env": slot.sandbox.grader_env(kernel), "zygote_env": slot.sandbox.zygote_env(),
                "trusted": slot_trusted_spec(slot, context), "trusted_env": slot.sandbox.trusted_env(),
-               "output_bytes": context.limits.output_mb * 2 ** 20}
+               "output_bytes": context.limits.output_mb * 2 ** 20, "cpus": context.limits.cpus,
+               "cgroup_usage_file": kernel.cgroup.cpu_usage_file if kernel.cgroup is not None else None,
+               "trusted_cgroup_procs": kernel.trusted_cgroup.procs_files if kernel.trusted_cgroup is not None else [],
+               "report_path": str(boundary_path), "hidden_inputs_path": str(inputs_path),
+               "sockets": str(kernel.sockets) if kernel.sockets is not None else None}
     prepared = time.monotonic()
     try:
         result = slot.grade(request, kernel)
@@ -354,8 +379,17 @@ def grade_in_worker(submission: Submission, index: int, slot: GradingSlot, conte
     status, reason = result.status, result.reason
     if status == "graded" and not autograded.is_file():
         status, reason = "failed", "nbgrader wrote no autograded notebook"
+    boundary = result.boundary or read_json_file(boundary_path) or {}  # the worker's last word if it was killed
     return WorkerResult(submission.student, folder, private, status, reason, enforced, seconds, worker, timings,
-                        result.boundary)
+                        boundary, read_json_file(inputs_path) or [], collected_utc(submission))
+
+
+def read_json_file(path: Path):
+    """The JSON a grading worker wrote at `path`, or None (missing or cut short)."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
 
 
 # ---------------------------------------------------------------------------
@@ -379,13 +413,15 @@ def copy_tail(source: Path, target: Path, size: int = LOG_TAIL_BYTES) -> None:
 
 
 def copy_regular_files(source: Path, target: Path, *, skip_suffix: str | None = None,
-                       owner: int | None = None) -> None:
-    """Copy the regular files under `source` (never symbolic links or devices) into `target`."""
+                       owner: int | None = None, skip_names: set[str] | frozenset[str] = frozenset()) -> None:
+    """Copy the regular files under `source` (never symbolic links or devices) into `target`, but those with
+    the suffix `skip_suffix` and those named in `skip_names` (at the top of `source`)."""
     target.mkdir(parents=True, exist_ok=True)
     for folder, _, names in os.walk(source):  # os.walk does not enter linked folders
         for name in sorted(names):
             path = Path(folder) / name
-            if path.is_symlink() or not path.is_file() or (skip_suffix and path.suffix == skip_suffix):
+            if path.is_symlink() or not path.is_file() or (skip_suffix and path.suffix == skip_suffix) or (
+                    Path(folder) == source and name in skip_names):
                 continue
             destination = target / path.relative_to(source)
             if not destination.parent.is_dir():
@@ -457,8 +493,8 @@ def merge_result(course: Path, slug: str, student: str, worker: Path) -> dict[st
         return {grade.cell.name: (float(grade.score or 0.0), float(grade.max_score)) for grade in merged.grades}
 
 
-def copy_autograded(course: Path, worker: Path, slug: str, student: str) -> None:
-    source = NbgraderCourse(worker).autograded_dir(student, slug)
+def copy_autograded(course: Path, source: Path, slug: str, student: str) -> None:
+    """Put one student's autograded folder (`source`: the scanned copy) into the course."""
     target = NbgraderCourse(course).autograded_dir(student, slug)
     if target.exists():
         shutil.rmtree(target)
@@ -566,11 +602,9 @@ def autograde_chapter(root: Path, chapter: Chapter, *, course: Path | None = Non
         report.timings["workers_started_s"] = round(time.monotonic() - started, 3)
         report.assignment = ensure_assignment(course, chapter.slug, log_dir)
         source = read_notebook(course_paths(course, chapter.slug)["source"])
-        release = read_notebook(course_paths(course, chapter.slug)["release"])
         cells, exercises = grade_cells(source), exercises_of(source)
-        secrets = course_secret_lines(root, chapter, source, release, read_notebook(chapter.notebook_path(root)))
-        feedback = FeedbackContext(cells, exercises, secrets, read_course_id(course), source, HtmlGuard(release),
-                                   feedback_size_limit(limits))
+        renderer = FeedbackRenderer(root, chapter, course, feedback_size_limit(limits), log_dir / "feedback.log")
+        feedback = FeedbackContext(cells, exercises, renderer, feedback_size_limit(limits))
         template = make_template(course, chapter.slug, batch_dir)
         context = WorkerContext(course, chapter.slug, template, limits, log_dir, existing_extensions(course, chapter.slug),
                                 source if split_tests else None)
@@ -589,7 +623,7 @@ def autograde_chapter(root: Path, chapter: Chapter, *, course: Path | None = Non
         bar = tqdm(total=len(submissions), desc=f"autograde {chapter.slug}", unit="nb", disable=not show_progress,
                    file=progress_stream or sys.stderr)
         pool = ThreadPoolExecutor(max_workers=jobs)
-        futures = {}
+        pending: dict = {}  # future -> (submission, index, the first attempt's outcome when graded again)
         try:
             for index, submission in enumerate(submissions):
                 problem = notebook_problem(submission.notebook)
@@ -597,37 +631,34 @@ def autograde_chapter(root: Path, chapter: Chapter, *, course: Path | None = Non
                     report.outcomes.append(Outcome(submission.student, "failed", problem))
                     bar.update(1)
                     continue
-                futures[pool.submit(work, index, submission)] = submission
-            retry = []
-            for future in as_completed(futures):
-                outcome = _finish(future, futures[future], course, chapter, feedback, regrade_when_starved=jobs > 1)
-                if outcome.status == "regrade":
-                    retry.append((futures[future], outcome))
-                    continue
-                report.outcomes.append(outcome)
-                bar.update(1)
-                bar.set_postfix(failures=len(report.failures))
-            for submission, first in retry:  # graded again alone: every other slot is idle now
-                index = submissions.index(submission)
-                again = pool.submit(grade_in_worker, submission, index, slots[0], context)
-                outcome = _finish(again, submission, course, chapter, feedback, regrade_when_starved=False)
-                outcome.regraded = {"first_reason": first.reason, "first_boundary": first.boundary,
-                                    "first_seconds": first.seconds}
-                if outcome.status != "graded":
-                    outcome.reason = f"not graded, also when graded alone: {outcome.reason}"
-                report.outcomes.append(outcome)
-                bar.update(1)
-                bar.set_postfix(failures=len(report.failures))
+                pending[pool.submit(work, index, submission)] = (submission, index, None)
+            while pending:
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    submission, index, first = pending.pop(future)
+                    outcome = _finish(future, submission, course, chapter, feedback, regrade=first is None)
+                    if outcome.status == "regrade":  # graded again at once, beside the rest of the class
+                        pending[pool.submit(work, index, submission)] = (submission, index, outcome)
+                        continue
+                    if first is not None:
+                        outcome.regraded = {"first_reason": first.reason, "first_boundary": first.boundary,
+                                            "first_seconds": first.seconds}
+                        if outcome.status != "graded":
+                            outcome.reason = f"not graded, also when graded again: {outcome.reason}"
+                    report.outcomes.append(outcome)
+                    bar.update(1)
+                    bar.set_postfix(failures=len(report.failures))
         except BaseException:
             # Interrupted (Ctrl-C) or a bug in the merge loop: stop every running worker now.
             pool.shutdown(wait=False, cancel_futures=True)
-            while not all(future.done() for future in futures):
+            while not all(future.done() for future in pending):
                 kill_running()
                 time.sleep(0.2)
             raise
         finally:
             pool.shutdown()
             bar.close()
+            renderer.close()
         report.timings["graded_s"] = round(time.monotonic() - started, 3)
     finally:
         for slot in slots:
@@ -639,6 +670,7 @@ def autograde_chapter(root: Path, chapter: Chapter, *, course: Path | None = Non
         remove_tree(batch_dir)
     report.outcomes.sort(key=lambda outcome: outcome.student)
     report.wall_seconds = round(time.monotonic() - started, 2)
+    report.time = class_time(report.outcomes, limits, jobs, report.wall_seconds)
     report_path, hardest = write_class_report(report, exercises, output_dir)
     report.report_path, report.hardest_exercise = str(report_path), hardest
     report.timings["reported_s"] = round(time.monotonic() - started, 3)
@@ -649,64 +681,92 @@ def autograde_chapter(root: Path, chapter: Chapter, *, course: Path | None = Non
 
 @dataclass
 class FeedbackContext:
-    """What every student's feedback is made from (see `tools.course.classroom.feedback`)."""
+    """What every student's feedback is made from: the grade cells and exercises, and the class's renderer
+    (`feedback_render`: a process of its own per submission, with limits)."""
 
     cells: list
     exercises: list
-    secrets: list
-    course_id: str
-    source: nbformat.NotebookNode
-    guard: HtmlGuard
+    renderer: FeedbackRenderer
     max_bytes: int
 
 
 def feedback_size_limit(limits: Limits) -> int:
-    """The largest autograded notebook rendered into feedback: the output cap twice over, plus room for the
-    notebook itself."""
+    """The largest autograded notebook copied into the course or rendered into feedback: the output cap twice
+    over, plus room for the notebook itself."""
     return 2 * limits.output_mb * 2 ** 20 + 16 * 2 ** 20
 
 
-STARVED_ROLES = ("setup", "later locked", "test")
-"""Cells a submission's own code does not make slow by itself: a timeout there, while other submissions ran
-beside it, may be starvation."""
+WORKER_DEATH = ("grading worker exited", "grading worker did not answer")
 
 
-def starved(result: WorkerResult) -> str | None:
-    """Why a submission graded beside others is graded again alone, or None: it passed the notebook limit, its
-    worker died, or a setup or test cell ran out of time."""
+def regrade_reason(result: WorkerResult) -> str | None:
+    """Why a submission is graded again, or None. Only evidence that the host starved it earns a second
+    attempt: its grading worker died, the trusted grader's setup cells ran out of their own budget, or a cell
+    (or the whole notebook) ran out of time while the figures show contention (`contention_evidence`). A
+    timeout the learner's own code caused (its replies never came, it slept, it spent its CPU) is its loss."""
+    reason = (result.reason or "").splitlines()[0] if result.reason else ""
     if result.status != "graded":
-        reason = result.reason or ""
-        if "per-notebook limit" in reason or "grading worker" in reason:
-            return reason.splitlines()[0]
+        if reason.startswith(WORKER_DEATH) or "grading worker" in reason and "at start" in reason:
+            return reason
+        if "setup cells failed" in (result.reason or "") and "CellTimeout" in (result.reason or ""):
+            return "the trusted grader's setup cells ran out of their time"
+        if "per-notebook limit" in reason:
+            evidence = contention_evidence(result.boundary.get("totals") or {}, NOTEBOOK_WAIT_SHARE)
+            return f"{reason}: {evidence}" if evidence else None
         return None
-    timeouts = [item for item in result.boundary.get("timeouts", []) if item.get("role") in STARVED_ROLES]
-    if timeouts:
-        return f"{len(timeouts)} setup or test cell(s) ran out of time, e.g. {timeouts[0]['cell']}"
+    for item in result.boundary.get("timeouts", []):
+        evidence = contention_evidence(item)
+        if evidence:
+            return f"{item['cell']} ran out of time: {evidence}"
     return None
 
 
+def learners_time(boundary: dict) -> dict:
+    """The cells that ran out of time on the learner's own account (no contention evidence): graded as they are."""
+    own = [item for item in boundary.get("timeouts", []) if not contention_evidence(item)]
+    return {"cells": [str(item["cell"]) for item in own],
+            "seconds": round(sum(item.get("wall_s") or 0.0 for item in own), 2),
+            "waiting_for_the_learner_s": round(sum(item.get("learner_s") or 0.0 for item in own), 2)}
+
+
+def class_time(outcomes: list[Outcome], limits: Limits, jobs: int, wall_seconds: float) -> dict:
+    """The class's time against its budget: every submission its notebook limit, `jobs` at a time (a second
+    attempt only on contention evidence), what the batch took, and where the time went."""
+    budget = -(-len(outcomes) // jobs) * limits.notebook_timeout_s
+    first_attempts = [outcome.regraded.get("first_seconds") or 0.0 for outcome in outcomes if outcome.regraded]
+    own = [outcome.boundary.get("learners_time") or {} for outcome in outcomes]
+    return {"budget_s": budget, "wall_s": wall_seconds, "submission_seconds": round(sum(outcome.seconds or 0.0 for outcome in outcomes), 2),
+            "learner_timeouts": sum(1 for item in own if item.get("cells")),
+            "learner_timeout_seconds": round(sum(item.get("seconds", 0.0) for item in own), 2),
+            "graded_again": len(first_attempts), "first_attempt_seconds": round(sum(first_attempts), 2)}
+
+
 def _finish(future, submission: Submission, course: Path, chapter: Chapter, feedback: FeedbackContext, *,
-            regrade_when_starved: bool) -> Outcome:
+            regrade: bool) -> Outcome:
     """Merge one finished worker into the course and write its feedback; failures are recorded, not raised.
-    A starved submission (`starved`) is, with `regrade_when_starved`, left unmerged with the status
-    "regrade", for the batch to grade it again alone."""
+    A starved submission (`regrade_reason`) is, with `regrade`, left unmerged with the status "regrade", for the
+    batch to grade it again. The autograded notebook is copied into the course only when it is within the size
+    limit and was scanned for hidden tests' inputs (by the renderer)."""
     try:
         result = future.result()
     except Exception as error:  # a bug or I/O error in one worker must not stop the batch; it is recorded
         return Outcome(submission.student, "failed", f"worker error: {error.__class__.__name__}: {error}")
     outcome = Outcome(result.student, result.status, result.reason, enforced=result.enforced, seconds=result.seconds,
-                      worker=result.worker, timings=dict(result.timings), boundary=dict(result.boundary))
+                      worker=result.worker, timings=dict(result.timings), boundary=dict(result.boundary),
+                      collected_utc=result.collected_utc)
     try:
-        why = starved(result) if regrade_when_starved else None
+        why = regrade_reason(result) if regrade else None
         if why is not None:
             outcome.status, outcome.reason = "regrade", why
             return outcome
+        outcome.boundary["learners_time"] = learners_time(result.boundary)
         if result.status != "graded":
             return outcome
         started = time.monotonic()
+        autograded = NbgraderCourse(result.course_dir).autograded(result.student, chapter.slug)
+        size = autograded.stat().st_size
         try:
             scores = merge_result(course, chapter.slug, result.student, result.course_dir)
-            copy_autograded(course, result.course_dir, chapter.slug, result.student)
         except Exception as error:  # recorded: this student's grade is not merged, the others are untouched
             outcome.status, outcome.reason = "failed", f"merge failed: {error.__class__.__name__}: {error}"
             return outcome
@@ -715,18 +775,26 @@ def _finish(future, submission: Submission, course: Path, chapter: Chapter, feed
         outcome.exercises = exercise_summary(feedback.exercises, results)
         outcome.score = sum(item["score"] for item in outcome.exercises)
         outcome.max_score = sum(item["max_score"] for item in outcome.exercises)
-        outcome.feedback = _write_feedback(course, chapter, result, results, feedback)
+        if size > feedback.max_bytes:
+            outcome.feedback = {"written": False, "error": f"the autograded notebook is {size / 2 ** 20:.1f} MiB, more "
+                                                           f"than {feedback.max_bytes / 2 ** 20:.0f} MiB; not copied "
+                                                           "into the course, feedback not rendered"}
+        else:
+            scanned = result.worker_dir / "autograded-scanned"
+            outcome.feedback = feedback.renderer.render({
+                "student": result.student, "autograded": str(autograded), "work_dir": str(result.course_dir),
+                "results": results, "enforced": result.enforced, "hidden_inputs": result.hidden_inputs,
+                "scanned_dir": str(scanned)})
+            if outcome.feedback.pop("scanned", False):
+                try:
+                    copy_autograded(course, scanned, chapter.slug, result.student)
+                except Exception as error:  # recorded: the grade stands
+                    outcome.status, outcome.reason = "failed", f"copy failed: {error.__class__.__name__}: {error}"
+            outcome.boundary["hidden_inputs_withheld"] = outcome.feedback.pop("inputs_withheld", 0)
         outcome.timings.update(merge_s=round(merged - started, 3), feedback_s=round(time.monotonic() - merged, 3))
         return outcome
     finally:
         remove_tree(result.worker_dir)
-
-
-def _write_feedback(course: Path, chapter: Chapter, result: WorkerResult, results, feedback: FeedbackContext) -> dict:
-    autograded = NbgraderCourse(result.course_dir).autograded(result.student, chapter.slug)
-    return write_student_feedback(course, chapter, result.student, autograded, result.course_dir, feedback.cells,
-                                  feedback.exercises, results, feedback.secrets, feedback.course_id, result.enforced,
-                                  source=feedback.source, guard=feedback.guard, max_bytes=feedback.max_bytes)
 
 
 # ---------------------------------------------------------------------------
@@ -736,8 +804,12 @@ def _write_feedback(course: Path, chapter: Chapter, result: WorkerResult, result
 def format_summary(report: BatchReport) -> str:
     summary = score_summary(report.outcomes)
     lines = [f"{report.chapter}: {summary['submissions']} submissions, {summary['graded']} graded, "
-             f"{len(report.failures)} failure(s), {summary['graded_again_alone']} graded again alone, "
+             f"{len(report.failures)} failure(s), {summary['graded_again_alone']} graded again, "
              f"in {report.wall_seconds:.1f} s with {report.jobs} job(s)"]
+    if report.time:
+        lines.append(f"time: budget {report.time['budget_s']:g} s, took {report.time['wall_s']:g} s; "
+                     f"{report.time['learner_timeouts']} submission(s) ran out of time on their own account, "
+                     f"{report.time['graded_again']} graded again on evidence of contention")
     if summary["graded"]:
         lines.append(f"score: mean {summary['mean']:g} / {summary['max_score']:g}, median {summary['median']:g}, "
                      f"min {summary['min']:g}, max {summary['max']:g}, full marks {summary['full_marks']}")

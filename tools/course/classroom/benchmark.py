@@ -10,6 +10,11 @@ without it (`autograde_chapter(split_tests=False)`, a measurement switch only).
 `bench_cpu_hog` grades one correct submission alone, then beside a submission whose kernel runs setsid
 spinners, and compares the correct one's time.
 
+`bench_hostile_classes` grades an honest class (N correct submissions, `--jobs 2`), then the same class beside
+each attack of issue 33 (`ATTACKS`, planted on the chapter's first exercise), and reports each class's wall
+and CPU seconds, what the attacker scored and spent, whether every honest submission kept full marks, and
+the grading's own CPU seconds per submission of the honest class (kernel, trusted grader, worker, batch).
+
 Every figure comes with the host's load average before and after: on a shared machine the ratios move
 with the load of others.
 """
@@ -46,9 +51,11 @@ def load_average() -> list[float]:
     return [round(value, 2) for value in os.getloadavg()]
 
 
-def class_of_copies(root: Path, chapter: Chapter, folder: Path, copies: int, extra: dict | None = None) -> Path:
+def class_of_copies(root: Path, chapter: Chapter, folder: Path, copies: int, extra: dict | None = None,
+                    added: dict | None = None, files: dict | None = None) -> Path:
     """An nbgrader course holding the chapter's release and `copies` reference submissions (`s000`, ...);
-    `extra` adds `student -> {exercise: source}` submissions on top of the reference."""
+    `extra` adds `student -> {exercise: source}` submissions on top of the reference, `added` appends cells
+    (`student -> [cell]`) and `files` puts files beside a student's notebook (`student -> {name: text}`)."""
     course = NbgraderCourse(folder / "course")
     course.folder.mkdir(parents=True)
     shutil.copy(CourseLayout(root).config_template, course.config)
@@ -66,7 +73,10 @@ def class_of_copies(root: Path, chapter: Chapter, folder: Path, copies: int, ext
             grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
             if grade_id in sources:
                 cell.source = sources[grade_id]
+        submission.cells += copy.deepcopy((added or {}).get(student, []))
         write_notebook(submission, course.submission(student, chapter.slug))
+        for name, text in (files or {}).get(student, {}).items():
+            (course.submission(student, chapter.slug).parent / name).write_text(text, encoding="utf-8")
     return course.folder
 
 
@@ -165,3 +175,157 @@ def bench_cpu_hog(root: Path, chapter: Chapter, repeats: int = 2) -> dict:
     result["load_after"] = load_average()
     result["beside_over_alone"] = round(statistics.median(result["beside_hog_s"]) / statistics.median(result["alone_s"]), 2)
     return result
+
+
+# ---------------------------------------------------------------------------
+# A hostile class: the attacks of issue 33, against any chapter
+# ---------------------------------------------------------------------------
+
+def _wrapper(name: str, before: str) -> str:
+    """Source that wraps the learner's own `name` defined above it: `before` runs first in every call."""
+    return (f"\n\n_own_{name} = {name}\n\n\ndef {name}(*args, **kwargs):\n"
+            + "".join(f"    {line}\n" for line in before.splitlines()) + f"    return _own_{name}(*args, **kwargs)\n")
+
+
+DISPLAY_LOG = """
+import threading, time
+from IPython.display import display
+_handle = display("a progress bar", display_id=True)
+_seen = []
+def _report():
+    while True:
+        time.sleep(0.5)
+        if _seen:
+            print("LOGGED: " + _seen[-1][:200], flush=True)
+threading.Thread(target=_report, daemon=True).start()
+"""
+DISPLAY_CAP = """
+from IPython.display import display, update_display
+for _ in range(200):
+    display("x", display_id="one-id")
+update_display("y" * 2 ** 20, display_id="one-id")
+"""
+HUGE_REPLY = """
+import struct
+import tools.course.classroom.learner_server as _server
+_tree = b'{"list":[' + b'{"int":"1"},' * 300_000 + b'{"int":"1"}]}'
+_server.serve_request = lambda payload, namespace, limit=None: struct.pack(">QQ", len(_tree), 0) + _tree
+"""
+HARDENING_PROBE = """
+import ctypes, os
+_libc = ctypes.CDLL(None, use_errno=True)
+print("unshare(CLONE_NEWUSER):", _libc.unshare(0x10000000), os.strerror(ctypes.get_errno()))
+print("/etc:", len(os.listdir("/etc")), "entries; /proc/net/tcp:", len(open("/proc/net/tcp").readlines()) - 1, "sockets")
+"""
+
+
+def attack_plants(root: Path, chapter: Chapter) -> dict[str, dict]:
+    """`attack -> {"sources": {exercise: source}, "added": [cells], "files": {name: text}}`, each planted on the
+    chapter's first exercise (see `tests/course/classroom/test_hostile_class_round_two.py` for what each does)."""
+    import nbformat
+
+    from tools.course.grader.build import load_mutants
+    from tools.course.grader.degenerate import overwriting_solution
+    from tools.course.grader.boundary import parameter_names
+
+    notebook = read_notebook(chapter.notebook_path(root))
+    source = build_source_notebook(root, chapter)
+    exercises = [cell.metadata["nbgrader"]["grade_id"] for cell in source.cells
+                 if cell.metadata.get("nbgrader", {}).get("solution")]
+    first = exercises[0]
+    own = reference_source(notebook, first)
+    mutant = next(m for m in load_mutants(CourseLayout(root).mutants(chapter.slug), notebook) if m.exercise == first)
+    everything = list(enumerate(parameter_names(own, first)))
+    return {
+        "mirrored_state": {"sources": {first: overwriting_solution(mutant.source, first, everything)}},
+        "display_log": {"sources": {first: DISPLAY_LOG + own + _wrapper(first, "_seen.append(repr(args))\n"
+                                                                        "_handle.update('LOGGED: ' + repr(args)[:2000])")}},
+        "printer": {"sources": {first: own + _wrapper(first, "print('ARGS', args)")}},
+        "display_cap": {"added": [nbformat.v4.new_code_cell(DISPLAY_CAP)]},
+        "huge_reply": {"sources": {first: HUGE_REPLY + own}},
+        "markdown_bomb": {"added": [nbformat.v4.new_markdown_cell("<b>bold</b> `x` *y* " * 100_000)]},
+        "never_returns": {"sources": {first: f"import time\n\n\ndef {first}(*args, **kwargs):\n    time.sleep(3600)\n"}},
+        "hardening": {"added": [nbformat.v4.new_code_cell(HARDENING_PROBE)],
+                      "files": {"timestamp.txt": "2000-01-01 00:00:00.000000 UTC\n"}},
+    }
+
+
+ATTACKER = "a_attacker"
+
+
+def _grade_class(root: Path, chapter: Chapter, course: Path, out: Path, jobs: int) -> dict:
+    """Grade one class in this process; its wall and CPU seconds and its outcomes."""
+    from tools.course.classroom.batch import autograde_chapter
+
+    cpu = _cpu_seconds()
+    started = time.perf_counter()
+    report = autograde_chapter(root, chapter, course=course, jobs=jobs, show_progress=False, output_dir=out)
+    return {"wall_s": round(time.perf_counter() - started, 2), "cpu_s": round(_cpu_seconds() - cpu, 2),
+            "report": report}
+
+
+def _cpu_seconds() -> float:
+    import resource
+
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def _group_cpu(outcome, key: str) -> float | None:
+    return (((outcome.enforced or {}).get(key) or {}).get("usage") or {}).get("cpu_seconds")
+
+
+def bench_hostile_classes(root: Path, chapter: Chapter, copies: int = 2, jobs: int = 2,
+                          attacks: list[str] | None = None) -> dict:
+    """An honest class, then the same class beside each attack (module docstring)."""
+    plants = attack_plants(root, chapter)
+    chosen = attacks or list(plants)
+    result: dict = {"copies": copies, "jobs": jobs, "load_before": load_average(), "attacks": {}}
+    with tempfile.TemporaryDirectory(prefix=f"bench-hostile-{chapter.slug}-") as temp:
+        honest = _grade_class(root, chapter, class_of_copies(root, chapter, Path(temp) / "honest", copies),
+                              Path(temp) / "honest-out", jobs)
+        report = honest.pop("report")
+        full = report.outcomes[0].max_score
+        graded = report.graded
+        result["honest"] = {**honest, "full_marks": sum(1 for o in graded if o.score == full),
+                            "per_submission_cpu_s": round(honest["cpu_s"] / copies, 2),
+                            "kernel_cpu_s": [_group_cpu(o, "cgroup") for o in graded],
+                            "trusted_cpu_s": [_group_cpu(o, "trusted_cgroup") for o in graded],
+                            "feedback_s": [o.timings.get("feedback_s") for o in graded]}
+        for name in chosen:
+            plant = plants[name]
+            course = class_of_copies(root, chapter, Path(temp) / name, copies,
+                                     extra={ATTACKER: plant.get("sources", {})},
+                                     added={ATTACKER: plant.get("added", [])}, files={ATTACKER: plant.get("files", {})})
+            run = _grade_class(root, chapter, course, Path(temp) / f"{name}-out", jobs)
+            outcomes = {o.student: o for o in run.pop("report").outcomes}
+            attacker = outcomes.pop(ATTACKER)
+            result["attacks"][name] = {
+                **run, "extra_wall_s": round(run["wall_s"] - honest["wall_s"], 2),
+                "honest_full_marks": sum(1 for o in outcomes.values() if o.score == full), "honest": len(outcomes),
+                "attacker_status": attacker.status, "attacker_score": attacker.score, "attacker_s": attacker.seconds,
+                "attacker_regraded": attacker.regraded is not None,
+                "attacker_timeouts": len((attacker.boundary or {}).get("timeouts", [])),
+                "attacker_trusted_peak_mb": round((((attacker.enforced or {}).get("trusted_cgroup") or {}).get(
+                    "usage") or {}).get("memory_peak_bytes", 0) / 2 ** 20, 1),
+                "attacker_feedback_s": attacker.timings.get("feedback_s"),
+            }
+    result["load_after"] = load_average()
+    return result
+
+
+def hostile_lines(hostile: dict) -> list[str]:
+    """The hostile-class benchmark as text."""
+    honest = hostile["honest"]
+    lines = ["", f"hostile classes ({hostile['copies']} correct submissions, --jobs {hostile['jobs']}; load average "
+                 f"{hostile['load_before']} before, {hostile['load_after']} after; a shared, loaded host):",
+             f"  honest class: {honest['wall_s']} s wall, {honest['cpu_s']} CPU s "
+             f"({honest['per_submission_cpu_s']} CPU s per submission), full marks {honest['full_marks']}/"
+             f"{hostile['copies']}; kernel groups {honest['kernel_cpu_s']} CPU s, trusted groups "
+             f"{honest['trusted_cpu_s']} CPU s, feedback {honest['feedback_s']} s"]
+    for name, item in hostile["attacks"].items():
+        lines.append(f"  beside {name}: {item['wall_s']} s wall ({item['extra_wall_s']:+} s), {item['cpu_s']} CPU s; "
+                     f"honest full marks {item['honest_full_marks']}/{item['honest']}; attacker {item['attacker_status']} "
+                     f"{item['attacker_score']} in {item['attacker_s']} s, {item['attacker_timeouts']} timeout(s), "
+                     f"graded again: {item['attacker_regraded']}, trusted peak {item['attacker_trusted_peak_mb']} MiB")
+    return lines

@@ -171,6 +171,14 @@ class SubmissionCgroup:
         """What the kernel writes `0` into to join (every hierarchy)."""
         return [str(Path(folder) / "cgroup.procs") for folder in self.dirs.values()]
 
+    @property
+    def cpu_usage_file(self) -> str:
+        """The file whose figure is the CPU time the group used (`contention.group_cpu_s` reads it)."""
+        if self.version == "v2":
+            return str(Path(self.dirs["unified"]) / "cpu.stat")
+        folder = Path(self.dirs.get("cpuacct", self.dirs["cpu"]))
+        return str(folder / "cpuacct.usage") if (folder / "cpuacct.usage").exists() else str(folder / "cpu.stat")
+
     def pids(self) -> set[int]:
         found = set()
         for folder in self.dirs.values():
@@ -317,8 +325,10 @@ class BatchCgroups:
         if self.dirs:
             self._reweigh()
 
-    def submission(self, name: str, limits: CgroupLimits) -> SubmissionCgroup:
-        """A new child group with `limits` applied (OSError when the host refuses a limit)."""
+    def submission(self, name: str, limits: CgroupLimits, weighs: bool = True) -> SubmissionCgroup:
+        """A new child group with `limits` applied (OSError when the host refuses a limit). `weighs=False` for a
+        group that runs only while its submission's kernel waits (the trusted grader): it adds nothing to the
+        batch's weight."""
         dirs = {}
         group = SubmissionCgroup(self.host.version, dirs, limits, name=name, batch=self)
         try:
@@ -334,8 +344,9 @@ class BatchCgroups:
             for folder in dirs.values():
                 _remove_dir(Path(folder))
             raise
-        self.active.add(name)
-        self._reweigh()
+        if weighs:
+            self.active.add(name)
+            self._reweigh()
         return group
 
     def close(self) -> None:

@@ -4,15 +4,18 @@ nbgrader's own feedback shows every grade cell with its source and traceback, hi
 included, and renders whatever HTML a learner's output holds. Here the autograded notebook is first
 rewritten: each hidden-test cell becomes its name, points, pass/fail and the hint written for it
 (from the trusted source notebook's `metadata.course`), with no source and no output; any other
-output that quotes hidden-test code is withheld; what the learner's code displayed is kept as plain
-text and PNG/JPEG images only (no HTML, SVG, JavaScript or Markdown output); cells the learner added
-are shown as code, never rendered as Markdown or raw HTML; metadata comes from the trusted source.
-nbgrader's GenerateFeedback then renders the HTML, and a JSON lists the per-exercise and per-test
-results. Before anything is written, both files are scanned for the hidden-test lines of every
-chapter (`course_secret_lines`), and the page for anything active (scripts, event handlers, frames,
-`javascript:` links) beyond what the feedback template itself puts in every page (`HtmlGuard`); a
-file that fails either check is refused (`FeedbackLeakError`, `FeedbackUnsafeError`). An autograded
-notebook larger than the limit is not rendered at all.
+output that quotes hidden-test code, or shows an input a hidden test sent to the learner's functions
+(`hidden_inputs`), is withheld; what the learner's code displayed is kept as plain text (each output cut
+to `OUTPUT_CHARS`) and PNG/JPEG images only (no HTML, SVG, JavaScript or Markdown output); cells the
+learner added are shown as plain text, cut to `LEARNER_CELL_CHARS`, never highlighted, rendered as
+Markdown or raw HTML; metadata comes from the trusted source. nbgrader's GenerateFeedback then renders
+the HTML, and a JSON lists the per-exercise and per-test results. Before anything is written, both
+files are scanned for the hidden-test lines of every chapter (`course_secret_lines`) and the hidden
+inputs, and the page for anything active (scripts, event handlers, frames, `javascript:` links) beyond
+what the feedback template itself puts in every page (`HtmlGuard`); a file that fails either check is
+refused (`FeedbackLeakError`, `FeedbackUnsafeError`). An autograded notebook larger than the limit is not
+rendered at all. The batch renders each submission's feedback in a process of its own with time and
+memory limits (`feedback_render`).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import nbformat
 from nbformat import NotebookNode
 
 from tools.course.cells import read_notebook
+from tools.course.classroom.hidden_inputs import find_inputs, normalize
 from tools.course.grader.build import BEGIN_HIDDEN, END_HIDDEN
 from tools.course.layout import CourseLayout, NbgraderCourse
 from tools.errors import FeedbackLeakError, GradingError
@@ -41,8 +45,12 @@ from tools.errors import FeedbackLeakError, GradingError
 FEEDBACK_SCHEMA = "course-feedback/v1"
 MIN_SECRET_CHARS = 12
 WITHHELD = "[output withheld: it quoted hidden-test code]\n"
+WITHHELD_INPUTS = "[output withheld: it showed inputs of hidden tests]\n"
+OUTPUT_CHARS = 64_000
+"""What of one learner output's text the feedback shows (the rest is cut, marked)."""
+LEARNER_CELL_CHARS = 4_000
+"""What of a cell the learner added the feedback shows, as plain text."""
 _TAG = re.compile(r"<[^>]*>")
-_SPACE = re.compile(r"\s+")
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
@@ -92,9 +100,6 @@ def hidden_sources(source: NotebookNode) -> dict[str, str]:
     return found
 
 
-def normalize(text: str) -> str:
-    """Text as compared for leaks: no ANSI colours, no whitespace, one kind of quote."""
-    return _SPACE.sub("", _ANSI.sub("", text)).replace('"', "'")
 
 
 def html_text(document: str) -> str:
@@ -212,11 +217,24 @@ def hidden_cell_text(cell: GradedTest, result: dict) -> str:
 SAFE_OUTPUT_TYPES = ("text/plain", "image/png", "image/jpeg")
 """What of a learner's displayed output reaches the feedback page: text and raster images, nothing that renders
 as markup or runs."""
-LEARNER_CELL_NOTE = "# (a cell you added, shown as text)\n"
+LEARNER_CELL_NOTE = "# A cell you added: its text is shown below as plain output, not run again and not highlighted."
 
 
 def _text(value) -> str:
     return "".join(value) if isinstance(value, list) else str(value)
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + f"\n[... {len(text) - limit} more characters not shown]\n"
+
+
+def learner_cell(cell: NotebookNode) -> NotebookNode:
+    """A cell the learner added, as the feedback shows it: a note, and its first `LEARNER_CELL_CHARS` characters
+    as a plain text output (no syntax highlighting, no Markdown, no HTML)."""
+    shown = nbformat.v4.new_code_cell(LEARNER_CELL_NOTE)
+    shown.outputs = [nbformat.v4.new_output("stream", name="stdout",
+                                            text=_cut(_text(cell.get("source", "")), LEARNER_CELL_CHARS))]
+    return shown
 
 
 def _image(value) -> str | None:
@@ -234,16 +252,17 @@ def safe_output(output: NotebookNode) -> NotebookNode | None:
     kind = output.get("output_type")
     if kind == "stream":
         return nbformat.v4.new_output("stream", name="stderr" if output.get("name") == "stderr" else "stdout",
-                                      text=_text(output.get("text", "")))
+                                      text=_cut(_text(output.get("text", "")), OUTPUT_CHARS))
     if kind == "error":
-        return nbformat.v4.new_output("error", ename=_text(output.get("ename", "")), evalue=_text(output.get("evalue", "")),
-                                      traceback=[_text(line) for line in output.get("traceback", [])][:200])
+        return nbformat.v4.new_output("error", ename=_cut(_text(output.get("ename", "")), 200),
+                                      evalue=_cut(_text(output.get("evalue", "")), OUTPUT_CHARS // 4),
+                                      traceback=[_cut(_text(line), 2000) for line in output.get("traceback", [])][:200])
     if kind not in ("execute_result", "display_data"):
         return None
     data = {}
     for key in SAFE_OUTPUT_TYPES:
         if key in output.get("data", {}):
-            value = _text(output["data"][key]) if key == "text/plain" else _image(output["data"][key])
+            value = _cut(_text(output["data"][key]), OUTPUT_CHARS) if key == "text/plain" else _image(output["data"][key])
             if value is not None:
                 data[key] = value
     if not data:
@@ -253,11 +272,32 @@ def safe_output(output: NotebookNode) -> NotebookNode | None:
     return nbformat.v4.new_output("display_data", data=data)
 
 
+def _shown_by_learner(output: NotebookNode) -> str:
+    """The text of an output that learner code may have written: all of it, but an error's traceback (the
+    grader's frames, quoting test code)."""
+    if output.get("output_type") == "error":
+        return "\n".join([_text(output.get("ename", "")), _text(output.get("evalue", ""))])
+    return _output_text(output)
+
+
+def withhold_inputs(notebook: NotebookNode, hidden_inputs: set[str] | frozenset[str]) -> int:
+    """Replace, in place, every output of `notebook` that shows a hidden test's input; return how many."""
+    withheld = 0
+    for cell in notebook.cells:
+        outputs = cell.get("outputs") or []
+        for index, output in enumerate(outputs):
+            if find_inputs(_shown_by_learner(output), hidden_inputs):
+                outputs[index] = nbformat.v4.new_output("stream", name="stderr", text=WITHHELD_INPUTS)
+                withheld += 1
+    return withheld
+
+
 def sanitize_notebook(autograded: NotebookNode, cells: list[GradedTest], results: list[dict],
-                      secrets: list[str], source: NotebookNode | None = None) -> NotebookNode:
+                      secrets: list[str], source: NotebookNode | None = None,
+                      hidden_inputs: set[str] | frozenset[str] = frozenset()) -> NotebookNode:
     """A copy of the autograded notebook fit for learners (see the module docstring). With the trusted
-    `source`, cells it does not hold (added by the learner) are shown as code text, and every kept cell's
-    metadata is the source's nbgrader metadata only."""
+    `source`, cells it does not hold (added by the learner) are shown as plain text (`learner_cell`), and every
+    kept cell's metadata is the source's nbgrader metadata only."""
     notebook = copy.deepcopy(autograded)
     by_id = {cell.grade_id: (cell, result) for cell, result in zip(cells, results)}
     trusted = {_nbgrader(cell).get("grade_id"): cell for cell in source.cells} if source is not None else None
@@ -278,7 +318,8 @@ def sanitize_notebook(autograded: NotebookNode, cells: list[GradedTest], results
         if trusted is not None:
             original = trusted.get(grade_id) if grade_id is not None else None
             if original is None or original.cell_type != cell.cell_type:
-                cell = nbformat.v4.new_code_cell(LEARNER_CELL_NOTE + _text(cell.get("source", "")))
+                kept.append(learner_cell(cell))
+                continue
             else:
                 cell.metadata = {"nbgrader": dict(_nbgrader(original))}
                 if cell.cell_type != "code":
@@ -286,8 +327,10 @@ def sanitize_notebook(autograded: NotebookNode, cells: list[GradedTest], results
                 cell.pop("attachments", None)
         if cell.cell_type == "code":
             outputs = [safe_output(output) for output in cell.get("outputs", [])]
-            cell.outputs = [output if not find_leaks(_output_text(output), secrets)
-                            else nbformat.v4.new_output("stream", name="stderr", text=WITHHELD)
+            cell.outputs = [nbformat.v4.new_output("stream", name="stderr", text=WITHHELD)
+                            if find_leaks(_output_text(output), secrets)
+                            else nbformat.v4.new_output("stream", name="stderr", text=WITHHELD_INPUTS)
+                            if find_inputs(_shown_by_learner(output), hidden_inputs) else output
                             for output in outputs if output is not None]
             count = cell.get("execution_count")
             cell.execution_count = count if isinstance(count, int) and not isinstance(count, bool) else None
@@ -431,14 +474,19 @@ class FeedbackUnsafeError(FeedbackLeakError):
 
 
 def write_feedback(target_dir: Path, slug: str, html_document: str, record: dict,
-                   secrets: list[str], guard: HtmlGuard | None = None) -> tuple[Path, Path]:
-    """Scan both files for hidden-test code (and, with `guard`, the page for anything active the template
-    does not put there), then write `<slug>.html` and `<slug>.json` to `target_dir`."""
+                   secrets: list[str], guard: HtmlGuard | None = None,
+                   hidden_inputs: set[str] | frozenset[str] = frozenset()) -> tuple[Path, Path]:
+    """Scan both files for hidden-test code and hidden tests' inputs (and, with `guard`, the page for anything
+    active the template does not put there), then write `<slug>.html` and `<slug>.json` to `target_dir`."""
     payload = json.dumps(record, ensure_ascii=False, indent=2) + "\n"
     leaks = find_leaks(html_text(html_document), secrets) + find_leaks(payload, secrets)
     if leaks:
         raise FeedbackLeakError(f"feedback for {record['student']} would show {len(leaks)} hidden-test line(s), "
                                 f"e.g. {leaks[0][:60]!r}; not written")
+    inputs = find_inputs(html_text(html_document), hidden_inputs) + find_inputs(payload, hidden_inputs)
+    if inputs:
+        raise FeedbackLeakError(f"feedback for {record['student']} would show {len(inputs)} input(s) of hidden "
+                                "tests; not written")
     unsafe = guard.problems(html_document) if guard is not None else []
     if unsafe:
         raise FeedbackUnsafeError(f"feedback for {record['student']} would hold {len(unsafe)} active element(s) "
@@ -459,12 +507,13 @@ MAX_AUTOGRADED_BYTES = 32 * 2 ** 20
 def write_student_feedback(course: Path, chapter, student: str, autograded_path: Path, work_dir: Path,
                            cells: list[GradedTest], exercises: list[str], results: list[dict], secrets: list[str],
                            course_id: str, enforced: dict | None, *, source: NotebookNode | None = None,
-                           guard: HtmlGuard | None = None, max_bytes: int = MAX_AUTOGRADED_BYTES) -> dict:
+                           guard: HtmlGuard | None = None, max_bytes: int = MAX_AUTOGRADED_BYTES,
+                           hidden_inputs: set[str] | frozenset[str] = frozenset()) -> dict:
     """Sanitize one student's autograded notebook, render it in `work_dir` (a private nbgrader course
     folder whose `autograded/` copy is replaced) and write `course/feedback/<student>/<slug>.{html,json}`.
     With `source` (the trusted source notebook) learner-added cells are shown as text and metadata is the
     source's; with `guard` the page may hold nothing active beyond the template's (learned first, from the
-    release rendered the same way).
+    release rendered the same way); no output may show one of `hidden_inputs` (`hidden_inputs.find_inputs`).
 
     Returns `{"written": True, "html", "json"}` or `{"written": False, "error"}`: a failure is
     recorded for this student, never raised, so one notebook cannot stop a class.
@@ -481,12 +530,12 @@ def write_student_feedback(course: Path, chapter, student: str, autograded_path:
         if guard is not None and guard.allowed is None:
             trusted_page = sanitize_notebook(guard.release, cells, results, own_secrets, source)
             guard.learn(generate_feedback_html(work_dir, slug, student, trusted_page, db_url, course_id))
-        learner = sanitize_notebook(autograded, cells, results, own_secrets, source)
+        learner = sanitize_notebook(autograded, cells, results, own_secrets, source, hidden_inputs)
         document = generate_feedback_html(work_dir, slug, student, learner, db_url, course_id)
         record = feedback_record(chapter=chapter.id, slug=slug, student=student, exercises=exercises,
                                  results=results, autograded=autograded, enforced=enforced)
         html_path, json_path = write_feedback(NbgraderCourse(course).feedback_dir(student, slug), slug, document, record,
-                                              own_secrets, guard)
+                                              own_secrets, guard, hidden_inputs)
     except FeedbackLeakError as error:
         return {"written": False, "error": str(error)}
     except Exception as error:  # recorded per student: the grade stands, the feedback is reported missing

@@ -1,7 +1,9 @@
 """The learner's kernel side of the grading boundary: serve the trusted grader's calls for one test cell.
 
 While the trusted grader process runs a test cell, the kernel runs one small cell of ours,
-`serve(port, token, globals())`: it connects to the trusted process on the loopback interface, sends
+`serve(address, token, globals())`: it connects to the trusted process (a Unix socket in the folder the
+kernel shares with its grader, or a port on the loopback interface where the kernel has no network
+namespace of its own), sends
 the cell's token, then answers each request (`tools.course.grader.boundary.serve_request`: the learner's
 function of that name, called in this kernel's namespace, its result and the arguments' new state
 encoded safely) until the trusted side says `done` or closes the connection. Anything this process does
@@ -46,9 +48,24 @@ def recv_frame(link: socket.socket, limit: int | None = None) -> bytes:
     return recv_exact(link, size)
 
 
-def serve(port: int, token: str, namespace: dict) -> None:
+def connect(address: int | str) -> socket.socket:
+    """The trusted grader's listening socket: a Unix socket's path (a kernel in a network namespace of its
+    own), or a port on the loopback interface."""
+    if isinstance(address, str):
+        link = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        link.settimeout(CONNECT_TIMEOUT_S)
+        try:
+            link.connect(address)
+        except OSError:
+            link.close()
+            raise
+        return link
+    return socket.create_connection(("127.0.0.1", address), timeout=CONNECT_TIMEOUT_S)
+
+
+def serve(address: int | str, token: str, namespace: dict) -> None:
     """Answer the trusted grader's requests for one test cell (see the module docstring)."""
-    with socket.create_connection(("127.0.0.1", port), timeout=CONNECT_TIMEOUT_S) as link:
+    with connect(address) as link:
         link.settimeout(None)
         send_frame(link, token.encode("ascii"))
         while True:

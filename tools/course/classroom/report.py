@@ -102,6 +102,27 @@ def _plot(rows: list[dict], failing: list[dict], hardest: str | None, title: str
     plt.close(fig)
 
 
+def time_lines(time: dict, outcomes: list) -> list[str]:
+    """The class's time against its budget (`batch.class_time`), and the learners whose own code ran out of
+    time (their loss: not graded again)."""
+    if not time:
+        return []
+    lines = ["", "## Time", "",
+             f"Budget {time['budget_s']:g} s (every submission its notebook limit, as many at once as there are "
+             f"workers); the class took {time['wall_s']:g} s (workers' start and feedback included), "
+             f"{time['submission_seconds']:g} s of submission time in all.",
+             f"{time['learner_timeouts']} submission(s) ran out of time on their own account "
+             f"({time['learner_timeout_seconds']:g} s in cells past their limit, graded as they are); "
+             f"{time['graded_again']} graded again on evidence of contention "
+             f"({time['first_attempt_seconds']:g} s of first attempts)."]
+    own = [(outcome.student, (outcome.boundary or {}).get("learners_time") or {}) for outcome in outcomes]
+    own = [(student, item) for student, item in own if item.get("cells")]
+    if own:
+        lines += ["", "| student | cells past their limit (learner's own) | seconds |", "|---|---|---|"]
+        lines += [f"| {student} | {', '.join(item['cells'][:5])} | {item['seconds']:g} |" for student, item in own]
+    return lines
+
+
 def write_class_report(report, exercises: list[str], output_dir: Path) -> tuple[Path, str | None]:
     """Write `class_report.md` and `class_report.png` for a batch; return the markdown path and the hardest exercise."""
     outcomes = report.outcomes
@@ -144,10 +165,11 @@ def write_class_report(report, exercises: list[str], output_dir: Path) -> tuple[
               "| test | exercise | kind | failed by | share |", "|---|---|---|---|---|"]
     lines += [f"| `{item['name']}` | `{item['exercise']}` | {item['kind']} | {item['failed']} | "
               f"{100 * item['fail_rate']:.0f}% |" for item in failing]
+    lines += time_lines(getattr(report, "time", None) or {}, outcomes)
     again = [outcome for outcome in outcomes if getattr(outcome, "regraded", None)]
     if again:
-        lines += ["", "## Graded again alone", "",
-                  "Each ran out of time beside other submissions and was graded a second time with no other beside it.",
+        lines += ["", "## Graded again", "",
+                  "Each ran out of time with evidence that the host starved it and was graded a second time.",
                   "", "| student | first attempt | second attempt |", "|---|---|---|"]
         lines += [f"| {outcome.student} | {(outcome.regraded.get('first_reason') or '').replace('|', '/')} | "
                   f"{'graded' if outcome.status == 'graded' else 'not graded'} |" for outcome in again]

@@ -70,6 +70,8 @@ PRIVATE_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
 PRIVATE_DIR_MB = 256
 LEFTOVER_GRACE_S = 5.0
 """How long a kernel's processes may take to vanish with its namespace before they count as leftovers."""
+SETUP_TIMEOUT_MIN_S = 120
+TRUSTED_MAX_TASKS = 32
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,11 @@ class Limits:
     file_size_mb: int | None = 256
     cpus: float | None = 1.0
     output_mb: int = 8
+    setup_timeout_s: int | None = None
+    """Each setup cell's limit (the locked cells before the first exercise, on both sides); None: the larger of
+    `SETUP_TIMEOUT_MIN_S` and four cell limits."""
+    trusted_memory_mb: int | None = 2048
+    """The memory of a submission's trusted grader process beyond what its chapter zygote holds (its own group)."""
 
     def __post_init__(self) -> None:
         if not (isinstance(self.cell_timeout_s, int) and self.cell_timeout_s > 0):
@@ -91,7 +98,8 @@ class Limits:
         if not self.notebook_timeout_s > self.cell_timeout_s:
             raise ConfigError(f"notebook timeout ({self.notebook_timeout_s} s) must exceed the cell timeout "
                               f"({self.cell_timeout_s} s)")
-        for name in ("memory_mb", "cpu_seconds", "max_processes", "file_size_mb"):
+        for name in ("memory_mb", "cpu_seconds", "max_processes", "file_size_mb", "setup_timeout_s",
+                     "trusted_memory_mb"):
             value = getattr(self, name)
             if value is not None and not (isinstance(value, int) and value > 0):
                 raise ConfigError(f"{name} must be a positive whole number or None, got {value!r}")
@@ -100,10 +108,20 @@ class Limits:
         if not (isinstance(self.output_mb, int) and self.output_mb > 0):
             raise ConfigError(f"output_mb must be a positive whole number, got {self.output_mb!r}")
 
+    @property
+    def setup_s(self) -> int:
+        """Each setup cell's limit (see `setup_timeout_s`)."""
+        return self.setup_timeout_s or max(SETUP_TIMEOUT_MIN_S, 4 * self.cell_timeout_s)
+
     def cgroup_limits(self) -> CgroupLimits:
         """What a submission's control group allows: all its processes together."""
         return CgroupLimits(None if self.memory_mb is None else self.memory_mb * 1024 * 1024, self.max_processes,
                             self.cpus)
+
+    def trusted_cgroup_limits(self) -> CgroupLimits:
+        """What a submission's trusted grader process may use: its own group beside the kernel's."""
+        return CgroupLimits(None if self.trusted_memory_mb is None else self.trusted_memory_mb * 1024 * 1024,
+                            TRUSTED_MAX_TASKS, self.cpus)
 
     def kernel_rlimits(self) -> dict:
         mib = 1024 * 1024
@@ -328,17 +346,32 @@ def plan_private_dirs(needs: list[Path], workdir: Path, size_mb: int = PRIVATE_D
     return plan
 
 
-SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/sys/devices/system/cpu")
-"""Host paths every kernel's filesystem holds read-only: programs, libraries, system configuration and
-the CPU topology that torch reads. What else it holds comes from `kernel_paths`."""
+SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/sys/devices/system/cpu")
+"""Host paths every kernel's filesystem holds read-only: programs, libraries and the CPU topology that torch
+reads. Of /etc only `sandbox_launch.ETC_FILES`; what else it holds comes from `kernel_paths`."""
 ROOT_SCRATCH = ("/tmp", "/var/tmp", "/dev/shm")
+LEARNER_NAME = "learner"
 
 
-def plan_kernel_root(needs: list[Path], home: Path, root_dir: Path, size_mb: int | None = None) -> dict:
+def kernel_etc(uid: int | None, home: Path) -> dict:
+    """The kernel's /etc: the dynamic linker's files and the time zone from the host, and generated user,
+    group, host and name-service tables that name only root and the kernel's own uid."""
+    uid_line = f"{LEARNER_NAME}:x:{uid}:{uid}:{LEARNER_NAME}:{home}:/usr/sbin/nologin\n" if uid is not None else ""
+    group_line = f"{LEARNER_NAME}:x:{uid}:\n" if uid is not None else ""
+    return {"files": {"passwd": "root:x:0:0:root:/root:/usr/sbin/nologin\n" + uid_line,
+                      "group": "root:x:0:\n" + group_line,
+                      "hosts": "127.0.0.1\tlocalhost\n::1\tlocalhost\n",
+                      "nsswitch.conf": "passwd: files\ngroup: files\nshadow: files\nhosts: files\n",
+                      "resolv.conf": ""}}
+
+
+def plan_kernel_root(needs: list[Path], home: Path, root_dir: Path, size_mb: int | None = None,
+                     uid: int | None = None, shared: list[Path] | None = None) -> dict:
     """The kernel's own filesystem (`sandbox_launch.build_root`): what it needs read-only (system paths
-    and `needs`, resolved, each once), the symbolic links on the way to them, scratch tmpfs folders and
-    its home on a tmpfs, each of `size_mb` (default `PRIVATE_DIR_MB`) at most. Built in `root_dir` (an empty
-    folder only root can enter)."""
+    and `needs`, resolved, each once), the symbolic links on the way to them, a minimal /etc (`kernel_etc`),
+    `shared` folders bound writable (its Unix sockets to the grader), scratch tmpfs folders and its home on a
+    tmpfs, each of `size_mb` (default `PRIVATE_DIR_MB`) at most. Built in `root_dir` (an empty folder only
+    root can enter)."""
     size_mb = PRIVATE_DIR_MB if size_mb is None else size_mb
     read_only, links = [], set()
     for path in [Path(p) for p in SYSTEM_PATHS] + list(needs):
@@ -354,6 +387,8 @@ def plan_kernel_root(needs: list[Path], home: Path, root_dir: Path, size_mb: int
         "links": [{"path": location, "target": target} for location, target in sorted(links)],
         "scratch": [{"path": path, "size_mb": size_mb} for path in ROOT_SCRATCH],
         "home": {"path": str(home), "size_mb": size_mb},
+        "etc": kernel_etc(uid, home),
+        "shared": [str(path) for path in shared or []],
     }
 
 
@@ -368,7 +403,9 @@ class KernelFolder:
     report_path: Path
     jupyter: Path
     runtime: Path
+    sockets: Path | None = None  # where it and the grader meet (Unix sockets), with a network namespace of its own
     cgroup: SubmissionCgroup | None = None
+    trusted_cgroup: SubmissionCgroup | None = None  # the submission's trusted grader process, beside the kernel
 
     def report(self) -> dict | None:
         return _read_json(self.report_path)
@@ -449,19 +486,28 @@ class WorkerSandbox:
         folder.mkdir(mode=0o711 if self.uid is not None else 0o700, exist_ok=True)
         group = self.cgroups.submission(f"{self.dir.name}-{folder.name}", self.limits.cgroup_limits()) \
             if self.cgroups is not None else None
+        trusted = self.cgroups.submission(f"{self.dir.name}-{folder.name}-trusted", self.limits.trusted_cgroup_limits(),
+                                          weighs=False) if self.cgroups is not None else None
+        sockets = folder / "sockets" if self.host.namespaces else None
         kernel = KernelFolder(folder, folder / "kernel", folder / "sandbox" / "kernel-plan.json",
-                              folder / "sandbox" / "kernel.json", folder / "jupyter", folder / "runtime", group)
+                              folder / "sandbox" / "kernel.json", folder / "jupyter", folder / "runtime", sockets,
+                              group, trusted)
         kernel.plan_path.parent.mkdir(mode=0o700)
         (kernel.plan_path.parent / "root").mkdir(mode=0o700)
         (kernel.home / "tmp").mkdir(mode=0o700, parents=True)
         kernel.home.chmod(0o700)
+        if sockets is not None:
+            sockets.mkdir(mode=0o700)
         if self.uid is not None:
-            for path in (kernel.home, kernel.home / "tmp"):
+            for path in (kernel.home, kernel.home / "tmp", *([sockets] if sockets is not None else [])):
                 os.chown(path, self.uid, self.uid)
         home = str(kernel.home)
         plan = {
             "own_namespaces": self.host.namespaces,
-            "root": plan_kernel_root(self.needs, kernel.home, kernel.plan_path.parent / "root")
+            "network_namespace": self.host.namespaces,
+            "seccomp": True,
+            "root": plan_kernel_root(self.needs, kernel.home, kernel.plan_path.parent / "root", uid=self.uid,
+                                     shared=[sockets] if sockets is not None else [])
             if self.host.namespaces else None,
             "kernel_report": str(kernel.report_path),
             "cgroup_procs": group.procs_files if group is not None else [],
@@ -497,6 +543,8 @@ class WorkerSandbox:
         cleaned = {"cgroup_processes_killed": None, "sysv_objects_removed": None}
         if kernel.cgroup is not None and kernel.cgroup.usage is None:
             cleaned["cgroup_processes_killed"] = kernel.cgroup.remove()["processes_killed_after"]
+        if kernel.trusted_cgroup is not None and kernel.trusted_cgroup.usage is None:
+            kernel.trusted_cgroup.remove()
         if self.uid is not None and not self.host.namespaces:
             cleaned["sysv_objects_removed"] = remove_sysv_objects(self.uid)
         return cleaned
@@ -674,10 +722,14 @@ class WorkerSandbox:
             "limits_by": f"cgroup {group.version} and rlimits" if group is not None and (report or {}).get(
                 "cgroup_joined") else "rlimits only",
             "cgroup": None if group is None else {**group.describe(), "usage": group.usage},
+            "trusted_cgroup": None if kernel is None or kernel.trusted_cgroup is None else {
+                **kernel.trusted_cgroup.describe(), "usage": kernel.trusted_cgroup.usage},
             "ipc_namespace": (report or {}).get("ipc_namespace", False),
             "sysv_objects_at_start": (report or {}).get("sysv_objects_visible"),
             "kernel_filesystem": {"top_level": root.get("top_level"), "read_only": root.get("read_only"),
-                                  "home_mb": root.get("home_mb")} if root else None,
+                                  "home_mb": root.get("home_mb"), "etc": root.get("etc")} if root else None,
+            "kernel_network_namespace": (report or {}).get("network_namespace"),
+            "seccomp": (report or {}).get("seccomp"),
             "network": ("own network namespace, interfaces " + ",".join(init["interfaces"])
                         if init and init.get("loopback_up") else "not isolated"),
             "pid_namespace": bool(init and init.get("pid_in_namespace") == 1),

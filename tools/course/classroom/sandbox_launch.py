@@ -20,6 +20,15 @@ Three roles, driven by plan JSON files written by `tools.course.classroom.sandbo
 * `zygote`: imports ipykernel once, then per request forks a kernel, sets it up exactly as the
   `kernel` role does (`kernel_setup`) and runs ipykernel in the fork (see `run_zygote`).
 
+A kernel with namespaces of its own also gets its own network namespace (only its loopback: its sockets
+and /proc/net show nothing of the slot's; it talks to the grader through Unix sockets in a folder bound
+into its filesystem), a minimal /etc (`ETC_FILES` and generated `passwd`, `group`, `hosts`,
+`nsswitch.conf`, nothing else of the host's), and, last, a seccomp filter (`seccomp_program`) that refuses
+the system calls a learner's code never needs: new namespaces (`unshare`, `setns`, namespace flags of
+`clone`; `clone3` answers ENOSYS so that the C library falls back to `clone`), mounts, `ptrace`, `bpf`,
+keyrings, kernel modules, `perf_event_open`, `userfaultfd`, `io_uring`, real-time and idle scheduling
+policies and the rest listed in `DENIED_SYSCALLS`, and any call of another ABI (32-bit, x32).
+
 Each role writes what it actually applied to a JSON report before running untrusted code, and
 fails closed: if a requested isolation step cannot be applied, nothing is executed.
 """
@@ -32,7 +41,6 @@ import fcntl
 import json
 import os
 import platform
-import resource
 import shutil
 import signal
 import socket
@@ -52,14 +60,40 @@ _SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "ppc64le": 203, "s390x": 217, "
 DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
 """The device nodes a kernel's filesystem holds (bound from the host); nothing else of /dev."""
 _SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
-_PR_SET_PDEATHSIG, _PR_SET_NO_NEW_PRIVS = 1, 38
+_PR_SET_PDEATHSIG, _PR_SET_NO_NEW_PRIVS, _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 1, 38, 22, 2
+ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime", "/etc/timezone",
+             "/etc/fonts")
+"""What of the host's /etc a kernel sees (the dynamic linker's cache and configuration, the time zone, the
+font configuration plotting libraries read)."""
 
-_LIMITS = {
-    "memory_bytes": resource.RLIMIT_AS,
-    "cpu_seconds": resource.RLIMIT_CPU,
-    "file_size_bytes": resource.RLIMIT_FSIZE,
-    "max_processes": resource.RLIMIT_NPROC,
+# -- the seccomp filter (x86_64) ----------------------------------------------
+_AUDIT_ARCH_X86_64 = 0xC000003E
+_X32_SYSCALL_BIT = 0x40000000
+_SECCOMP_RET_ALLOW, _SECCOMP_RET_ERRNO = 0x7FFF0000, 0x00050000
+_EPERM, _ENOSYS = 1, 38
+_BPF_LD_W_ABS, _BPF_JEQ_K, _BPF_JGE_K, _BPF_JSET_K, _BPF_RET_K = 0x20, 0x15, 0x35, 0x45, 0x06
+_NAMESPACE_FLAGS = 0x7E020000  # CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET
+SYSCALLS_X86_64 = {
+    "mount": 165, "umount2": 166, "pivot_root": 155, "chroot": 161, "move_mount": 429, "open_tree": 428,
+    "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442, "unshare": 272,
+    "setns": 308, "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311, "kcmp": 312,
+    "pidfd_getfd": 438, "bpf": 321, "perf_event_open": 298, "userfaultfd": 323, "io_uring_setup": 425,
+    "io_uring_enter": 426, "io_uring_register": 427, "keyctl": 250, "add_key": 248, "request_key": 249,
+    "init_module": 175, "finit_module": 313, "delete_module": 176, "kexec_load": 246, "kexec_file_load": 320,
+    "open_by_handle_at": 304, "name_to_handle_at": 303, "fanotify_init": 300, "swapon": 167, "swapoff": 168,
+    "reboot": 169, "syslog": 103, "acct": 163, "quotactl": 179, "quotactl_fd": 443, "iopl": 172, "ioperm": 173,
+    "settimeofday": 164, "clock_settime": 227, "clock_adjtime": 305, "adjtimex": 159, "sethostname": 170,
+    "setdomainname": 171, "lookup_dcookie": 212, "vhangup": 153, "uselib": 134, "nfsservctl": 180,
+    "sched_setattr": 314,
 }
+DENIED_SYSCALLS = tuple(sorted(SYSCALLS_X86_64))
+_CLONE, _CLONE3, _SCHED_SETSCHEDULER = 56, 435, 144
+_BPF_AND_K = 0x54
+_SCHED_RESET_ON_FORK = 0x40000000
+_SCHED_OTHER, _SCHED_BATCH = 0, 3
+
+_LIMITS = {"memory_bytes": "RLIMIT_AS", "cpu_seconds": "RLIMIT_CPU", "file_size_bytes": "RLIMIT_FSIZE",
+           "max_processes": "RLIMIT_NPROC"}
 
 
 class SetupError(RuntimeError):
@@ -184,6 +218,8 @@ def _tasks_of_uid(uid: int) -> int:
 
 def apply_limits(plan: dict) -> dict:
     """setrlimit for every limit in the plan; return what was set (None = not limited)."""
+    import resource  # here, not at the top: a kernel forked from the zygote drops it again (`_kernel_from_zygote`)
+
     applied = {}
     limits = plan.get("limits", {})
     for key, which in _LIMITS.items():
@@ -203,7 +239,7 @@ def apply_limits(plan: dict) -> dict:
             value += _tasks_of_uid(os.getuid())
             applied["max_processes_counts_existing_tasks"] = True
         hard = value + 5 if key == "cpu_seconds" else value  # SIGXCPU first, SIGKILL 5 s later
-        resource.setrlimit(which, (value, hard))
+        resource.setrlimit(getattr(resource, which), (value, hard))
         applied[key] = value
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     applied["core_dumps"] = False
@@ -276,6 +312,66 @@ def _private_mounts(plan: dict) -> list[str]:
                       size_mb=int(entry.get("size_mb", 64)))
             covered.append(entry["path"])
     return covered
+
+
+def seccomp_program(denied: dict[str, int] | None = None) -> list[tuple[int, int, int, int]]:
+    """The classic BPF program of the kernel's seccomp filter (x86_64), as `(code, jt, jf, k)`: another ABI
+    is refused, `clone` with a namespace flag is refused, `clone3` answers ENOSYS, `sched_setscheduler` is
+    allowed only for the normal and batch policies (libzmq sets its threads' current policy again; real-time
+    and idle policies are refused), every call of `denied` (default `SYSCALLS_X86_64`) answers EPERM,
+    everything else is allowed."""
+    numbers = sorted(set((denied if denied is not None else SYSCALLS_X86_64).values()))
+    refuse = (_BPF_RET_K, 0, 0, _SECCOMP_RET_ERRNO | _EPERM)
+    allow = (_BPF_RET_K, 0, 0, _SECCOMP_RET_ALLOW)
+    program = [(_BPF_LD_W_ABS, 0, 0, 4), (_BPF_JEQ_K, 1, 0, _AUDIT_ARCH_X86_64), refuse,
+               (_BPF_LD_W_ABS, 0, 0, 0), (_BPF_JGE_K, 0, 1, _X32_SYSCALL_BIT), refuse,
+               (_BPF_JEQ_K, 0, 1, _CLONE3), (_BPF_RET_K, 0, 0, _SECCOMP_RET_ERRNO | _ENOSYS),
+               (_BPF_JEQ_K, 0, 4, _CLONE), (_BPF_LD_W_ABS, 0, 0, 16), (_BPF_JSET_K, 0, 1, _NAMESPACE_FLAGS), refuse,
+               allow,
+               (_BPF_JEQ_K, 0, 6, _SCHED_SETSCHEDULER), (_BPF_LD_W_ABS, 0, 0, 24),  # args[1]: the policy
+               (_BPF_AND_K, 0, 0, ~_SCHED_RESET_ON_FORK & 0xFFFFFFFF), (_BPF_JEQ_K, 2, 0, _SCHED_OTHER),
+               (_BPF_JEQ_K, 1, 0, _SCHED_BATCH), refuse, allow]
+    for number in numbers:
+        program += [(_BPF_JEQ_K, 0, 1, number), refuse]
+    return program + [(_BPF_RET_K, 0, 0, _SECCOMP_RET_ALLOW)]
+
+
+def apply_seccomp() -> dict:
+    """Install the kernel's seccomp filter on this process (no_new_privs must be set); what was applied. Only on
+    x86_64 (`{"applied": False, "reason"}` elsewhere); a failure there raises SetupError."""
+    if platform.machine() != "x86_64":
+        return {"applied": False, "reason": f"no filter for {platform.machine()}"}
+    program = seccomp_program()
+
+    class _Instruction(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint)]
+
+    class _Program(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_Instruction))]
+
+    instructions = (_Instruction * len(program))(*[_Instruction(*item) for item in program])
+    fprog = _Program(len(program), ctypes.cast(instructions, ctypes.POINTER(_Instruction)))
+    if _libc().prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
+        raise SetupError(f"seccomp filter: {os.strerror(ctypes.get_errno())}")
+    return {"applied": True, "denied": list(DENIED_SYSCALLS), "clone_namespace_flags": "refused",
+            "sched_setscheduler": "normal and batch policies only", "other_abis": "refused",
+            "instructions": len(program)}
+
+
+def minimal_etc(target: str, spec: dict) -> list[str]:
+    """Fill `target` (the kernel's /etc, on its root tmpfs) with the host files of `ETC_FILES` (bound read-only,
+    links recreated) and the generated files of `spec["files"]`; return what it holds."""
+    os.makedirs(target, exist_ok=True)
+    for path in spec.get("host", ETC_FILES):
+        inside = os.path.join(target, os.path.basename(path))
+        if os.path.islink(path):
+            os.symlink(os.readlink(path), inside)
+        elif os.path.exists(path):
+            _bind(path, inside, read_only=True)
+    for name, text in spec.get("files", {}).items():
+        with open(os.path.join(target, name), "w", encoding="utf-8") as handle:
+            handle.write(text)
+    return sorted(os.listdir(target))
 
 
 def join_cgroups(procs_files: list[str]) -> list[str]:
@@ -379,6 +475,9 @@ def build_root(spec: dict, uid: int | None, gid: int | None) -> dict:
         if os.path.exists(path):
             _bind(path, inside(path), read_only=True)
             bound.append(path)
+    for path in spec.get("shared", []):  # the folder of the Unix sockets it talks to the grader through
+        _bind(path, inside(path), read_only=False)
+    etc = minimal_etc(inside("/etc"), spec["etc"]) if spec.get("etc") is not None else None
     for link in spec.get("links", []):
         location = inside(link["path"])
         if not os.path.lexists(location):
@@ -394,7 +493,7 @@ def build_root(spec: dict, uid: int | None, gid: int | None) -> dict:
     _mount(None, "/", None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
     return {"read_only": bound, "scratch": {entry["path"]: entry["size_mb"] for entry in spec.get("scratch", [])},
             "home": home["path"], "home_mb": home["size_mb"], "files_copied_home": copied,
-            "top_level": sorted(os.listdir("/"))}
+            "top_level": sorted(os.listdir("/")), "etc": etc, "shared": list(spec.get("shared", []))}
 
 
 def kernel_setup(plan: dict, connection_file: str | None, command: list[str], environ: dict,
@@ -415,7 +514,11 @@ def kernel_setup(plan: dict, connection_file: str | None, command: list[str], en
     report_file = open(plan["kernel_report"], "w", encoding="utf-8")  # noqa: SIM115 - the new root hides its folder
     report["cgroup_joined"] = join_cgroups(plan.get("cgroup_procs", []))
     if plan.get("own_namespaces") or report_to is not None:
-        enter_namespaces(_CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWIPC if plan.get("own_namespaces") else 0, report_to)
+        network = _CLONE_NEWNET if plan.get("network_namespace") else 0
+        enter_namespaces(_CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWIPC | network if plan.get("own_namespaces") else 0,
+                         report_to)
+    if plan.get("own_namespaces") and plan.get("network_namespace"):
+        report["network_namespace"] = {"interfaces": loopback_up()}
     if plan.get("own_namespaces"):
         umask = os.umask(0o022)  # folders made in the new root must stay passable for the kernel's uid
         if plan.get("root"):
@@ -430,6 +533,7 @@ def kernel_setup(plan: dict, connection_file: str | None, command: list[str], en
     report.update({"limits": apply_limits(plan), "uid": None, "no_new_privs": False})
     if _libc().prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0:
         report["no_new_privs"] = True
+    report["seccomp"] = apply_seccomp() if plan.get("seccomp") else {"applied": False, "reason": "not asked for"}
     if uid is not None:
         report["uid"], report["gid"] = uid, gid
     report["monotonic"] = {"launcher_started": STARTED, "exec": time.monotonic()}
@@ -517,8 +621,11 @@ def _kernel_from_zygote(request: dict, report_write: int) -> None:
     command = request["command"]
     if command[:3] != [sys.executable, "-m", "ipykernel_launcher"]:
         raise SetupError(f"the zygote starts `{sys.executable} -m ipykernel_launcher ...` only, not {command[:3]}")
+    imported = set(sys.modules)
     command, env = kernel_setup(plan, request["connection_file"], command, request.get("env", {}),
                                 report_to=report_write)
+    for name in set(sys.modules) - imported:  # the set-up's own imports (`resource`): a new interpreter has none
+        del sys.modules[name]
     start_ipykernel(command[3:], env)
 
 

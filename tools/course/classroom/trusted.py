@@ -4,8 +4,9 @@ Per grading worker, one **chapter zygote** (`python -m tools.course.classroom.tr
 started by the worker in its own namespaces, never under a kernel's uid) runs the chapter's shared
 setup cells (the locked cells before the first exercise, from the trusted source notebook) once. Per
 submission it forks a **trusted child** that holds a copy of that namespace in which every exercise name
-is a `LearnerFunction` proxy (`tools.course.grader.boundary`). The child listens on the loopback
-interface for the learner's kernel; for each test cell the worker (`split_execute`) has the kernel run
+is a `LearnerFunction` proxy (`tools.course.grader.boundary`), joins the submission's trusted control group
+(memory, tasks and CPU of its own, beside the kernel's) and listens for the learner's kernel (a Unix socket
+in the folder the kernel shares, which has a network namespace of its own; else the loopback interface); for each test cell the worker (`split_execute`) has the kernel run
 `learner_server.serve(port, token, globals())` while the child runs the cell (`boundary.run_cell`): each
 call of a learner's function crosses to the kernel and back through the safe codec. The child sends the
 cell's outputs to the worker, which puts them in the notebook that nbgrader scores.
@@ -27,10 +28,13 @@ import sys
 import time
 from pathlib import Path
 
+from tools.course.classroom.hidden_inputs import InputRecorder
 from tools.course.classroom.learner_server import DONE, recv_frame, send_frame
 from tools.course.grader.boundary import (
     BoundaryError,
     CellTimeout,
+    Contract,
+    exercise_contract,
     learner_proxies,
     run_cell,
 )
@@ -80,11 +84,13 @@ class KernelLink:
         self.connection: socket.socket | None = None
         self.status = "idle"
         self.gone: set[bytes] = set()  # cells whose serving ended (the notice may come before the cell)
+        self.waited = 0.0  # seconds this cell waited for the kernel (its connection and its replies)
 
     def begin(self, token: str) -> None:
         """A new test cell: the kept connection when the worker kept its serving cell (same token), else a
         new one to wait for."""
         token_bytes = token.encode("ascii")
+        self.waited = 0.0
         if self.status == "kept" and self.connection is not None and token_bytes == self.token:
             self.status = "connected"
             return
@@ -134,6 +140,7 @@ class KernelLink:
     def exchange(self, payload: bytes) -> bytes:
         if self.status in ("broken", "timed out"):
             raise BoundaryError(f"the learner's kernel is no longer answering in this cell ({self.status})")
+        started = time.monotonic()
         try:
             if self.connection is None:
                 self.connection = self._accept(None)  # bounded by the cell's time limit (SIGALRM)
@@ -150,6 +157,8 @@ class KernelLink:
         except (OSError, ValueError) as error:
             self.status = "broken"
             raise BoundaryError(f"the learner's kernel did not answer: {error.__class__.__name__}: {error}") from None
+        finally:
+            self.waited += time.monotonic() - started
 
     def end(self, keep: bool = False) -> str:
         """Tell the kernel's serving cell to end, or with `keep` keep it (and the connection) for the next
@@ -176,12 +185,33 @@ class KernelLink:
         return self.status
 
 
-def serve_submission(control: socket.socket, namespace: dict, shared: dict, exercises: list[str]) -> None:
-    """In a forked child: run the test cells the worker sends, with the exercises as proxies."""
-    listener = socket.create_server(("127.0.0.1", 0))
+def listen(socket_dir: str | None) -> tuple[socket.socket, int | str]:
+    """Where the learner's kernel connects: a Unix socket in `socket_dir` (the folder bound into the kernel's
+    own filesystem), else a port on the loopback interface."""
+    if not socket_dir:
+        listener = socket.create_server(("127.0.0.1", 0))
+        return listener, listener.getsockname()[1]
+    path = os.path.join(socket_dir, "trusted.sock")
+    if os.path.lexists(path):
+        os.unlink(path)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    os.chmod(path, 0o666)  # its folder is the kernel's own (0700): only it (and root) can reach the socket
+    listener.listen(8)
+    return listener, path
+
+
+def serve_submission(control: socket.socket, namespace: dict, shared: dict, exercises: list[str],
+                     contracts: dict[str, dict] | None = None, socket_dir: str | None = None) -> None:
+    """In a forked child: run the test cells the worker sends, with the exercises as proxies. Each result
+    says how long the cell waited for the learner's kernel (`learner_s`) and, for a hidden test, what it sent
+    (`inputs`: `hidden_inputs.InputRecorder` fingerprints, for the leak scan)."""
+    listener, address = listen(socket_dir)
     link = KernelLink(listener, control)
-    trusted = {**namespace, **learner_proxies(exercises, link, shared)}
-    _json_frame(control, {"port": listener.getsockname()[1], "pid": os.getpid()})
+    own = {name: Contract.from_json(item) for name, item in (contracts or {}).items()}
+    recorder = InputRecorder()
+    trusted = {**namespace, **learner_proxies(exercises, link, shared, own, recorder)}
+    _json_frame(control, {"address": address, "pid": os.getpid()})
     while True:
         try:
             request = _read_json(control)
@@ -193,10 +223,12 @@ def serve_submission(control: socket.socket, namespace: dict, shared: dict, exer
         if request.get("op") != "run":
             return
         link.begin(request["token"])
+        recorder.active = bool(request.get("hidden"))
         started = time.monotonic()
         outputs = run_cell(request["source"], trusted, float(request["timeout"]))
         kernel = link.end(bool(request.get("keep")))
-        _json_frame(control, {"outputs": outputs, "kernel": kernel, "seconds": round(time.monotonic() - started, 3)})
+        _json_frame(control, {"outputs": outputs, "kernel": kernel, "seconds": round(time.monotonic() - started, 3),
+                              "learner_s": round(link.waited, 3), "inputs": recorder.take()})
 
 
 # ---------------------------------------------------------------------------
@@ -242,7 +274,9 @@ def run_zygote(control: socket.socket) -> int:
             try:
                 control.close()
                 ours.close()
-                serve_submission(theirs, namespace, shared, setup["exercises"])
+                join_group(request.get("cgroup_procs") or [])
+                serve_submission(theirs, namespace, shared, setup["exercises"], setup.get("contracts"),
+                                 request.get("socket_dir"))
             except BaseException:  # noqa: BLE001 - reported in the worker's log; the worker sees the closed socket
                 import traceback
 
@@ -253,6 +287,13 @@ def run_zygote(control: socket.socket) -> int:
         theirs.close()
         socket.send_fds(control, [json.dumps({"pid": pid}).encode("utf-8")], [ours.fileno()])
         ours.close()
+
+
+def join_group(procs_files: list[str]) -> None:
+    """Move this process into its submission's trusted control group (each hierarchy's `cgroup.procs`)."""
+    for path in procs_files:
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write("0")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -280,8 +321,12 @@ def trusted_spec(source, cwd: Path) -> dict:
     meta = [cell.metadata.get("nbgrader", {}) for cell in cells]
     first = next((index for index, item in enumerate(meta) if item.get("solution")), len(cells))
     spec = {
+        "hidden_cells": sorted(item["grade_id"] for cell, item in zip(cells, meta)
+                               if item.get("grade") and cell.metadata.get("course", {}).get("hidden_test")),
         "setup_cells": [cell.source for cell in cells[:first]],
         "exercises": [item["grade_id"] for item in meta if item.get("solution")],
+        "contracts": {item["grade_id"]: exercise_contract(item["grade_id"], cell.source, cell.metadata).to_json()
+                      for cell, item in zip(cells, meta) if item.get("solution")},
         "test_cells": {item["grade_id"]: cell.source for cell, item in zip(cells, meta)
                        if item.get("grade") and not item.get("solution")},
         "cwd": str(cwd),
@@ -291,22 +336,31 @@ def trusted_spec(source, cwd: Path) -> dict:
 
 
 class TrustedSubmission:
-    """The worker's handle on one trusted child: the port the kernel connects to, and `run`."""
+    """The worker's handle on one trusted child: the address the kernel connects to, and `run`."""
 
     def __init__(self, control: socket.socket):
         self.control = control
-        hello = _read_json(control)
-        self.port, self.pid = int(hello["port"]), int(hello["pid"])
+        try:
+            hello = _read_json(control)
+            address = hello["address"]
+            self.address = address if isinstance(address, str) else int(address)
+            self.pid = int(hello["pid"])
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            control.close()
+            raise GradingError(f"the trusted grader process for this submission did not start: "
+                               f"{error.__class__.__name__}: {error}") from None
 
-    def run(self, source: str, timeout_s: float, token: str, kernel_gone: bool = False, keep: bool = False) -> dict:
-        """Run one test cell; `{"outputs", "kernel", "seconds"}` (GradingError if the child is gone). With
-        `kernel_gone` no kernel serves it: each call of a learner's function fails at once. With `keep` the
-        kernel's serving cell is kept for the next test cell (`"kernel": "kept"`)."""
+    def run(self, source: str, timeout_s: float, token: str, kernel_gone: bool = False, keep: bool = False,
+            hidden: bool = False) -> dict:
+        """Run one test cell; `{"outputs", "kernel", "seconds", "learner_s", "inputs"}` (GradingError if the
+        child is gone). With `kernel_gone` no kernel serves it: each call of a learner's function fails at once.
+        With `keep` the kernel's serving cell is kept for the next test cell (`"kernel": "kept"`). With `hidden`
+        (a hidden test) the arguments sent are recorded (`inputs`)."""
         try:
             if kernel_gone:
                 self.kernel_gone(token)
             _json_frame(self.control, {"op": "run", "source": source, "timeout": timeout_s, "token": token,
-                                       "keep": keep})
+                                       "keep": keep, "hidden": hidden})
             return _read_json(self.control)
         except (OSError, ValueError) as error:
             raise GradingError(f"the trusted grader process ended: {error.__class__.__name__}: {error}") from None
@@ -328,23 +382,31 @@ class TrustedSubmission:
 
 class LazyTrusted:
     """A `TrustedSubmission` forked from `zygote` on first use (the first test cell), so that the zygote's
-    setup overlaps with the kernel's start and the cells before the first test."""
+    setup overlaps with the kernel's start and the cells before the first test; the child joins the
+    control group whose `cgroup.procs` files are `cgroup_procs` (the submission's trusted group)."""
 
-    def __init__(self, zygote: TrustedZygote):
+    def __init__(self, zygote: TrustedZygote, cgroup_procs: list[str] | None = None, socket_dir: str | None = None):
         self.zygote = zygote
+        self.cgroup_procs = list(cgroup_procs or [])
+        self.socket_dir = socket_dir
         self.submission: TrustedSubmission | None = None
 
     def _get(self) -> TrustedSubmission:
         if self.submission is None:
-            self.submission = self.zygote.fork()
+            self.submission = self.zygote.fork(self.cgroup_procs, self.socket_dir)
         return self.submission
 
     @property
-    def port(self) -> int:
-        return self._get().port
+    def address(self) -> int | str:
+        return self._get().address
 
-    def run(self, source: str, timeout_s: float, token: str, kernel_gone: bool = False, keep: bool = False) -> dict:
-        return self._get().run(source, timeout_s, token, kernel_gone, keep)
+    @property
+    def pid(self) -> int | None:
+        return None if self.submission is None else self.submission.pid
+
+    def run(self, source: str, timeout_s: float, token: str, kernel_gone: bool = False, keep: bool = False,
+            hidden: bool = False) -> dict:
+        return self._get().run(source, timeout_s, token, kernel_gone, keep, hidden)
 
     def kernel_gone(self, token: str) -> None:
         if self.submission is not None:
@@ -381,7 +443,7 @@ class TrustedZygote:
         theirs.close()
         self.control, self.key, self.ready = ours, spec["key"], False
         _json_frame(ours, {"cells": spec["setup_cells"], "exercises": spec["exercises"], "cwd": spec["cwd"],
-                           "timeout": timeout_s})
+                           "contracts": spec.get("contracts", {}), "timeout": timeout_s})
 
     def _wait_ready(self) -> None:
         if self.ready:
@@ -397,11 +459,11 @@ class TrustedZygote:
                                + "; ".join(reply.get("problems", []))[:2000])
         self.ready = True
 
-    def fork(self) -> TrustedSubmission:
+    def fork(self, cgroup_procs: list[str] | None = None, socket_dir: str | None = None) -> TrustedSubmission:
         if self.control is None:
             raise GradingError("the trusted grader process is not running")
         self._wait_ready()
-        _json_frame(self.control, {"op": "fork"})
+        _json_frame(self.control, {"op": "fork", "cgroup_procs": list(cgroup_procs or []), "socket_dir": socket_dir})
         message, fds, _, _ = socket.recv_fds(self.control, 4096, 1)
         if not fds:
             raise GradingError(f"the trusted grader process did not fork a child: {message!r}")

@@ -33,6 +33,7 @@ from nbgrader.converters.base import NbGraderException  # noqa: E402
 from nbgrader.coursedir import CourseDirectory  # noqa: E402
 from traitlets.config.loader import PyFileConfigLoader  # noqa: E402
 
+from tools.course.classroom.contention import ContentionProbe  # noqa: E402
 from tools.course.classroom.split_execute import use_split_execute  # noqa: E402
 from tools.course.classroom.trusted import LazyTrusted, TrustedZygote  # noqa: E402
 from tools.course.classroom.zygote import (  # noqa: E402
@@ -83,6 +84,9 @@ def autograde(request: dict) -> dict:
     marks: dict[str, float] = {}
     config.Execute.on_notebook_start = lambda **_: marks.setdefault("kernel_ready", time.monotonic())
     config.Execute.on_cell_complete = lambda **_: marks.__setitem__("cells_done", time.monotonic())
+    if request.get("sockets"):  # the kernel has a network namespace of its own: Unix sockets in a shared folder
+        config.KernelManager.transport = "ipc"
+        config.KernelManager.ip = os.path.join(request["sockets"], "kernel")
     manager = None
     if request.get("zygote_env"):
         if "zygote" not in _zygote:
@@ -91,13 +95,18 @@ def autograde(request: dict) -> dict:
         manager = ZygoteKernelManager
     report: dict = {}
     trusted = None
+    hidden_inputs: list[str] = []
+    setup_timeout = int(request.get("setup_timeout") or request["cell_timeout"])
     if request.get("trusted"):
         if "trusted" not in _zygote:
             _zygote["trusted"] = TrustedZygote(request["trusted_env"], _zygote.get("stderr"))
-        _zygote["trusted"].ensure(request["trusted"], float(request["cell_timeout"]))
-        trusted = LazyTrusted(_zygote["trusted"])
+        _zygote["trusted"].ensure(request["trusted"], float(setup_timeout))
+        trusted = LazyTrusted(_zygote["trusted"], request.get("trusted_cgroup_procs"), request.get("sockets"))
         use_split_execute(config, trusted, request["trusted"]["test_cells"], report,
-                          int(request.get("output_bytes", 8 * 2 ** 20)), manager)
+                          int(request.get("output_bytes", 8 * 2 ** 20)), manager,
+                          hidden_cells=request["trusted"].get("hidden_cells", ()), setup_timeout=setup_timeout,
+                          probe=ContentionProbe(request.get("cgroup_usage_file"), request.get("cpus")),
+                          report_path=request.get("report_path"), hidden_inputs=hidden_inputs)
     coursedir = CourseDirectory(root=course, assignment_id=slug, student_id=student, config=config)
     converter = Autograde(coursedir=coursedir, config=config, log=logging.getLogger(LOGGER))
     converter.force = True
@@ -112,6 +121,9 @@ def autograde(request: dict) -> dict:
     finally:
         if trusted is not None:
             trusted.close()
+    if request.get("hidden_inputs_path"):
+        with open(request["hidden_inputs_path"], "w", encoding="utf-8") as handle:
+            json.dump(hidden_inputs, handle)
     reply["boundary"] = report
     reap_orphans()  # a kernel that ended unwaited for (adopted by this subreaper) leaves no zombie
     ended = time.monotonic()

@@ -3,8 +3,12 @@
 In the trusted namespace every exercise name is a `LearnerFunction`: calling it sends the arguments
 (`codec.dump_call`) over a `Channel` to the learner's process, where `serve_request` runs the learner's
 function of that name and answers with the result and the post-call state of the arguments, safely
-encoded (`codec.encode`). The proxy decodes them, mirrors the in-place effects onto the trusted
-arguments (`mirror`) and returns the result or raises the same built-in exception class.
+encoded (`codec.encode`). The proxy decodes them and returns the result or raises the same built-in
+exception class. In-place effects come back only where the exercise's contract declares them
+(`Contract.changes`: the arguments the function may change, mirrored onto the trusted arguments with
+`mirror`); every other argument is compared with its state after the call (`changed`), and a call
+that changed one fails with `InputsChanged`, so no verdict is ever computed from state the learner's
+process wrote.
 
 * `call_many` sends many argument tuples in one round trip (differential tests).
 * `backward_through` computes a gradient through the learner's function in the learner's process and
@@ -27,6 +31,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from tools.course.grader.codec import (
@@ -240,9 +245,176 @@ def _mirror_slot(container, key, item: tuple) -> None:
 
 def _same_plain(left, right) -> bool:
     try:
+        if type(left) is float and type(right) is float and left != left and right != right:
+            return True  # NaN stays NaN
         return bool(left == right) if type(left) in _PLAIN else False
     except Exception:  # noqa: BLE001 - an odd __eq__: treat as changed
         return False
+
+
+def _same_tensor(left, right) -> bool:
+    """Same dtype, shape and values (NaN where NaN), without trusting any subclass."""
+    torch = sys.modules.get("torch")
+    if left.dtype != right.dtype or tuple(left.shape) != tuple(right.shape):
+        return False
+    left, right = left.detach(), right.detach()
+    if left.dtype.is_floating_point or left.dtype.is_complex:
+        return bool(((left == right) | (torch.isnan(left) & torch.isnan(right))).all())
+    return bool(torch.equal(left, right))
+
+
+def _grad_changed(target, grad) -> bool:
+    current = target.grad
+    if current is None or grad is None:
+        return (current is None) != (grad is None)
+    return not _same_tensor(current, grad)
+
+
+def changed(target: Any, state: tuple, *, grads: bool = False, path: str = "", skip=frozenset()) -> str | None:
+    """Where the learner side's post-call `state` differs from the trusted `target` (which the call did not
+    touch: it went as a copy), e.g. "[0]['ids']: tensor values, dtype or shape changed", or None when it is the same. With
+    `grads`, gradients may differ (a `backward_through` call brings them back). Objects whose id is in
+    `skip` (setup objects that went by name) are not compared here. An unknown state ("?") compares equal:
+    nothing of it comes back either."""
+    kind = state[0]
+    if id(target) in skip or kind == "?":
+        return None
+    where = f"{path}: " if path else ""
+    if kind == "V":
+        return None if _same_plain(target, state[1]) else f"{where}value changed"
+    if _mutable_kind(target) != kind:
+        return f"{where}became a different kind of value"
+    if kind == "T":
+        _, data, grad, requires_grad = state
+        if not _same_tensor(target, data):
+            return f"{where}tensor values, dtype or shape changed"
+        if bool(target.requires_grad) != bool(requires_grad):
+            return f"{where}requires_grad changed"
+        if not grads and _grad_changed(target, grad):
+            return f"{where}gradient (.grad) changed"
+        return None
+    if kind in ("L", "U"):
+        items = state[1]
+        if len(items) != len(target):
+            return f"{where}length changed from {len(target)} to {len(items)}"
+        for index, (value, item) in enumerate(zip(target, items)):
+            found = changed(value, item, grads=grads, path=f"{path}[{index}]", skip=skip)
+            if found:
+                return found
+        return None
+    if kind == "D":
+        items = state[1]
+        if [key for key, _ in items] != list(target):
+            return f"{where}keys changed"
+        for key, item in items:
+            found = changed(target[key], item, grads=grads, path=f"{path}[{key!r}]", skip=skip)
+            if found:
+                return found
+        return None
+    if kind == "S":
+        return None if target == state[1] else f"{where}set members changed"
+    if kind == "M":
+        _, parameters, buffers, training = state
+        own = dict(target.named_parameters())
+        if [name for name, _ in parameters] != list(own):
+            return f"{where}parameters added or removed"
+        for name, item in parameters:
+            found = changed(own[name], item, grads=grads, path=f"{path}.{name}", skip=skip)
+            if found:
+                return found
+        own_buffers = dict(target.named_buffers())
+        for name, value in buffers:
+            if name not in own_buffers or not _same_tensor(own_buffers[name], value):
+                return f"{path}.{name}: buffer changed"
+        modules = dict(target.named_modules())
+        if any(name in modules and modules[name].training != flag for name, flag in training):
+            return f"{where}train/eval mode changed"
+        return None
+    if kind == "O":
+        return None if _same_structure(target.state_dict(), state[1]) else f"{where}optimiser state changed"
+    return None
+
+
+def _same_structure(left: Any, right: Any) -> bool:
+    """Equal nested plain data and tensors (an optimiser's state dict)."""
+    if _is_tensor(left) or _is_tensor(right):
+        return _is_tensor(left) and _is_tensor(right) and _same_tensor(left, right)
+    if type(left) is not type(right):
+        return False
+    if type(left) is dict:
+        return list(left) == list(right) and all(_same_structure(left[key], right[key]) for key in left)
+    if type(left) in (list, tuple):
+        return len(left) == len(right) and all(_same_structure(a, b) for a, b in zip(left, right))
+    return _same_plain(left, right) or left == right
+
+
+def mirror_grads(target: Any, state: tuple) -> None:
+    """Apply only the gradients of a post-call `state` (what `backward_through` brings back)."""
+    kind = state[0]
+    if kind == "T" and _mutable_kind(target) == "T":
+        if target.is_leaf and (target.grad is not None or state[2] is not None):
+            target.grad = state[2]
+    elif kind in ("L", "U") and _mutable_kind(target) == kind:
+        for value, item in zip(target, state[1]):
+            mirror_grads(value, item)
+    elif kind == "D" and _mutable_kind(target) == "D":
+        for key, item in state[1]:
+            if key in target:
+                mirror_grads(target[key], item)
+    elif kind == "M" and _mutable_kind(target) == "M":
+        own = dict(target.named_parameters())
+        for name, item in state[1]:
+            if name in own:
+                mirror_grads(own[name], item)
+
+
+class InputsChanged(LearnerError):
+    """A learner's function changed an argument its contract does not let it change (the call fails: nothing
+    of that change reaches the test)."""
+
+
+@dataclass(frozen=True)
+class Contract:
+    """What the trusted side knows of an exercise's signature: its positional parameter names, in order,
+    and the names of the arguments the function may change in place (its contract declares them)."""
+
+    parameters: tuple[str, ...] = ()
+    changes: frozenset[str] = frozenset()
+
+    def argument_name(self, position: int | str) -> str:
+        if isinstance(position, str):
+            return position
+        return self.parameters[position] if position < len(self.parameters) else f"argument {position + 1}"
+
+    def to_json(self) -> dict:
+        return {"parameters": list(self.parameters), "changes": sorted(self.changes)}
+
+    @classmethod
+    def from_json(cls, data: dict) -> Contract:
+        return cls(tuple(data.get("parameters", ())), frozenset(data.get("changes", ())))
+
+
+CHANGES_KEY = "changes"
+"""`metadata.course.changes` of an exercise cell: the parameters its function may change in place."""
+
+
+def parameter_names(source: str, name: str) -> tuple[str, ...]:
+    """The positional parameter names of function `name` defined in `source` (empty if it defines none)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return ()
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == name:
+            return tuple(argument.arg for argument in [*node.args.posonlyargs, *node.args.args])
+    return ()
+
+
+def exercise_contract(name: str, source: str, metadata: dict) -> Contract:
+    """The contract of exercise `name` from its (solution) cell: the signature in `source`, the changes its
+    metadata (`course.changes`) declares."""
+    changes = (metadata.get("course") or {}).get(CHANGES_KEY) or []
+    return Contract(parameter_names(source, name), frozenset(changes))
 
 
 # ---------------------------------------------------------------------------
@@ -253,11 +425,40 @@ LEARNER_PRINT_CHARS = 20_000
 """What one call of a learner's function may print (stdout and stderr each) that the test's output shows."""
 
 
-def _outcome(function: Callable, args: tuple, kwargs: dict, after=None) -> dict:
+def _without_grads(state: tuple) -> tuple:
+    kind = state[0]
+    if kind == "T":
+        return ("T", state[1], None, state[3])
+    if kind in ("L", "U"):
+        return (kind, [_without_grads(item) for item in state[1]])
+    if kind == "D":
+        return ("D", [(key, _without_grads(item)) for key, item in state[1]])
+    if kind == "M":
+        return ("M", [(name, _without_grads(item)) for name, item in state[1]], state[2], state[3])
+    return state
+
+
+def _fingerprint(value: Any, grads: bool = True) -> bytes | None:
+    """A digest of what `state_of` sees of `value` (without gradients unless `grads`); None when it cannot
+    be taken."""
+    import hashlib
+    import pickle
+
+    try:
+        state = state_of(value) if grads else _without_grads(state_of(value))
+        return hashlib.sha256(pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)).digest()
+    except Exception:  # noqa: BLE001 - an object that cannot be pickled: its changes are not seen
+        return None
+
+
+def _outcome(function: Callable, args: tuple, kwargs: dict, after=None, shared: dict | None = None) -> dict:
     """Run the learner's function (then `after(value)`, e.g. a backward pass); the result (or exception),
-    the arguments' state and what the call printed, as plain data. KeyboardInterrupt (the grader
-    interrupting a call past its time) ends the serving instead."""
+    the arguments' state, the names of the setup objects (`shared`, sent by name) the call changed, and
+    what the call printed, as plain data. KeyboardInterrupt (the grader interrupting a call past its time)
+    ends the serving instead."""
     stdout, stderr = _Capped(LEARNER_PRINT_CHARS), _Capped(LEARNER_PRINT_CHARS)
+    grads = after is None  # a backward pass (`after`) may set gradients
+    before = {name: _fingerprint(value, grads) for name, value in (shared or {}).items()}
     try:
         with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
             value = function(*args, **kwargs)
@@ -271,6 +472,9 @@ def _outcome(function: Callable, args: tuple, kwargs: dict, after=None) -> dict:
         outcome = {"value": value}
     outcome.update(state=state_of((args, kwargs)), stdout=stdout.text() if stdout.tell() else "",
                    stderr=stderr.text() if stderr.tell() else "")
+    touched = sorted(name for name, digest in before.items() if _fingerprint(shared[name], grads) != digest)
+    if touched:
+        outcome["shared_changed"] = touched
     return outcome
 
 
@@ -308,7 +512,9 @@ def serve_request(payload: bytes, namespace: dict, limit: int = MAX_REPLY_BYTES)
 
     Requests: `call` (one argument tuple), `call_many` (a list of them), `gradient` (one call, then
     backward through the selected, reduced part of its result). Each runs in the caller's grad mode."""
-    request = load_call(payload, namespace)
+    shared: dict = {}
+    request = load_call(payload, namespace, shared)
+    request["shared"] = shared
     if request.get("grads") is not None:  # pickling drops `.grad`: the arguments' gradients come as a state
         mirror((request["args"], request["kwargs"]), request["grads"])
     function = namespace.get(request["name"])
@@ -323,18 +529,20 @@ def serve_request(payload: bytes, namespace: dict, limit: int = MAX_REPLY_BYTES)
 
 
 def _serve(request: dict, function: Callable, limit: int) -> bytes:
+    shared = request["shared"]
     if request["op"] == "call":
-        return _encode_reply(_outcome(function, request["args"], request["kwargs"]), limit)
+        return _encode_reply(_outcome(function, request["args"], request["kwargs"], shared=shared), limit)
     if request["op"] == "call_many":
         for case, grads in zip(request["cases"], request.get("grads_per_case") or []):
             if grads is not None:
                 mirror(case, grads)
-        return _encode_reply({"many": [_outcome(function, args, kwargs) for args, kwargs in request["cases"]]}, limit)
+        return _encode_reply({"many": [_outcome(function, args, kwargs, shared=shared)
+                                       for args, kwargs in request["cases"]]}, limit)
     if request["op"] == "gradient":
         def backward(value):
             _loss(_select(value, request["select"]), request["reduce"], request.get("weights")).backward()
 
-        return _encode_reply(_outcome(function, request["args"], request["kwargs"], backward), limit)
+        return _encode_reply(_outcome(function, request["args"], request["kwargs"], backward, shared=shared), limit)
     raise BoundaryError(f"unknown request {request['op']!r}")
 
 
@@ -405,15 +613,22 @@ class InProcessChannel:
 class LearnerFunction:
     """The learner's function `name` as seen from the trusted side (see the module docstring)."""
 
-    def __init__(self, name: str, channel: Channel, shared: dict[int, str]):
+    def __init__(self, name: str, channel: Channel, shared: dict[int, str], contract: Contract | None = None,
+                 observer: Callable[[tuple, dict], None] | None = None):
         self.__name__ = self.__qualname__ = name
         self._channel, self._shared = channel, shared
+        self.contract = contract or Contract()
+        self.observer = observer  # sees every call's arguments before they are sent (the leak scan's record)
 
     def __repr__(self) -> str:
         return f"<learner's function {self.__name__}>"
 
     def _request(self, request: dict) -> Any:
         request = {"name": self.__name__, **request}
+        if self.observer is not None:
+            for args, kwargs in request["cases"] if request["op"] == "call_many" else [(request["args"],
+                                                                                      request["kwargs"])]:
+                self.observer(args, kwargs)
         torch = sys.modules.get("torch")
         if torch is not None:  # a call under torch.no_grad() runs under it in the learner's process too
             request["grad_enabled"] = torch.is_grad_enabled()
@@ -431,20 +646,60 @@ class LearnerFunction:
         except CodecError as error:
             raise BoundaryError(f"{self.__name__}: the learner's process answered an invalid reply ({error})") from None
 
-    def _finish(self, outcome: Any, args: tuple, kwargs: dict) -> Any:
+    def _arguments(self, args: tuple, kwargs: dict, state: tuple) -> list[tuple[str, Any, tuple]]:
+        """`(parameter name, trusted value, post-call state)` of every argument of a call."""
+        if not (isinstance(state, tuple) and len(state) == 2 and state[0] == "U" and isinstance(state[1], list)
+                and len(state[1]) == 2):
+            raise BoundaryError(f"{self.__name__}: invalid reply (the arguments' state)")
+        positional, named = state[1]
+        if positional[0] != "U" or len(positional[1]) != len(args) or named[0] != "D" \
+                or [key for key, _ in named[1]] != list(kwargs):
+            raise BoundaryError(f"{self.__name__}: invalid reply (the arguments' state)")
+        found = [(self.contract.argument_name(index), value, item)
+                 for index, (value, item) in enumerate(zip(args, positional[1]))]
+        return found + [(key, kwargs[key], item) for key, item in named[1]]
+
+    def _effects(self, outcome: dict, args: tuple, kwargs: dict, gradient: bool) -> None:
+        """Mirror the declared arguments' changes (and, after `backward_through`, every argument's gradients);
+        InputsChanged when the call changed anything else."""
+        state = outcome.get("state")
+        if state == ("?",):  # the function was not called (no such name); nothing of the arguments comes back
+            return
+        arguments = self._arguments(args, kwargs, state)
+        declared = self.contract.changes
+        skip = frozenset(self._shared)  # setup objects: their own process's copies; the learner side reports them
+        problems = []
+        try:
+            for name, value, item in arguments:
+                if name in declared:
+                    mirror(value, item)
+                elif gradient:
+                    mirror_grads(value, item)
+            for name, value, item in arguments:
+                if name not in declared:
+                    where = changed(value, item, grads=gradient, skip=skip)
+                    if where:
+                        problems.append(f"{name}: {where}")
+        except (TypeError, ValueError, AttributeError, IndexError, KeyError, RuntimeError) as error:
+            raise BoundaryError(f"{self.__name__}: the arguments' new state could not be applied: {error}") \
+                from None
+        declared_setup = {self._shared[id(value)] for name, value, _ in arguments
+                          if name in declared and id(value) in self._shared}
+        touched = outcome.get("shared_changed") or []
+        problems += [f"the setup object {name!r}" for name in touched if isinstance(name, str)
+                     and name not in declared_setup]
+        if problems:
+            allowed = (f"its contract lets it change only {', '.join(sorted(declared))}" if declared
+                       else "its contract lets it change none of its arguments")
+            raise InputsChanged(f"{self.__name__} changed its inputs ({'; '.join(problems[:3])}); {allowed}")
+
+    def _finish(self, outcome: Any, args: tuple, kwargs: dict, gradient: bool = False) -> Any:
         if not isinstance(outcome, dict):
             raise BoundaryError(f"{self.__name__}: invalid reply")
         if "unencodable" in outcome:
             raise LearnerError(f"the result of {self.__name__} cannot cross the grading boundary: "
                                f"{outcome['unencodable']}")
-        state = outcome.get("state")
-        if isinstance(state, tuple) and state and state[0] == "U" and len(state[1]) == 2:
-            try:
-                mirror(args, state[1][0])
-                mirror(kwargs, state[1][1])
-            except Exception as error:  # noqa: BLE001 - a malformed state from the learner's side
-                raise BoundaryError(f"{self.__name__}: the arguments' new state could not be applied: {error}") \
-                    from None
+        self._effects(outcome, args, kwargs, gradient)
         for name, stream in (("stdout", sys.stdout), ("stderr", sys.stderr)):
             if isinstance(outcome.get(name), str) and outcome[name]:
                 stream.write(outcome[name])  # what the learner's code printed shows with the test's own output
@@ -482,11 +737,13 @@ class LearnerFunction:
     def gradient(self, args: tuple, kwargs: dict, select: list, reduce: str | None, weights) -> Any:
         request = {"op": "gradient", "args": args, "kwargs": kwargs, "select": list(select), "reduce": reduce,
                    "weights": weights}
-        return self._finish(self._request(request), args, kwargs)
+        return self._finish(self._request(request), args, kwargs, gradient=True)
 
 
-def learner_proxies(names: list[str], channel: Channel, shared: dict[int, str]) -> dict[str, LearnerFunction]:
-    return {name: LearnerFunction(name, channel, shared) for name in names}
+def learner_proxies(names: list[str], channel: Channel, shared: dict[int, str],
+                    contracts: dict[str, Contract] | None = None,
+                    observer: Callable[[tuple, dict], None] | None = None) -> dict[str, LearnerFunction]:
+    return {name: LearnerFunction(name, channel, shared, (contracts or {}).get(name), observer) for name in names}
 
 
 def backward_through(function: Callable, *args, select=(), reduce: str | Callable | None = "sum", weights=None,

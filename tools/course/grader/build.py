@@ -36,7 +36,9 @@ from tools.course.cells import (
     read_notebook,
     role,
 )
+from tools.course.grader.boundary import CHANGES_KEY
 from tools.course.grader.differential import CallCoverage, run_clause_coverage
+from tools.course.grader.reads_after import reads_after_call
 from tools.errors import ConfigError
 from tools.course.layout import GRADING_DIR, hidden_tests_path, mutants_dir, source_notebook_path  # noqa: F401 - re-exported
 
@@ -297,6 +299,7 @@ class BuildContext:
     hidden_tests: list[HiddenTest]
     reference_cells: str = ""
     exercises: list[str] = field(default_factory=list)
+    changes: dict[str, frozenset[str]] = field(default_factory=dict)  # exercise -> what its contract lets it change
 
 
 def _nbgrader(cell: NotebookNode, grade_id: str, *, grade: bool, solution: bool, locked: bool,
@@ -315,6 +318,8 @@ def keep_graded_part(notebook: NotebookNode, context: BuildContext) -> NotebookN
         raise ConfigError(f"{context.chapter.notebook}: needs exactly one stop-here cell to be graded")
     notebook.cells = notebook.cells[:stops[0]]
     context.exercises = [exercise_id(cell) for _, cell in cells_with_role(notebook, "exercise")]
+    context.changes = {exercise_id(cell): frozenset(course_meta(cell).get(CHANGES_KEY) or ())
+                       for _, cell in cells_with_role(notebook, "exercise")}
     if not context.exercises:
         raise ConfigError(f"{context.chapter.notebook}: has no exercise cells to grade")
     return notebook
@@ -378,11 +383,27 @@ def hidden_test_cell(test: HiddenTest, reference_cells: str = "") -> NotebookNod
     return cell
 
 
+def hidden_test_reads(context: BuildContext) -> list[str]:
+    """Every hidden test that compares a learner's result with an argument it read after the call
+    (`reads_after.reads_after_call`), one line each."""
+    learner = {name: tuple(argument.arg for argument in [*node.args.posonlyargs, *node.args.args])
+               for name, (_, node) in context.references.items() if name in context.exercises}
+    return [f"{context.chapter.id}, hidden test {test.name}: {finding.describe()}"
+            for test in context.hidden_tests
+            for finding in reads_after_call(test.source, learner, context.changes)]
+
+
 def insert_hidden_tests(notebook: NotebookNode, context: BuildContext) -> NotebookNode:
-    """Insert each exercise's hidden tests right after its last visible-tests cell."""
+    """Insert each exercise's hidden tests right after its last visible-tests cell (refused when one reads an
+    argument after the call to compare with the result: `hidden_test_reads`)."""
     unknown = sorted({test.exercise for test in context.hidden_tests} - set(context.exercises))
     if unknown:
         raise ConfigError(f"hidden tests name unknown exercise(s): {', '.join(unknown)}")
+    reads = hidden_test_reads(context)
+    if reads:
+        raise ConfigError(f"{len(reads)} hidden-test read(s) of an argument after the learner's function had it; "
+                          "compute the expected value before the call, or pass a copy "
+                          "(tools/course/grader/reads_after.py):\n" + "\n".join(reads))
     cells = []
     last_visible = {exercise_id(cell): index for index, cell in cells_with_role(notebook, "visible-tests")}
     for index, cell in enumerate(notebook.cells):

@@ -11,7 +11,8 @@ None, bool, int, float (exactly, NaN and infinities included), str, bytes, list,
 decodable keys, in order), set, frozenset, torch tensors (values, dtype, shape, `requires_grad`, and
 whether it is an `nn.Parameter`; no autograd graph), `torch.dtype`, `torch.Size`, and exceptions (the
 nearest built-in class and its message). The decoder checks every size before it allocates and
-refuses more than `MAX_REPLY_BYTES` or a nesting deeper than `MAX_DEPTH` (`CodecError`).
+refuses more than `MAX_REPLY_BYTES` in all, a JSON part of more than `MAX_TREE_BYTES` or `MAX_TREE_NODES`
+containers (counted in the raw bytes before parsing) or a nesting deeper than `MAX_DEPTH` (`CodecError`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,10 @@ import struct
 from typing import Any
 
 MAX_REPLY_BYTES = 64 * 2 ** 20
+MAX_TREE_BYTES = 4 * 2 ** 20
+MAX_TREE_NODES = 200_000
+"""The JSON part of a reply (everything but tensors' and bytes' raw data) is bounded far below the reply: it is
+parsed into Python objects (tens of bytes each), the blob is not. Both are checked before anything is parsed."""
 MAX_DEPTH = 64
 MAX_MESSAGE_CHARS = 2000
 _HEADER = struct.Struct(">QQ")  # JSON length, blob length
@@ -136,7 +141,21 @@ def encode(value: Any, limit: int = MAX_REPLY_BYTES) -> bytes:
     blob = encoder.blob.getvalue()
     if len(tree) + len(blob) > limit:
         raise Unencodable(f"more than {limit} bytes")
+    problem = tree_problem(tree)
+    if problem:
+        raise Unencodable(problem)
     return _HEADER.pack(len(tree), len(blob)) + tree + blob
+
+
+def tree_problem(tree: bytes) -> str | None:
+    """Why the JSON part of a reply is past its limits (bytes, containers), or None. Containers are counted as
+    `{` and `[` in the raw bytes, inside strings too: an over-count, never an under-count."""
+    if len(tree) > MAX_TREE_BYTES:
+        return f"a structure of {len(tree)} bytes, more than {MAX_TREE_BYTES} (tensors do not count)"
+    nodes = tree.count(b"{") + tree.count(b"[")
+    if nodes > MAX_TREE_NODES:
+        return f"a structure of more than {MAX_TREE_NODES} nested values ({nodes}); return tensors or fewer items"
+    return None
 
 
 class _Decoder:
@@ -255,9 +274,15 @@ def decode(data: bytes, limit: int = MAX_REPLY_BYTES) -> Any:
     tree_length, blob_length = _HEADER.unpack_from(data)
     if _HEADER.size + tree_length + blob_length != len(data):
         raise CodecError("reply length does not match its header")
+    if tree_length > MAX_TREE_BYTES:
+        raise CodecError(f"reply structure of {tree_length} bytes, more than {MAX_TREE_BYTES}")
     view = memoryview(data)
+    raw = bytes(view[_HEADER.size:_HEADER.size + tree_length])
+    problem = tree_problem(raw)
+    if problem:
+        raise CodecError(f"reply past its limits: {problem}")
     try:
-        tree = json.loads(bytes(view[_HEADER.size:_HEADER.size + tree_length]).decode("utf-8"))
+        tree = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
         raise CodecError(f"reply is not JSON: {error.__class__.__name__}") from None
     try:
@@ -290,14 +315,16 @@ class _CallPickler(pickle.Pickler):
 
 
 class _CallUnpickler(pickle.Unpickler):
-    def __init__(self, file, namespace: dict):
+    def __init__(self, file, namespace: dict, loaded: dict | None = None):
         super().__init__(file)
         self.namespace = namespace
+        self.loaded = loaded if loaded is not None else {}
 
     def persistent_load(self, pid):
         kind, name = pid
         if kind != "setup" or name not in self.namespace:
             raise pickle.UnpicklingError(f"the setup cells defined no {name!r} in the learner's process")
+        self.loaded[name] = self.namespace[name]
         return self.namespace[name]
 
 
@@ -317,6 +344,7 @@ def dump_call(payload: Any, shared: dict[int, str]) -> bytes:
     return buffer.getvalue()
 
 
-def load_call(data: bytes, namespace: dict) -> Any:
-    """In the learner's process: the payload, setup objects taken from `namespace` by name."""
-    return _CallUnpickler(io.BytesIO(data), namespace).load()
+def load_call(data: bytes, namespace: dict, loaded: dict | None = None) -> Any:
+    """In the learner's process: the payload, setup objects taken from `namespace` by name (each recorded in
+    `loaded`, name -> object, when given)."""
+    return _CallUnpickler(io.BytesIO(data), namespace, loaded).load()

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from nbformat import NotebookNode
 
+from tools.course.grader.boundary import exercise_contract
 from tools.errors import GradingError
 
 ORACLE_ENV = {
@@ -76,7 +77,9 @@ def job_cells(source: NotebookNode) -> list[dict]:
         meta = _nbgrader_meta(cell)
         cells.append({"grade_id": meta.get("grade_id"), "solution": bool(meta.get("solution")),
                       "grade": bool(meta.get("grade")), "points": meta.get("points"), "source": cell.source,
-                      "exercise": cell.metadata.get("course", {}).get("exercise")})
+                      "exercise": cell.metadata.get("course", {}).get("exercise"),
+                      "contract": exercise_contract(meta["grade_id"], cell.source, cell.metadata).to_json()
+                      if meta.get("solution") else None})
     return cells
 
 
@@ -186,6 +189,7 @@ class Sides:
     shared: dict
     learner_state: dict
     exercises: list
+    contracts: dict
 
 
 def grade_rest(sides: Sides, cells: list[dict], solutions: dict[str, str], timeout_s: int,
@@ -196,7 +200,7 @@ def grade_rest(sides: Sides, cells: list[dict], solutions: dict[str, str], timeo
     from tools.course.grader.boundary import InProcessChannel, learner_proxies, run_cell
 
     channel = InProcessChannel(sides.shell.user_ns, learner_state=sides.learner_state)
-    trusted = {**sides.trusted, **learner_proxies(sides.exercises, channel, sides.shared)}
+    trusted = {**sides.trusted, **learner_proxies(sides.exercises, channel, sides.shared, sides.contracts)}
     scores, errors = {}, {}
     for cell in cells:
         if only_exercise and cell["grade"] and not cell["solution"] and cell["exercise"] != only_exercise:
@@ -272,7 +276,7 @@ def main() -> int:
 
     import tools.course.grader.differential  # noqa: F401
 
-    from tools.course.grader.boundary import process_state, restore_process_state, run_cell
+    from tools.course.grader.boundary import Contract, process_state, restore_process_state, run_cell
     from tools.course.grader.codec import shared_names
 
     fresh = process_state()
@@ -287,7 +291,8 @@ def main() -> int:
     for cell in shared:  # the trusted side, as the trusted grader process runs them
         run_cell(cell["source"], trusted, int(job["cell_timeout_s"]))
     sides = Sides(shell, trusted, shared_names(trusted), learner_state,
-                  [cell["grade_id"] for cell in cells if cell["solution"]])
+                  [cell["grade_id"] for cell in cells if cell["solution"]],
+                  {cell["grade_id"]: Contract.from_json(cell["contract"]) for cell in cells if cell["solution"]})
     results = {student: _grade_in_fork(sides, rest, solutions, job, job["only_exercise"].get(student),
                                        student in job["keep_going"])
                for student, solutions in job["submissions"].items()}

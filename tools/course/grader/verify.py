@@ -8,7 +8,10 @@ the release; submissions are made from it and from the reference:
   (0), so the release, the locked cells and the restored tests work;
 * through the grading oracle (`tools.course.grader.oracle`, one forked process per submission):
   every planted wrong solution, which must lose points on its own exercise (only that exercise's
-  test cells run for it: the matrix shows `·` for the others); for every exercise, a body that
+  test cells run for it: the matrix shows `·` for the others), and again combined with an in-place
+  overwrite of its function's arguments (`degenerate.overwrite_plans`: each argument its contract lets it
+  change alone, all the others together; a test that read its expected value from a mirrored argument
+  would give it points); for every exercise, a body that
   raises on every input and one that returns a constant (`tools.course.grader.degenerate`), which
   must keep (near) nothing of their exercise's points (at most `NEAR_ZERO_SHARE`); plus the stub
   and the reference, whose per-cell scores must equal nbgrader's (a drift check on every chapter).
@@ -34,10 +37,14 @@ from nbformat import NotebookNode
 from tools.core.catalog import Chapter
 from tools.course.cells import read_notebook, write_notebook
 from tools.course.grader.build import build_source_notebook, load_mutants, reference_source
+from tools.course.grader.boundary import CHANGES_KEY, parameter_names
 from tools.course.grader.degenerate import (
     DESCRIPTIONS,
     NEAR_ZERO_SHARE,
+    OVERWRITE,
     degenerate_solutions,
+    overwrite_plans,
+    overwriting_solution,
 )
 from tools.course.grader.oracle import run_oracle
 from tools.course.layout import CourseLayout, NbgraderCourse
@@ -153,6 +160,12 @@ def solutions_of(notebook: NotebookNode) -> dict[str, str]:
     return {name: cell.source for name, cell in _solution_cells(notebook).items()}
 
 
+def exercise_changes(chapter_notebook: NotebookNode) -> dict[str, frozenset[str]]:
+    """`exercise -> the arguments its contract lets it change` (`metadata.course.changes` of its cell)."""
+    return {cell.metadata["course"]["exercise"]: frozenset(cell.metadata["course"].get(CHANGES_KEY) or ())
+            for cell in chapter_notebook.cells if "exercise" in cell.metadata.get("tags", [])}
+
+
 def planted_submissions(release: NotebookNode, chapter_notebook: NotebookNode, mutants: list, *,
                         full: bool = False, endless_loop: bool = True) -> list[Submission]:
     """What verification grades, each with its rule and its graders (see the module docstring)."""
@@ -173,6 +186,16 @@ def planted_submissions(release: NotebookNode, chapter_notebook: NotebookNode, m
         planted.append(Submission(f"mutant_{mutant.name}", f"mutant: {mutant.mistake}", notebook, "loses_points",
                                   mutant.exercise, graders=both if full else (ORACLE,)))
     submissions += planted
+    changes = exercise_changes(chapter_notebook)
+    for mutant in mutants:
+        parameters = parameter_names(reference[mutant.exercise], mutant.exercise)
+        for label, plan in overwrite_plans(parameters, changes.get(mutant.exercise, frozenset())).items():
+            source = overwriting_solution(mutant.source, mutant.exercise, plan)
+            notebook = _with_solutions(release, {**reference, mutant.exercise: source})
+            names = ", ".join(parameter for _, parameter in plan)
+            submissions.append(Submission(f"mutant_{mutant.name}+{OVERWRITE}_{label}",
+                                          f"mutant {mutant.name}, then {names} overwritten in place", notebook,
+                                          "loses_points", mutant.exercise, graders=both if full else (ORACLE,)))
     for exercise in exercises:
         for kind, source in degenerate_solutions(reference[exercise], exercise).items():
             notebook = _with_solutions(release, {**reference, exercise: source})

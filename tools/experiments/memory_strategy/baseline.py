@@ -1,7 +1,11 @@
-"""The chapter-73 training baseline (a stand-in until 73 is in the course) and 76's input manifest.
+"""Chapter 73's training baseline, the record it hands to 76, and 76's input manifest.
 
 `run_training_baseline` measures the baseline workload (batch 1, sequence 768, warm-up 2, 5 timed
-iterations, seed 42, float32, AdamW; `cpu_smoke` uses the tiny model and sequence 64) and writes
+iterations, seed 42, float32, AdamW; `cpu_smoke` uses the tiny model and sequence 64) with chapter
+73's protocol: the warm-up calls untimed, each timed step between two device synchronisations
+(`time_steps`), the median and spread of the repeats and the throughput of the real tokens
+(`step_time_report`). Those functions come from `mechanism` (the notebook passes the learner's; the
+command line and 76's cpu_smoke fallback use the package's) and the record says which ran. It writes
 two write-once records under the results root, in the chapters' folders:
 
 - `73-training-performance/73-training-performance_training_baseline_<label>.json`
@@ -31,7 +35,7 @@ from tools.core.runs import validate_run_label, validate_run_mode
 from tools.errors import EXIT_CONFIG, EXIT_MODEL_CACHE  # noqa: F401 - this command's exit codes, with EXIT_OK
 from tools.errors import ConfigError, CourseError, RecordExistsError, UpstreamRecordError, exit_code_for
 from tools.experiments.cli import add_common_arguments
-from tools.experiments.contract import RecordSink
+from tools.experiments.contract import Mechanism, RecordSink
 from tools.experiments.memory_strategy.runner import TrainingWorkload, course_model, run_memory_strategy
 from tools.measure.training import run_with_oom_guard
 
@@ -50,6 +54,9 @@ WORKLOADS = {
     "cpu_smoke": TrainingWorkload(batch_size=1, seq_len=64, warmup=2, iters=5, seed=42, optimizer="adamw"),
 }
 DEVICES = {"cpu_smoke": "cpu", "real_gpu": "cuda"}
+BASELINE_MECHANISM = ("time_steps", "step_time_report")
+STATIC_BYTES_PER_PARAMETER = 16
+CPU_THREADS = 1
 IDENTITY_KEYS = ("model_id", "weights", "workload", "batch_size", "seq_len", "dtype", "optimizer", "warmup", "iters",
                  "seed")
 EXIT_OK, EXIT_RUN_FAILED = 0, 1
@@ -106,13 +113,66 @@ def _plan(run_mode: str, label: str, results_dir: Any, model_id: str | None, mod
             "workload": WORKLOADS[run_mode], "device": DEVICES[run_mode], "results_root": root, **paths}
 
 
+def mechanism_defaults() -> dict:
+    """The package's copies of the chapter-73 functions the baseline is measured with."""
+    from tools.measure.timing import step_time_report, time_steps
+
+    return {"time_steps": time_steps, "step_time_report": step_time_report}
+
+
+def protocol_measure(functions: Mapping[str, Any], workload: TrainingWorkload):
+    """A `measure` for `run_memory_strategy` (the keywords and result keys of `measure_training_run`)
+    that times with chapter 73's functions: `time_steps` on a `DeviceClock`, then `step_time_report`
+    (the workload's batch has no padding, so every token is real). On CUDA the allocator's peak is
+    reset before the first timed call and read after the last one."""
+    import math
+
+    import torch
+
+    from tools.measure.timing import DeviceClock
+    from tools.measure.training import MIB, allocator_outside_mb
+
+    mask = torch.ones((workload.batch_size, workload.seq_len), dtype=torch.long)
+
+    def measure(train_step, *, torch_module, device, batch_size, warmup, iters) -> dict:
+        device = torch.device(device)
+        cuda = device.type == "cuda"
+
+        def around(index, run):
+            if index == warmup and cuda:
+                torch.cuda.synchronize(device)
+                torch.cuda.reset_peak_memory_stats(device)
+            return run()
+
+        runner = DeviceClock(train_step, device, around_call=around)
+        durations = functions["time_steps"](runner, warmup, iters)
+        report = functions["step_time_report"](list(durations), mask)
+        loss = runner.results[-1] if runner.results else None
+        result = {
+            "status": "ok", "device": str(device), "batch_size": batch_size, "warmup": warmup, "iters": iters,
+            "step_time_ms": report["median_s"] * 1000.0, "samples_per_s": report["samples_per_s"],
+            "loss": loss,
+            "peak_memory_mb": torch.cuda.max_memory_allocated(device) / MIB if cuda else None,
+            "peak_reserved_mb": torch.cuda.max_memory_reserved(device) / MIB if cuda else None,
+            **allocator_outside_mb(torch_module, device),
+            "protocol": {"calls": runner.calls, "durations_s": list(durations), "report": report,
+                         "step_time": "median of the timed steps", "throughput": "real tokens (attention mask)"},
+        }
+        if not isinstance(loss, float) or not math.isfinite(loss):
+            result.update(status="failed", error=f"non-finite or missing training loss {loss!r}", loss=None)
+        return result
+
+    return measure
+
+
 def run_training_baseline(*, run_mode: str, label: str, results_dir: str | Path | None = None,
                           model_id: str | None = None, model_source: str = "local", models=None,
-                          sink: RecordSink | None = None) -> dict:
+                          sink: RecordSink | None = None, mechanism: Mechanism | None = None) -> dict:
     """Measure the baseline workload and write the 73 record, then (if it ran) the 76 input manifest.
 
     `models` (optional): a `runner.CachedModel` to reuse a model already loaded. `sink` (optional):
-    the run's record sink (its results root must be the plan's); both records go through it. Returns
+    the run's record sink (its results root must be the plan's); both records go through it.
+    `mechanism` (optional): chapter 73's functions to measure with (default: the package's). Returns
     `{"status", "baseline_path", "baseline_sha256", "manifest_path", "manifest_sha256"}`; the
     manifest fields are None when the baseline ran out of memory or failed (recorded as such).
     """
@@ -124,23 +184,35 @@ def run_training_baseline(*, run_mode: str, label: str, results_dir: str | Path 
         raise ConfigError(f"the record sink writes under {sink.results_root}, the baseline under {plan['results_root']}")
     import torch
 
+    mechanism = mechanism or Mechanism()
+    functions = {name: mechanism.function(name, default) for name, default in mechanism_defaults().items()}
     models = models or course_model(plan["model_id"], plan["model_source"])
     workload: TrainingWorkload = plan["workload"]
-    run = run_with_oom_guard(
-        lambda: run_memory_strategy(models, "baseline", workload, device=plan["device"]),
-        torch_module=torch, context={"name": "baseline", "strategy": "baseline", "seq_len": workload.seq_len})
+    measure = protocol_measure(functions, workload)
+    threads = torch.get_num_threads()
+    if plan["device"] == "cpu":  # the tiny model's matrices are too small for several threads: they only wait
+        torch.set_num_threads(CPU_THREADS)
+    try:
+        run = run_with_oom_guard(
+            lambda: run_memory_strategy(models, "baseline", workload, device=plan["device"], measure=measure),
+            torch_module=torch, context={"name": "baseline", "strategy": "baseline", "seq_len": workload.seq_len})
+    finally:
+        torch.set_num_threads(threads)
     identity = models.identity or {}
     config = {
         "model_id": plan["model_id"], "weights": identity.get("weights"), "model_source": plan["model_source"],
         "workload": WORKLOAD_NAME, **workload.as_config(), "device": plan["device"], "strategy": "baseline",
-        "mode": "fp32",
+        "mode": "fp32", "torch_threads": CPU_THREADS if plan["device"] == "cpu" else None,
     }
     record = {
         **sink.header("training_baseline", BASELINE_SCHEMA_VERSION, chapter=BASELINE_CHAPTER),
         "status": run["status"],
-        "stand_in": "tools.experiments.memory_strategy.baseline (chapter 73 is not in the course yet)",
+        "measured_by": "chapter 73's protocol: time_steps, then step_time_report (median of the timed steps)",
+        "mechanism": mechanism.describe(mechanism_defaults()),
         "config": config,
         "model": identity,
+        "model_size": {"parameters": models.parameter_count(), "static_bytes_per_parameter": STATIC_BYTES_PER_PARAMETER,
+                       "static_bytes_rule": "float32 weights, gradients and AdamW's two moments: 4 x 4 bytes"},
         "environment": runtime_snapshot(resolve_project_root()),
         "measurement": run,
     }
@@ -229,4 +301,5 @@ def run(plan, sink, *, log=None) -> dict | None:
             log(f"training_baseline (dry_run): would measure {plan.model} ({plan.model_source}); nothing is written")
         return None
     return run_training_baseline(run_mode=plan.run_mode, label=plan.label, results_dir=sink.results_root,
-                                 model_id=plan.model, model_source=plan.model_source, sink=sink)
+                                 model_id=plan.model, model_source=plan.model_source, sink=sink,
+                                 mechanism=plan.mechanism)

@@ -182,7 +182,9 @@ def plan_stages(records: Any, *, stage: str = "auto", model_source: str = "local
 
     `records`: the notebook's ChapterContext or a `StageRecords`. In dry_run the plan is the
     real_gpu experiment's, for reading. `stage = "auto"` is a fresh run: a label that already named
-    one of the five files is refused (RecordExistsError).
+    one of 76's own records (G0, G1, the decision) is refused (RecordExistsError). Chapter 73's
+    baseline and the input manifest of the same label are 76's input: in a chain run 73 writes them
+    first, under the label 76 then runs with.
     """
     run_mode = validate_run_mode(records.run_mode)
     stages = resolve_stages(run_mode, stage)
@@ -196,7 +198,7 @@ def plan_stages(records: Any, *, stage: str = "auto", model_source: str = "local
         torch_threads=settings["torch_threads"],
         g0_workload=tb.WORKLOADS["real_gpu" if run_mode == "dry_run" else run_mode])
     if stage == "auto" and plan.writes:
-        used = [path for path in plan.files().values() if path.exists()]
+        used = [plan.path(name) for name in RECORD_STAGES if plan.path(name).exists()]
         if used:
             raise RecordExistsError(
                 f"RUN_LABEL {plan.label!r} was used before ({', '.join(path.name for path in used)} exist). "

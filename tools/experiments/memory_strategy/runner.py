@@ -98,6 +98,12 @@ class CachedModel:
             self._model, self.identity = self._loader()
         return copy.deepcopy(self._model)
 
+    def parameter_count(self) -> int:
+        """The model's number of parameters (loads it on first use)."""
+        if self._model is None:
+            self._model, self.identity = self._loader()
+        return sum(param.numel() for param in self._model.parameters())
+
 
 def course_model(model_id: str, source: str) -> CachedModel:
     """The course's model `model_id` (tiny, or Qwen2.5-0.5B from the cache or with random weights), loaded lazily."""
@@ -112,13 +118,16 @@ def course_model(model_id: str, source: str) -> CachedModel:
 
 
 def run_memory_strategy(model_factory: Callable[[], nn.Module], strategy: str, workload: TrainingWorkload, *,
-                        device: str | torch.device = "cpu", pin_memory: bool = False) -> dict:
+                        device: str | torch.device = "cpu", pin_memory: bool = False,
+                        measure: Callable[..., dict] | None = None) -> dict:
     """Train a fresh model under `strategy` on `workload`; return one run record.
 
     The record holds the measurement (step time, samples/s, last loss, CUDA peaks allocated and
     reserved or None), the eval loss on a held-out batch, the saved-tensor evidence of the timed
-    steps and its verification, and the estimate with the measured/estimated ratio. An OOM (device
-    or host) is not caught here: wrap the call with `run_with_oom_guard` (or `run_repeated`).
+    steps and its verification, and the estimate with the measured/estimated ratio. `measure` times
+    the steps (default `measure_training_run`; chapter 73's baseline passes its own protocol, same
+    keyword arguments and result keys). An OOM (device or host) is not caught here: wrap the call with
+    `run_with_oom_guard` (or `run_repeated`).
     """
     validate_strategy(strategy)
     device = torch.device(device)
@@ -142,9 +151,9 @@ def run_memory_strategy(model_factory: Callable[[], nn.Module], strategy: str, w
                 optimizer.step()
                 return float(loss.detach().item())
 
-            measurement = measure_training_run(train_step, torch_module=torch, device=device,
-                                               batch_size=workload.batch_size, warmup=workload.warmup,
-                                               iters=workload.iters)
+            measurement = (measure or measure_training_run)(train_step, torch_module=torch, device=device,
+                                                            batch_size=workload.batch_size, warmup=workload.warmup,
+                                                            iters=workload.iters)
             evidence = observed_evidence(observer)
         model.eval()
         with torch.no_grad():

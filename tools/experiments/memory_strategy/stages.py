@@ -7,7 +7,9 @@
 
 One label runs through every stage; a stage whose record exists is read and checked, never rerun
 or overwritten, so repeating a stage is a no-op. `RUN_STAGE = "auto"` starts a fresh run (a used
-label is refused before any work): `all` stages in cpu_smoke, the printed plan in dry_run. Records
+label, i.e. one whose G0, G1 or decision exists, is refused before any work; chapter 73's baseline and
+the input manifest of the label are 76's input and may exist): `all` stages in cpu_smoke, the printed
+plan in dry_run. Records
 go to `<results root>/<slug>/<slug>_<stage>_<label>.json` (the 73 baseline to its own chapter's
 folder) through a record sink: the notebook passes its `ChapterContext` (`open_chapter`), the
 command line and the experiment contract a `tools.experiments.contract.RecordSink`; both name and

@@ -63,8 +63,8 @@ def grpo_step(model, optimizer, tokenizer, tasks: Sequence, settings: GrpoSettin
     outcomes = [verdict["outcome"] for group in verdicts for verdict in group]
     record = {"step": step, "mean_reward": sum(sum(group) for group in rewards) / len(outcomes),
               "outcomes": {name: outcomes.count(name) for name in OUTCOMES},
-              "scoreable_share": normalised["scoreable_share"], "updates": [], "sample_texts":
-              [reply["text"] for reply in groups[0][:4]]}
+              "scoreable_share": normalised["scoreable_share"], "rollouts": len(outcomes), "updates": [],
+              "sample_texts": [reply["text"] for reply in groups[0][:4]]}
     prompts, responses, gains = [], [], []
     for group, values in zip(groups, normalised["advantages"]):
         if values is None:
@@ -73,6 +73,7 @@ def grpo_step(model, optimizer, tokenizer, tasks: Sequence, settings: GrpoSettin
             prompts.append(reply["prompt_ids"])
             responses.append(reply["reply_ids"])
             gains.append(value)
+    record["rollouts_in_loss"] = len(gains)
     if not gains:
         return record
     device = next(model.parameters()).device
@@ -96,23 +97,34 @@ PACKAGE_MECHANISM = Mechanism()
 
 
 def run_grpo(model, tokenizer, train_tasks: Sequence, eval_tasks: Sequence, settings: GrpoSettings,
-             mechanism: Mechanism = PACKAGE_MECHANISM, *, log: Callable | None = None) -> dict:
-    """Held-out exact match before, `settings.steps` GRPO steps on `train_tasks`, exact match after."""
+             mechanism: Mechanism = PACKAGE_MECHANISM, *, log: Callable | None = None,
+             judge: Callable = verifier_module.verify_integer_answer) -> dict:
+    """Held-out exact match before, `settings.steps` GRPO steps on `train_tasks`, exact match after, and how
+    many of the problems answered correctly before still are (the regression check).
+
+    Training rewards come from `mechanism.verify`; held-out answers are judged by `judge` (the package's
+    verifier by default), so a wrong learner verifier cannot make its own run look better."""
     import torch
 
     torch.manual_seed(settings.seed)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=settings.learning_rate,
                                   weight_decay=0.0)
-    before = greedy_exact_match(model, tokenizer, eval_tasks, mechanism.verify, max_new_tokens=settings.max_new_tokens)
+    before = greedy_exact_match(model, tokenizer, eval_tasks, judge, max_new_tokens=settings.max_new_tokens,
+                                per_problem=True)
     steps = []
     for step in range(settings.steps):
         start = (step * settings.prompts_per_step) % len(train_tasks)
         tasks = [train_tasks[(start + offset) % len(train_tasks)] for offset in range(settings.prompts_per_step)]
         steps.append(grpo_step(model, optimizer, tokenizer, tasks, settings, mechanism, step))
-        if log:
+        if log and (step % 6 == 5 or step == settings.steps - 1):  # every step is in the record
             last = steps[-1]
             clip = [round(update["clip_rate"], 3) for update in last["updates"]]
             log(f"step {step}: mean reward {last['mean_reward']:.2f}, scoreable {last['scoreable_share']:.2f}, "
                 f"clip rates {clip}")
-    after = greedy_exact_match(model, tokenizer, eval_tasks, mechanism.verify, max_new_tokens=settings.max_new_tokens)
-    return {"settings": settings.public(), "before": before, "after": after, "steps": steps}
+    after = greedy_exact_match(model, tokenizer, eval_tasks, judge, max_new_tokens=settings.max_new_tokens,
+                               per_problem=True)
+    known = [index for index, correct in enumerate(before.pop("correct")) if correct]
+    kept = after.pop("correct")
+    retained = {"correct_before": len(known), "still_correct_after": sum(kept[index] for index in known)}
+    retained["share"] = retained["still_correct_after"] / len(known) if known else None
+    return {"settings": settings.public(), "before": before, "after": after, "retained": retained, "steps": steps}

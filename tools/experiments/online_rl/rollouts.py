@@ -42,12 +42,15 @@ def sample_replies(model, tokenizer, prompts: Sequence, group_size: int, *, max_
     return groups
 
 
-def greedy_exact_match(model, tokenizer, tasks: Sequence, verify: Callable, *, max_new_tokens: int) -> dict:
-    """Greedy replies to `tasks` scored by `verify(text, label, finished)`: the share correct and the outcomes."""
+def greedy_exact_match(model, tokenizer, tasks: Sequence, verify: Callable, *, max_new_tokens: int,
+                       per_problem: bool = False) -> dict:
+    """Greedy replies to `tasks` scored by `verify(text, label, finished)`: the share correct and the outcomes
+    (with `per_problem`, also `correct`: one bool per task, in order)."""
     replies = sample(model, tokenizer, [prompt_of(task) for task in tasks], n=1, temperature=0.0,
                      max_new_tokens=max_new_tokens)
     outcomes = [verify(reply["text"], task.label, reply["finish_reason"] == "stop")["outcome"]
                 for task, reply in zip(tasks, replies)]
     counts = {name: outcomes.count(name) for name in ("correct", "wrong", "format_error", "truncated")}
-    return {"exact_match": counts["correct"] / len(outcomes) if outcomes else None, "outcomes": counts,
-            "tasks": len(outcomes)}
+    result = {"exact_match": counts["correct"] / len(outcomes) if outcomes else None, "outcomes": counts,
+              "tasks": len(outcomes)}
+    return {**result, "correct": [outcome == "correct" for outcome in outcomes]} if per_problem else result

@@ -16,6 +16,8 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
+from tools.experiments.reward.masks import last_valid_positions
+
 
 def pairwise_loss(chosen: torch.Tensor, rejected: torch.Tensor, margins: torch.Tensor | None = None) -> torch.Tensor:
     """Mean over pairs of -log sigmoid(chosen - rejected - margin), computed stably."""
@@ -73,3 +75,15 @@ def fit_temperature(margins: Sequence[float], labels: Sequence[bool], temperatur
 
     return {"temperature": float(best), "nll_before": pair_nll(margins, labels, 1.0),
             "nll_after": pair_nll(margins, labels, best), "ece_before": ece(1.0), "ece_after": ece(best)}
+
+
+def reward_loss(chosen_scores: torch.Tensor, chosen_mask: torch.Tensor, rejected_scores: torch.Tensor,
+                rejected_mask: torch.Tensor, margins: torch.Tensor | None = None) -> dict:
+    """The shape of the chapter's TODO 1, which the stage calls: each row read at the last 1 of its mask,
+    `{"loss", "chosen_rewards", "rejected_rewards", "accuracy", "positions"}` (no input checks)."""
+    chosen_at, rejected_at = last_valid_positions(chosen_mask), last_valid_positions(rejected_mask)
+    rows = torch.arange(chosen_scores.shape[0], device=chosen_scores.device)
+    chosen, rejected = chosen_scores[rows, chosen_at], rejected_scores[rows, rejected_at]
+    return {"loss": pairwise_loss(chosen, rejected, margins), "chosen_rewards": chosen, "rejected_rewards": rejected,
+            "accuracy": float((chosen > rejected).double().mean()),
+            "positions": {"chosen": chosen_at, "rejected": rejected_at}}

@@ -2,8 +2,12 @@
 
 `load_reward_model(folder)` loads the model in `folder` as `AutoModelForSequenceClassification` with
 one output (its `score` head initialised from a seed), float32, with the tokenizer's pad token on the
-config. `token_scores` applies the head at every position; a sequence's reward is the score at its
-last non-padding token (`masks.read_last`), which is the token transformers' own forward reads.
+config. `token_scores` applies the head at every position. transformers' own forward reads a
+sequence's score at the rightmost token whose id is not the pad id; `readout_mask` marks exactly those
+tokens, so the last 1 of its row is that token. It equals the attention mask's last 1 unless the pad
+token is the end-of-sequence token (what `load_reward_model` sets when a tokenizer has no pad token)
+and a sequence ends with it: then transformers reads the token before the trailing end-of-sequence
+tokens, and so must a stage that trains the head for transformers' forward to serve.
 """
 
 from __future__ import annotations
@@ -50,6 +54,12 @@ def token_scores(model, input_ids: torch.Tensor, attention_mask: torch.Tensor) -
     """The head's score at every position: `model.score` on the backbone's last hidden states."""
     hidden = model.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
     return model.score(hidden).squeeze(-1)
+
+
+def readout_mask(input_ids: torch.Tensor, pad_token_id: int) -> torch.Tensor:
+    """1 where the token is not the pad id, else 0 (long): the last 1 of a row is the token transformers'
+    sequence-classification forward reads."""
+    return (input_ids != pad_token_id).long()
 
 
 def pad_rows(rows: Sequence[Sequence[int]], pad_id: int, side: str) -> tuple[torch.Tensor, torch.Tensor]:

@@ -22,9 +22,19 @@ from dataclasses import asdict, dataclass
 import torch
 
 from tools.data.lab_tasks import LabProblem
+from tools.errors import ConfigError
 from tools.experiments.reward import ppo_losses, rollouts, signals
 from tools.experiments.reward.value_model import ValueModel, frozen_copy
 from tools.models import lab_sampling
+
+
+REWARDS = ("verifier", "shuffled")
+"""The PPO stage's rewards: the verifier's score of each response, or the same scores shuffled across the
+iteration's batch (the negative control: the same mean reward and the same updates, no link between a
+response and its reward)."""
+
+PACKAGE_LOSSES = {"ppo_policy_loss": ppo_losses.policy_loss, "ppo_value_loss": ppo_losses.value_loss}
+"""The loss functions a run uses when the caller passes none (the chapter's exercise names)."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +55,11 @@ class PpoConfig:
     clip_range: float = 0.2
     grad_clip: float = 1.0
     probe_tasks: int = 64
+    reward: str = "verifier"
+
+    def __post_init__(self) -> None:
+        if self.reward not in REWARDS:
+            raise ConfigError(f"reward must be one of {REWARDS}, got {self.reward!r}")
 
     def public(self) -> dict:
         return asdict(self)
@@ -54,23 +69,32 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
+def shuffled_scores(scores: torch.Tensor, seed: int) -> torch.Tensor:
+    """`scores` in a seeded random order: the control's rewards (the same values, no longer the response's)."""
+    order = torch.randperm(len(scores), generator=torch.Generator().manual_seed(seed))
+    return scores[order]
+
+
 def ppo_iteration(policy, reference, value_model, tokenizer, optimizers, tasks: list[LabProblem],
-                  config: PpoConfig, seed: int) -> dict:
-    """Sample, score, build the signal and update; return the iteration's measurements."""
+                  config: PpoConfig, seed: int, losses: dict | None = None) -> dict:
+    """Sample, score, build the signal and update with `losses` (`PACKAGE_LOSSES` by default);
+    return the iteration's measurements."""
+    losses = losses or PACKAGE_LOSSES
     batch = rollouts.generate(policy, tokenizer, [task for task in tasks for _ in range(config.samples_per_task)],
                               max_new_tokens=config.max_new_tokens, temperature=config.temperature, seed=seed)
     mask = batch.response_mask
+    scores = batch.scores if config.reward == "verifier" else shuffled_scores(batch.scores, seed)
     with torch.no_grad():
         old_log_probs = rollouts.response_log_probs(policy, batch).cpu()
         ref_log_probs = rollouts.response_log_probs(reference, batch).cpu()
         old_values = rollouts.response_values(value_model, batch).cpu()
-    signal = signals.token_rewards(batch.scores, old_log_probs, ref_log_probs, mask, config.kl_coef)
+    signal = signals.token_rewards(scores, old_log_probs, ref_log_probs, mask, config.kl_coef)
     estimate = signals.gae(signal["rewards"], old_values, mask, config.gamma, config.lam)
     advantages = (signals.masked_whiten(estimate["advantages"], mask) if int(mask.sum()) > 1
                   else estimate["advantages"])
     policy_optimizer, value_optimizer = optimizers
     order = random.Random(seed).sample(range(len(batch.problems)), len(batch.problems))
-    losses, value_losses, clip_fractions, kls = [], [], [], []
+    policy_losses, value_losses, clip_fractions, kls = [], [], [], []
     policy.train()
     value_model.train()
     for _ in range(config.epochs):
@@ -80,11 +104,12 @@ def ppo_iteration(policy, reference, value_model, tokenizer, optimizers, tasks: 
             index = torch.as_tensor(rows)
             device = next(policy.parameters()).device
             new_log_probs = rollouts.response_log_probs(policy, part)
-            pg = ppo_losses.policy_loss(new_log_probs, old_log_probs[index].to(device), advantages[index].to(device),
-                                        part.response_mask.to(device), config.clip_ratio)
-            vf = ppo_losses.value_loss(rollouts.response_values(value_model, part), old_values[index].to(device),
-                                       estimate["returns"][index].to(device), part.response_mask.to(device),
-                                       config.clip_range)
+            pg = losses["ppo_policy_loss"](new_log_probs, old_log_probs[index].to(device),
+                                           advantages[index].to(device), part.response_mask.to(device),
+                                           config.clip_ratio)
+            vf = losses["ppo_value_loss"](rollouts.response_values(value_model, part), old_values[index].to(device),
+                                          estimate["returns"][index].to(device), part.response_mask.to(device),
+                                          config.clip_range)
             policy_optimizer.zero_grad(set_to_none=True)
             value_optimizer.zero_grad(set_to_none=True)
             (pg["loss"] + vf["loss"]).backward()
@@ -92,14 +117,14 @@ def ppo_iteration(policy, reference, value_model, tokenizer, optimizers, tasks: 
             torch.nn.utils.clip_grad_norm_(value_model.parameters(), config.grad_clip)
             policy_optimizer.step()
             value_optimizer.step()
-            losses.append(float(pg["loss"].detach()))
+            policy_losses.append(float(pg["loss"].detach()))
             value_losses.append(float(vf["loss"].detach()))
-            clip_fractions.append(pg["clip_fraction"])
-            kls.append(pg["approx_kl"])
+            clip_fractions.append(float(pg["clip_fraction"]))
+            kls.append(float(pg["approx_kl"]))
     policy.eval()
     value_model.eval()
     return {"mean_score": float(batch.scores.mean()), "mean_kl_to_reference": signal["mean_kl"],
-            "policy_loss": _mean(losses), "value_loss": _mean(value_losses),
+            "policy_loss": _mean(policy_losses), "value_loss": _mean(value_losses),
             "value_loss_first_minibatch": value_losses[0], "clip_fraction": _mean(clip_fractions),
             "approx_kl": _mean(kls), "response_tokens": int(mask.sum())}
 
@@ -120,11 +145,20 @@ def probe_value_loss(value_model, batch, returns) -> float:
     return float(0.5 * ((values - returns)[mask] ** 2).mean())
 
 
+def constant_value_loss(batch, returns) -> float:
+    """The probe loss of the best constant critic (the mean return of the valid tokens everywhere): what a
+    critic that learned only the level of the returns reaches."""
+    picked = returns[batch.response_mask.bool()].double()
+    return float(0.5 * ((picked - picked.mean()) ** 2).mean())
+
+
 def train_ppo(policy, tokenizer, train_tasks: list[LabProblem], eval_tasks: list[LabProblem],
-              config: PpoConfig, seed: int, *, log=None, deadline: float | None = None) -> dict:
+              config: PpoConfig, seed: int, *, probe_tasks: list[LabProblem] | None = None, losses: dict | None = None,
+              log=None, deadline: float | None = None) -> dict:
     """PPO on `policy` (trained in place) for `config.iterations`; held-out exact-match before and
-    after, one history entry per iteration. With a `deadline` (time.monotonic), no iteration starts
-    that the last one's duration projects past it; the result says how many ran."""
+    after, one history entry per iteration. The critic's probe batch samples `probe_tasks` (by default
+    problems drawn from `train_tasks`). With a `deadline` (time.monotonic), no iteration starts that
+    the last one's duration projects past it; the result says how many ran."""
     say = log or (lambda _: None)
     torch.manual_seed(seed)
     reference = frozen_copy(policy)
@@ -132,9 +166,10 @@ def train_ppo(policy, tokenizer, train_tasks: list[LabProblem], eval_tasks: list
     optimizers = (torch.optim.AdamW(policy.parameters(), lr=config.policy_lr, weight_decay=0.0),
                   torch.optim.AdamW(value_model.parameters(), lr=config.value_lr, weight_decay=0.0))
     before = lab_sampling.exact_match(policy, tokenizer, problems=eval_tasks)
-    say(f"  seed {seed}: held-out exact-match before PPO {before['accuracy']:.3f}")
+    say(f"  seed {seed} ({config.reward} reward): held-out exact-match before PPO {before['accuracy']:.3f}")
     rng = random.Random(seed)
-    probe, probe_returns = probe_batch(policy, tokenizer, rng.sample(train_tasks, min(config.probe_tasks, len(train_tasks))),
+    pool = probe_tasks if probe_tasks is not None else train_tasks
+    probe, probe_returns = probe_batch(policy, tokenizer, random.Random(seed).sample(pool, min(config.probe_tasks, len(pool))),
                                        config, seed * 1000 + 999)
     probe_before = probe_value_loss(value_model, probe, probe_returns)
     history = []
@@ -145,7 +180,7 @@ def train_ppo(policy, tokenizer, train_tasks: list[LabProblem], eval_tasks: list
         started = time.perf_counter()
         tasks = rng.sample(train_tasks, min(config.tasks_per_iteration, len(train_tasks)))
         step = ppo_iteration(policy, reference, value_model, tokenizer, optimizers, tasks, config,
-                             seed * 1000 + iteration)
+                             seed * 1000 + iteration, losses)
         step.update(iteration=iteration, probe_value_loss=probe_value_loss(value_model, probe, probe_returns),
                     seconds=time.perf_counter() - started)
         history.append(step)
@@ -153,9 +188,10 @@ def train_ppo(policy, tokenizer, train_tasks: list[LabProblem], eval_tasks: list
             f"probe value loss {step['probe_value_loss']:.4f}, clip fraction {step['clip_fraction']:.3f}, "
             f"approx KL {step['approx_kl']:.4f}")
     after = lab_sampling.exact_match(policy, tokenizer, problems=eval_tasks)
-    say(f"  seed {seed}: held-out exact-match after PPO {after['accuracy']:.3f}")
-    return {"seed": seed, "exact_match_before": before["accuracy"], "exact_match_after": after["accuracy"],
-            "eval_tasks": len(eval_tasks), "history": history, "iterations_run": len(history),
-            "stopped_by_time_limit": len(history) < config.iterations,
-            "probe": {"responses": len(probe.problems), "mean_score": float(probe.scores.mean())},
+    say(f"  seed {seed} ({config.reward} reward): held-out exact-match after PPO {after['accuracy']:.3f}")
+    return {"seed": seed, "reward": config.reward, "exact_match_before": before["accuracy"],
+            "exact_match_after": after["accuracy"], "eval_tasks": len(eval_tasks), "history": history,
+            "iterations_run": len(history), "stopped_by_time_limit": len(history) < config.iterations,
+            "probe": {"responses": len(probe.problems), "mean_score": float(probe.scores.mean()),
+                      "constant_value_loss": constant_value_loss(probe, probe_returns)},
             "value_loss_first": probe_before, "value_loss_last": _mean([item["probe_value_loss"] for item in history[-3:]])}

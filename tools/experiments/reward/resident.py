@@ -4,10 +4,11 @@ PPO holds a policy (trained), a value model (trained), a frozen reference policy
 model. This module counts the parameters of a Qwen2-shaped config (the causal LM, and the same
 backbone with a one-output score head for the reward and value models), the LoRA adapter
 parameters, and the bytes each role keeps: weights in `weight_bytes` per parameter; for a trained
-model also gradients (`weight_bytes` per trainable parameter), AdamW's two fp32 moments (8 bytes
-per trainable parameter) and activations held for backward (17 * weight_bytes per token, layer and
-hidden unit: Korthikanti et al.'s 34 bytes in 16-bit without the attention-score term, as with
-flash attention). With LoRA the reference can be the policy's own base with the adapters switched
+model also gradients (`weight_bytes` per trainable parameter), the optimizer state (AdamW's two fp32
+moments, 8 bytes per trainable parameter, and with 16-bit weights the fp32 master copy that mixed
+precision updates, 4 more: the 12 bytes of ZeRO's accounting) and activations held for backward
+(17 * weight_bytes per token, layer and hidden unit: Korthikanti et al.'s 34 bytes in 16-bit without
+the attention-score term, as with flash attention). With LoRA the reference can be the policy's own base with the adapters switched
 off, costing nothing extra. Allocator caches, the CUDA context and temporary buffers are not
 included: this is the resident state, not a peak. The chapter's learner writes the same account
 with full input checks.
@@ -19,6 +20,8 @@ from typing import Mapping, Sequence
 
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 ADAM_BYTES_PER_PARAMETER = 8
+MASTER_WEIGHT_BYTES = 4
+"""The fp32 master copy of a trained 16-bit weight (mixed precision); fp32 weights need none."""
 ACTIVATION_UNITS = 17
 GIB = 2 ** 30
 
@@ -46,6 +49,12 @@ def parameter_counts(config: Mapping, lora_rank: int | None = None, lora_targets
     return {"causal_lm": causal, "scalar_model": backbone + hidden, "lora": lora}
 
 
+def optimizer_bytes(weight_bytes: int) -> int:
+    """Optimizer state per trained parameter: AdamW's two fp32 moments, plus the fp32 master weight when
+    the weights are 16-bit."""
+    return ADAM_BYTES_PER_PARAMETER + (MASTER_WEIGHT_BYTES if weight_bytes < 4 else 0)
+
+
 def resident_account(config: Mapping, setup: Mapping, gpu_gib: float) -> dict:
     """Bytes per role and state, their total and whether it fits `gpu_gib` (see the module docstring)."""
     lora = setup["finetune"] == "lora"
@@ -55,7 +64,7 @@ def resident_account(config: Mapping, setup: Mapping, gpu_gib: float) -> dict:
 
     def role(parameters: int, trainable: int) -> dict:
         state = {"weights": parameters * width, "gradients": trainable * width,
-                 "optimizer": trainable * ADAM_BYTES_PER_PARAMETER, "activations": activations if trainable else 0}
+                 "optimizer": trainable * optimizer_bytes(width), "activations": activations if trainable else 0}
         return {**state, "total": sum(state.values())}
 
     adapter = counts["lora"] if lora else 0

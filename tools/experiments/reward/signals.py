@@ -81,14 +81,36 @@ def kl_share(kl: torch.Tensor, response_mask: torch.Tensor, kl_coef: float, scor
     return penalty / total if total > 0 else 0.0
 
 
+CONSTANT_TOLERANCE = 1e-6
+"""Valid advantages whose spread (max - min) is at most this times max(1, their largest |value|) count as
+all equal: whitening would leave only rounding noise."""
+
+
+def constant(advantages: torch.Tensor, response_mask: torch.Tensor) -> bool:
+    """Whether the valid advantages are all equal within `CONSTANT_TOLERANCE` (all 0 is one case)."""
+    picked = advantages[response_mask.bool()]
+    return float(picked.max() - picked.min()) <= CONSTANT_TOLERANCE * max(1.0, float(picked.abs().max()))
+
+
 def gate(advantages: torch.Tensor, response_mask: torch.Tensor, kl: torch.Tensor, kl_coef: float, scores: torch.Tensor,
          max_kl_share: float = 0.5) -> dict:
     """The diagnostic gate: `{"kl_share", "reasons", "decision"}` with the reasons "kl_dominated"
-    (share above the limit) and "zero_advantages" (every valid advantage exactly 0), in that order."""
+    (share above the limit) and "constant_advantages" (the valid advantages all equal within the
+    tolerance: no signal survives whitening), in that order."""
     share = kl_share(kl, response_mask, kl_coef, scores)
     reasons = []
     if share > max_kl_share:
         reasons.append("kl_dominated")
-    if bool((advantages[response_mask.bool()] == 0).all()):
-        reasons.append("zero_advantages")
+    if constant(advantages, response_mask):
+        reasons.append("constant_advantages")
     return {"kl_share": share, "reasons": reasons, "decision": "reject" if reasons else "accept"}
+
+
+def whiten_and_gate(advantages: torch.Tensor, response_mask: torch.Tensor, kl: torch.Tensor, kl_coef: float,
+                    scores: torch.Tensor, max_kl_share: float = 0.5) -> dict:
+    """`masked_whiten` and `gate` in one call, with the valid advantages' mean and standard deviation: the
+    shape of the chapter's TODO 3 (`{"whitened", "advantage_mean", "advantage_std", "kl_share", "reasons",
+    "decision"}`), which the signal stage calls."""
+    picked = advantages[response_mask.bool()]
+    return {"whitened": masked_whiten(advantages, response_mask), "advantage_mean": float(picked.mean()),
+            "advantage_std": float(picked.std()), **gate(advantages, response_mask, kl, kl_coef, scores, max_kl_share)}
