@@ -54,7 +54,8 @@ def test_14_all_linear_learns_the_new_task_faster_than_attention_qv(lab_models):
     assert result["peft_all_linear"] == {"modules": sorted(["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
                                                             "up_proj", "down_proj"]),
                                          "equals_qwen2_linear": True, "lm_head_targeted": False}
-    print(f"all_linear - attention_qv, held-out exact match: {effects.describe(ahead)}")
+    print(f"all_linear - attention_qv, held-out exact match: {effects.describe(ahead)}; per seed "
+          f"{[round(d, 3) for d in ahead['differences']]}")
 
 
 REAL_UPDATE_MARGIN = 0.3
@@ -85,7 +86,8 @@ def test_15_only_the_real_update_moves_the_held_out_curves(lab_models):
             assert max(abs(moved["change_min"]), abs(moved["change_max"])) <= LOOKALIKE_DRIFT, (name, moved)
         ahead = paired(real, curves)
         assert effects.holds(ahead, REAL_UPDATE_MARGIN), (name, effects.describe(ahead))
-        print(f"effective - {name}, held-out exact match: {effects.describe(ahead)}")
+        print(f"effective - {name}, held-out exact match: {effects.describe(ahead)}; per seed "
+              f"{[round(d, 3) for d in ahead['differences']]}")
     for one, accumulated in zip(real, variants["effective_accumulated"]["curves"]):
         gaps = [abs(a - b) for a, b in zip(one["validation_loss"] + one["heldout"]["loss"],
                                            accumulated["validation_loss"] + accumulated["heldout"]["loss"])]
@@ -126,4 +128,5 @@ def test_26_an_nf4_base_learns_like_the_bf16_base_in_half_the_bytes(lab_models):
     assert variants["nf4_base"]["base_bytes"]["predicted"]["total_bytes"] == measured["nf4_base"]
     assert measured["nf4_base"] < 0.6 * measured["bf16_base"], measured
     assert 0 < result["reconstruction_error"]["relative_frobenius"] < 0.2, result["reconstruction_error"]
-    print(f"nf4 - bf16, held-out exact match: {effects.describe(same)}")
+    print(f"nf4 - bf16, held-out exact match: {effects.describe(same)}; per seed "
+          f"{[round(d, 3) for d in same['differences']]}; loss {effects.describe(same_loss)}")

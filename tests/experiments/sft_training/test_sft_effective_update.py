@@ -138,6 +138,7 @@ def test_the_decision_holds_on_three_seeds_and_the_real_update_lowers_the_held_a
         assert abs(vanishing["eval_loss_after"] - vanishing["eval_loss_before"]) < 1e-3, seed
     drop = effects.paired_effect(after, before, metric="held-apart loss")
     assert effects.holds(drop, HELD_APART_DROP, "less"), effects.describe(drop)
+    print(f"held-apart loss, after - before: {effects.describe(drop)}; per seed {[round(d, 3) for d in drop['differences']]}")
 
 
 def test_an_evaluation_with_side_effects_is_caught():
