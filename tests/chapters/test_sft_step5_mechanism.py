@@ -14,6 +14,7 @@ import sys
 import textwrap
 
 import pytest
+from chapter_factory import REPO_ROOT
 
 from tools.chapters import lora_common as lora
 from tools.chapters import qlora
@@ -196,3 +197,78 @@ def test_31_a_budget_rank_that_forgets_the_magnitude_overruns_the_budget(tmp_pat
     verdict = lora.variant_verdict(wrong)
     assert verdict["decision"] == "reject" and "over the budget" in verdict["reasons"][0], verdict
     assert lora.variant_verdict(reference)["mechanism"] == "accept_mechanism", lora.variant_verdict(reference)
+
+
+LEARNER_COUNT = '''
+def lora_trainable_count(config, target_modules, rank):
+    """A learner's count, correct but written apart from the reference: validation first, then a table."""
+    if not isinstance(config, dict):
+        raise ValueError("config must be a dict")
+    needed = ["hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "num_hidden_layers"]
+    for key in needed:
+        value = config.get(key)
+        if type(value) is not int or value < 1:
+            raise ValueError(f"{key} must be an int >= 1")
+    head_dim = config.get("head_dim")
+    if head_dim is None:
+        if config["hidden_size"] % config["num_attention_heads"] != 0:
+            raise ValueError("hidden_size must divide into the heads")
+        head_dim = config["hidden_size"] // config["num_attention_heads"]
+    if type(head_dim) is not int or head_dim < 1:
+        raise ValueError("head_dim must be an int >= 1")
+    if config["num_attention_heads"] % config["num_key_value_heads"] != 0:
+        raise ValueError("the heads must divide into the key-value heads")
+    if type(target_modules) not in (list, tuple) or len(target_modules) == 0:
+        raise ValueError("target_modules must be a non-empty list or tuple")
+    if len(set(target_modules)) != len(target_modules) or not all(name in QWEN2_LINEAR for name in target_modules):
+        raise ValueError("target_modules must be distinct Qwen2 linear names")
+    if type(rank) is not int or rank < 1:
+        raise ValueError("rank must be an int >= 1")
+    h, i = config["hidden_size"], config["intermediate_size"]
+    q = config["num_attention_heads"] * head_dim
+    kv = config["num_key_value_heads"] * head_dim
+    sizes = [("q_proj", h + q), ("k_proj", h + kv), ("v_proj", h + kv), ("o_proj", q + h),
+             ("gate_proj", h + i), ("up_proj", h + i), ("down_proj", i + h)]
+    per_layer = {}
+    for name, width in sizes:
+        if name in target_modules:
+            per_layer[name] = rank * width
+    layer_sum = 0
+    for count in per_layer.values():
+        layer_sum += count
+    return {"per_layer": per_layer, "per_layer_total": layer_sum, "total": layer_sum * config["num_hidden_layers"]}
+'''
+
+
+def test_14_the_notebook_runs_step5_with_the_learners_own_count(tmp_path):
+    """A copy of chapter 14's notebook whose lora_trainable_count exercise holds a correct learner
+    implementation written differently from the reference, executed in cpu_smoke as `make run` does: the
+    keep-own cell keeps it, Step 5 runs it (every stage record says "learner" for it, "reference" for the
+    two stubs), the counts still match peft and the page prints which functions ran."""
+    import json
+
+    from tools.core.catalog import find_chapter
+    from tools.course.cells import read_notebook, write_notebook
+    from tools.course.runs.runner import run_chapter
+
+    chapter = find_chapter("14", REPO_ROOT)
+    notebook = read_notebook(chapter.notebook_path(REPO_ROOT))
+    (cell,) = [cell for cell in notebook.cells if "exercise" in cell.metadata.get("tags", [])
+               and cell.metadata["course"]["exercise"] == "lora_trainable_count"]
+    cell.source = LEARNER_COUNT
+    write_notebook(notebook, chapter.notebook_path(tmp_path))
+    results = tmp_path / "results"
+    outcome = run_chapter(tmp_path, chapter, run_mode="cpu_smoke", label="pytest_learner", results_dir=results,
+                          output_dir=tmp_path / "executed")
+    assert outcome.status == "passed", (outcome.failed_cell, outcome.error)
+    records = [json.loads(path.read_text(encoding="utf-8")) for path in results.rglob("*.json")]
+    staged = [record for record in records if record.get("mechanism")]
+    assert staged, [sorted(record) for record in records]
+    expected = {"lora_trainable_count": "learner", "frozen_base_report": "reference", "judge_merge": "reference"}
+    for record in staged:
+        assert {name: item["source"] for name, item in record["mechanism"].items()} == expected
+        assert lora.variant_verdict(record)["mechanism"] == "accept_mechanism", lora.variant_verdict(record)
+    executed = read_notebook(tmp_path / "executed" / chapter.notebook_path(REPO_ROOT).name)
+    shown = "".join(output.get("text", "") for cell in executed.cells if cell.cell_type == "code"
+                    for output in cell.get("outputs", []))
+    assert "Step 5 will run your lora_trainable_count" in shown and "Step 5 ran yours: lora_trainable_count" in shown
