@@ -33,7 +33,7 @@ README = REPO_ROOT / "README.md"
 MARKER = re.compile(r"<!-- readme-test: (\w+)(?: after=(\w+))? -->\n```bash\n(.*?)```", re.S)
 FENCE = re.compile(r"^```bash$", re.M)
 KNOWN_SETUP = ("python -m venv ", ". .venv-verl/bin/activate", "pip install ", "export ", "hf download ",
-               "bash benchmarks/gpu/")
+               "bash benchmarks/gpu/", "ray start ", "ray stop")
 
 
 def readme_blocks() -> list[tuple[str, str | None, list[str]]]:

@@ -151,7 +151,8 @@ def cmd_grading_autograde(args) -> int:
     report = autograde_chapter(args.root, chapter, course=course,
                                jobs=args.jobs, limits=limits,
                                output_dir=Path(args.output_dir) if args.output_dir else None,
-                               show_progress=not args.no_progress, require_isolation=args.require_isolation)
+                               show_progress=not args.no_progress, require_isolation=args.require_isolation,
+                               executor=args.executor, address=args.address, ray_cpus=args.ray_cpus)
     print(format_summary(report), flush=True)
     if not report.passed:
         print(f"grading autograde: {len(report.failures)} submission(s) not graded or without feedback")
@@ -165,9 +166,17 @@ def cmd_run(args) -> int:
 
     extra = parse_parameters(args.param)
     chapters = project_chain(args.chain, args.root) if args.chain else select_chapters(args.chapter, args.root)
-    label, outcomes = run_chapters(args.root, chapters, run_mode=args.run_mode, label=args.label,
-                                   results_dir=args.results_dir, show_progress=not args.no_progress,
-                                   extra_parameters=extra)
+    try:
+        label, outcomes = run_chapters(args.root, chapters, run_mode=args.run_mode, label=args.label,
+                                       results_dir=args.results_dir, show_progress=not args.no_progress,
+                                       extra_parameters=extra, executor=args.executor, address=args.address,
+                                       ray_cpus=args.ray_cpus)
+    except KeyboardInterrupt as interrupted:
+        outcomes = getattr(interrupted, "outcomes", None)
+        if outcomes is not None:
+            print(format_summary(outcomes))
+        print("interrupted: every finished record is kept; rerun under a new --label")
+        return 130
     print(f"run label: {label}")
     print(format_summary(outcomes))
     failed = [outcome.chapter for outcome in outcomes if outcome.status != "passed"]
@@ -186,7 +195,8 @@ def cmd_bench(args) -> int:
     from tools.course.runs.bench import BENCH_SCHEMA, bench_chapter, bench_suite, format_bench
 
     chapters = [bench_chapter(args.root, chapter, copies=args.copies, grading=not args.no_grading,
-                              grading_only=args.grading_only, hostile=args.hostile, attacks=args.attack)
+                              grading_only=args.grading_only, hostile=args.hostile, attacks=args.attack,
+                              ray=args.ray)
                 for chapter in select_chapters(args.chapter, args.root)]
     suite = bench_suite(args.root, args.workers) if args.suite else None
     record = {"schema_version": BENCH_SCHEMA, "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -289,6 +299,12 @@ def build_parser() -> argparse.ArgumentParser:
     autograde.add_argument("--require-isolation", action="store_true",
                            help="refuse to run unless network/PID namespaces and a separate uid are available")
     autograde.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    autograde.add_argument("--executor", choices=("local", "ray"), default="local",
+                           help="local: --jobs sandboxed workers here; ray: --jobs Ray actors, each grading in its "
+                                "node's sandbox, the gradebook merged here")
+    autograde.add_argument("--address", help="the Ray cluster's head, HOST:PORT or 'auto' (default: a local cluster)")
+    autograde.add_argument("--ray-cpus", type=int,
+                           help="CPUs of the local Ray cluster started when --address is not given")
     autograde.set_defaults(handler=cmd_grading_autograde)
 
     run = commands.add_parser("run", help="execute chapters headless with papermill")
@@ -303,6 +319,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--param", action="append", metavar="NAME=VALUE",
                      help="extra notebook parameter, e.g. MODEL_SOURCE=random_init (repeatable)")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    run.add_argument("--executor", choices=("local", "ray"), default="local",
+                     help="local: one chapter after another here; ray: each chapter a Ray task (real_gpu: one GPU "
+                          "each), in prerequisite order")
+    run.add_argument("--address", help="the Ray cluster's head, HOST:PORT or 'auto' (default: a local cluster)")
+    run.add_argument("--ray-cpus", type=int, help="CPUs of the local Ray cluster started when --address is not given")
     run.set_defaults(handler=cmd_run)
     registry = commands.add_parser("registry", help="generate benchmarks/results/REGISTRY.md (catalog, records, reported "
                                                     "figures) and the README chapter table")
@@ -321,6 +342,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="with --grading-only: instead, an honest class and the same class beside each attack of "
                             "issue 33 (wall and CPU seconds, what each attacker spent, honest marks kept)")
     bench.add_argument("--attack", action="append", help="with --hostile: only these attacks (repeatable)")
+    bench.add_argument("--ray", action="store_true",
+                       help="with --grading-only: the class graded by the local executor (--jobs 2) and by 2 Ray actors "
+                            "on a local cluster; Ray's overhead and the projected time of 1,000 submissions")
     bench.add_argument("--suite", action="store_true", help="also run the test suite with --durations=0")
     bench.add_argument("--workers", type=int, default=2, help="pytest-xdist workers for --suite (default 2)")
     bench.set_defaults(handler=cmd_bench)

@@ -63,6 +63,7 @@ from tools.course.classroom.sandbox import (
     plan_masks,
     probe_host,
 )
+from tools.course.classroom.ray_grading import check_executor
 from tools.course.classroom.slot import GradingSlot
 from tools.course.classroom.trusted import trusted_spec
 from tools.errors import ConfigError, RecordExistsError
@@ -76,6 +77,7 @@ class Submission:
     student: str
     folder: Path
     notebook: Path
+    collected: str | None = None  # when it was collected, set where the files were copied again (a Ray node)
 
 
 @dataclass
@@ -116,6 +118,7 @@ class BatchReport:
     hardest_exercise: str | None = None
     timings: dict = field(default_factory=dict)  # seconds since the start at each step of the batch
     time: dict = field(default_factory=dict)  # the class's time against its budget (`class_time`)
+    executor: dict = field(default_factory=lambda: {"executor": "local"})  # where it was graded (`ray_grading`)
 
     @property
     def graded(self) -> list[Outcome]:
@@ -293,7 +296,10 @@ TIMESTAMP_FILE = "timestamp.txt"
 def collected_utc(submission: Submission) -> str:
     """When the instructor collected `submission`, in nbgrader's timestamp format: the submitted notebook's
     inode change time, which the copy into `submitted/` set on the instructor's side (no archive, tool or file
-    of the learner carries it). A `timestamp.txt` in the learner's folder is never read."""
+    of the learner carries it), or the time the driver read so where the files were copied again. A
+    `timestamp.txt` in the learner's folder is never read."""
+    if submission.collected is not None:
+        return submission.collected
     stamp = datetime.fromtimestamp(submission.notebook.stat().st_ctime, tz=timezone.utc)
     return stamp.strftime("%Y-%m-%d %H:%M:%S.%f UTC")
 
@@ -551,8 +557,12 @@ def stop_idle_tqdm_monitor() -> None:
 def autograde_chapter(root: Path, chapter: Chapter, *, course: Path | None = None, jobs: int = 1,
                       limits: Limits | None = None, output_dir: Path | None = None,
                       show_progress: bool = True, require_isolation: bool = False,
-                      progress_stream=None, split_tests: bool = True) -> BatchReport:
+                      progress_stream=None, split_tests: bool = True, executor: str = "local",
+                      address: str | None = None, ray_cpus: int | None = None) -> BatchReport:
     """Grade every submission of `chapter`, merge, write feedback, the record and the class report.
+
+    `executor="ray"` grades on `jobs` actors of the Ray cluster at `address` (or a local one of `ray_cpus`
+    CPUs), each in its node's sandbox, and merges here (`tools.course.classroom.ray_grading`).
 
     `split_tests=False` runs the test cells in the learner's kernel, as stock nbgrader does: only for
     measuring what the grading boundary costs (`classroom.benchmark`), never for grading a class."""
@@ -563,11 +573,17 @@ def autograde_chapter(root: Path, chapter: Chapter, *, course: Path | None = Non
     limits = limits or Limits()
     if not isinstance(jobs, int) or jobs < 1:
         raise ConfigError(f"--jobs must be a positive whole number, got {jobs!r}")
+    check_executor(executor, address)
     check_inputs(root, chapter, course)
     submissions = discover_submissions(course, chapter.slug)
     host = probe_host()
     if require_isolation and not host.namespaces:
         raise ConfigError(f"isolation required but unavailable: {host.reason}")
+    ray = None
+    if executor == "ray":
+        from tools.course.runs.ray_executor import connect
+
+        ray = connect(address, num_cpus=ray_cpus)  # an unreachable address fails here, before any work
     label = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{os.getpid()}"
     output_dir = (output_dir or layout.autograde_output(chapter.slug, label)).resolve()
     record = output_dir / f"autograde_{chapter.slug}.json"
@@ -586,16 +602,18 @@ def autograde_chapter(root: Path, chapter: Chapter, *, course: Path | None = Non
     uid_pool = None
     cgroups = None
     slots: list[GradingSlot] = []
+    graders = None
     try:
-        cgroups = BatchCgroups(cgroup_host, jobs) if cgroup_host.version else None
-        uid_pool = UidPool(jobs) if host.separate_uid else None
+        local_slots = jobs if ray is None else 0
+        cgroups = BatchCgroups(cgroup_host, jobs) if cgroup_host.version and local_slots else None
+        uid_pool = UidPool(jobs) if host.separate_uid and local_slots else None
         kernel_name = read_notebook(course_paths(course, chapter.slug)["source"]).metadata.get(
             "kernelspec", {}).get("name", "python3")
         # Forked from this process, the workers start with nbgrader imported (`grading_slot` imports it);
         # a process with other threads starts new interpreters instead, which import it in the background.
         stop_idle_tqdm_monitor()
         fork = threading.active_count() == 1
-        for number, uid in enumerate(uid_pool.uids if uid_pool else [None] * jobs):
+        for number, uid in enumerate(uid_pool.uids if uid_pool else [None] * local_slots):
             slots.append(GradingSlot(batch_dir / f"slot-{number}", uid, limits, host, masks, kernel_name, root,
                                      cgroups))
             slots[-1].start(fork=fork)
@@ -608,12 +626,20 @@ def autograde_chapter(root: Path, chapter: Chapter, *, course: Path | None = Non
         template = make_template(course, chapter.slug, batch_dir)
         context = WorkerContext(course, chapter.slug, template, limits, log_dir, existing_extensions(course, chapter.slug),
                                 source if split_tests else None)
+        if ray is not None:
+            from tools.course.classroom.ray_grading import RayGraders, describe
+
+            graders = RayGraders(ray, root, chapter.slug, course, template, context, kernel_name, jobs,
+                                 batch_dir / "from-ray")
+            report.executor = describe(graders)
         report.timings["prepared_s"] = round(time.monotonic() - started, 3)
         free: queue.Queue = queue.Queue()
         for slot in slots:
             free.put(slot)
 
         def work(index: int, submission: Submission) -> WorkerResult:
+            if graders is not None:
+                return graders.grade(index, submission)
             slot = free.get()
             try:
                 return grade_in_worker(submission, index, slot, context)
@@ -661,6 +687,8 @@ def autograde_chapter(root: Path, chapter: Chapter, *, course: Path | None = Non
             renderer.close()
         report.timings["graded_s"] = round(time.monotonic() - started, 3)
     finally:
+        if graders is not None:
+            graders.close()
         for slot in slots:
             slot.close()
         if uid_pool:

@@ -329,3 +329,59 @@ def hostile_lines(hostile: dict) -> list[str]:
                      f"{item['attacker_score']} in {item['attacker_s']} s, {item['attacker_timeouts']} timeout(s), "
                      f"graded again: {item['attacker_regraded']}, trusted peak {item['attacker_trusted_peak_mb']} MiB")
     return lines
+
+
+def bench_ray_class(root: Path, chapter: Chapter, copies: int = 8, jobs: int = 2, projected: int = 1000) -> dict:
+    """The same class of `copies` correct submissions graded by the local executor (`--jobs jobs`) and by Ray
+    (`jobs` actors on a local cluster of `jobs` CPUs), each on its own copy of the course: wall and CPU
+    seconds, Ray's cost per submission over the local executor's, its fixed start (cluster and actors), and
+    the time `projected` submissions would take on 1, 8, 32 and 128 actors at the measured per-submission
+    cost. The batch's own CPU seconds leave out the Ray workers' (they are not this process's children)."""
+    from tools.course.classroom.batch import autograde_chapter
+    from tools.course.runs.ray_executor import connect
+
+    result: dict = {"copies": copies, "jobs": jobs, "load_before": load_average()}
+    with tempfile.TemporaryDirectory(prefix=f"bench-ray-{chapter.slug}-") as temp:
+        for executor in ("local", "ray"):
+            course = class_of_copies(root, chapter, Path(temp) / executor, copies)
+            started = time.perf_counter()
+            ray = connect(None, num_cpus=jobs) if executor == "ray" else None
+            connected = time.perf_counter()
+            report = autograde_chapter(root, chapter, course=course, jobs=jobs, show_progress=False,
+                                       output_dir=Path(temp) / f"{executor}-out", executor=executor)
+            ended = time.perf_counter()
+            if ray is not None:
+                ray.shutdown()
+            result[executor] = {
+                "wall_s": round(ended - started, 2), "cluster_start_s": round(connected - started, 2),
+                "workers_ready_s": report.timings.get("prepared_s"), "graded_s": report.timings.get("graded_s"),
+                "full_marks": sum(1 for o in report.graded if o.score == o.max_score),
+                "median_submission_s": statistics.median(o.seconds for o in report.graded) if report.graded else None}
+    local, remote = result["local"], result["ray"]
+    grading_local = local["graded_s"] - local["workers_ready_s"]
+    grading_ray = remote["graded_s"] - remote["workers_ready_s"]
+    per_submission = grading_ray * jobs / copies  # one actor's seconds per submission
+    result.update(
+        ray_overhead_per_submission_s=round((grading_ray - grading_local) * jobs / copies, 2),
+        ray_fixed_start_s=round(remote["cluster_start_s"] + remote["workers_ready_s"], 2),
+        ray_per_submission_s=round(per_submission, 2),
+        projected={f"{actors}_actors_min": round((result["ray_fixed_start_s"] if actors else 0)
+                                                 / 60 + projected * per_submission / actors / 60, 1)
+                   for actors in (1, 8, 32, 128)},
+        projected_submissions=projected, load_after=load_average())
+    return result
+
+
+def ray_lines(ray: dict) -> list[str]:
+    """The Ray-versus-local class benchmark as text."""
+    local, remote = ray["local"], ray["ray"]
+    return ["", f"class of {ray['copies']} correct submissions, {ray['jobs']} workers (load average "
+                f"{ray['load_before']} -> {ray['load_after']}):",
+            f"  local  {local['wall_s']:7.1f} s wall, workers ready {local['workers_ready_s']} s, "
+            f"median submission {local['median_submission_s']} s, full marks {local['full_marks']}",
+            f"  ray    {remote['wall_s']:7.1f} s wall, cluster {remote['cluster_start_s']} s, actors ready "
+            f"{remote['workers_ready_s']} s, median submission {remote['median_submission_s']} s, "
+            f"full marks {remote['full_marks']}",
+            f"  Ray's overhead per submission {ray['ray_overhead_per_submission_s']} s, fixed start "
+            f"{ray['ray_fixed_start_s']} s; {ray['projected_submissions']} submissions projected (minutes): "
+            + ", ".join(f"{key.split('_')[0]} actors {value}" for key, value in ray["projected"].items())]

@@ -131,13 +131,18 @@ def bench_grading_in_process(root: Path, chapter: Chapter, copies: int) -> dict:
 
 
 def bench_chapter(root: Path, chapter: Chapter, *, copies: int = 6, grading: bool = True,
-                  grading_only: bool = False, hostile: bool = False, attacks: list[str] | None = None) -> dict:
+                  grading_only: bool = False, hostile: bool = False, attacks: list[str] | None = None,
+                  ray: bool = False) -> dict:
     """Run and grade one chapter in throw-away folders; return the timings (`grading_only`: class grading;
     with `hostile`, the hostile-class comparison instead, `classroom.benchmark.bench_hostile_classes`)."""
     from tools.course.grader.verify import verify_chapter
     from tools.course.runs.runner import run_chapter
 
     result: dict = {"chapter": chapter.id}
+    if grading_only and ray:
+        from tools.course.classroom.benchmark import bench_ray_class
+
+        return {**result, "ray": bench_ray_class(root, chapter, copies)}
     if grading_only and hostile:
         from tools.course.classroom.benchmark import bench_hostile_classes
 
@@ -220,9 +225,10 @@ def format_bench(chapters: list[dict], suite: dict | None) -> str:
     lines = ["  ".join(str(v).ljust(w) for v, w in zip(headers, widths)), "  ".join("-" * w for w in widths)]
     lines += ["  ".join(str(v).ljust(w) for v, w in zip(row, widths)) for row in rows]
     lines += [line for item in chapters for line in class_grading_lines(item)]
-    from tools.course.classroom.benchmark import hostile_lines
+    from tools.course.classroom.benchmark import hostile_lines, ray_lines
 
     lines += [line for item in chapters if item.get("hostile") for line in hostile_lines(item["hostile"])]
+    lines += [line for item in chapters if item.get("ray") for line in ray_lines(item["ray"])]
     if suite:
         lines += ["", f"test suite: {suite['wall_s']:.0f} s wall with {suite['workers']} workers ({suite['summary']})"]
         lines += [f"  {seconds:8.1f} s  {name}" for name, seconds in suite["seconds_per_file"].items()]

@@ -95,6 +95,23 @@ def _records_under(folder: Path | None) -> set[Path]:
     return {path for path in folder.rglob("*.json") if path.is_file()}
 
 
+def _written_by(chapter: Chapter, results: Path, paths: set[Path]) -> set[Path]:
+    """Of the files that appeared while other chapters ran beside this one, those it wrote: under its
+    own folder, or a record whose header names it (a shared record in another folder)."""
+    own = set()
+    for path in paths:
+        if path.relative_to(results).parts[0] == chapter.slug:
+            own.add(path)
+            continue
+        try:
+            header = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            continue
+        if isinstance(header, dict) and header.get("chapter") == chapter.id:
+            own.add(path)
+    return own
+
+
 def unexpected_error(executed: Path) -> NotebookExecutionError | None:
     """The first error in a cell not tagged `raises-exception`, as a NotebookExecutionError whose
     `cell` counts chapter cells only (not the cell papermill injected), so it matches the chapter.
@@ -126,8 +143,11 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
 def run_chapter(root: Path, chapter: Chapter, *, run_mode: str, label: str, results_dir: Path | None,
-                output_dir: Path, kernel_name: str = "python3", extra_parameters: dict | None = None) -> ChapterRun:
-    """Execute one chapter with papermill and describe the outcome (never raises for a failing cell)."""
+                output_dir: Path, kernel_name: str = "python3", extra_parameters: dict | None = None,
+                concurrent: bool = False) -> ChapterRun:
+    """Execute one chapter with papermill and describe the outcome (never raises for a failing cell).
+    `concurrent`: other chapters write into the same results folder meanwhile (the Ray executor), so only
+    the records this chapter wrote are listed."""
     import papermill
     from papermill.exceptions import PapermillExecutionError
 
@@ -152,8 +172,10 @@ def run_chapter(root: Path, chapter: Chapter, *, run_mode: str, label: str, resu
         if unexpected is not None:
             status, failed_cell, error = "failed", unexpected.cell, unexpected.cause
             failure = {**unexpected.fields(), "source": unexpected.source, "traceback": unexpected.traceback}
-    written = sorted(str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
-                     for path in _records_under(results_dir) - before)
+    new = _records_under(results_dir) - before
+    if concurrent and results_dir is not None:
+        new = _written_by(chapter, results_dir, new)
+    written = sorted(str(path.relative_to(root)) if path.is_relative_to(root) else str(path) for path in new)
     return ChapterRun(chapter.id, run_mode, status, round(time.perf_counter() - started, 1), written,
                       str(output.relative_to(root)) if output.is_relative_to(root) else str(output), failed_cell, error,
                       failure)
@@ -186,39 +208,83 @@ def parse_parameters(pairs: list[str] | None) -> dict:
     return parameters
 
 
+EXECUTORS = ("local", "ray")
+
+
 def run_chapters(root: Path, chapters: list[Chapter], *, run_mode: str, label: str | None = None,
                  results_dir: str | None = None, show_progress: bool = True,
-                 extra_parameters: dict | None = None) -> tuple[str, list[ChapterRun]]:
+                 extra_parameters: dict | None = None, executor: str = "local",
+                 address: str | None = None, ray_cpus: int | None = None) -> tuple[str, list[ChapterRun]]:
     """Run `chapters` under one label, each after its prerequisites (projects after the projects whose
-    manifests they read, see `tools.course.runs.chain`); return the label and every chapter's outcome."""
+    manifests they read, see `tools.course.runs.chain`); return the label and every chapter's outcome.
+
+    `executor="local"` runs them one after another here; `"ray"` runs each as a Ray task on the cluster at
+    `address` (None: a local cluster of `ray_cpus` CPUs), see `tools.course.runs.ray_executor`. A run
+    interrupted on the Ray executor writes its summary and raises `ray_executor.InterruptedRun`."""
     from tqdm import tqdm
 
+    if executor not in EXECUTORS:
+        raise ConfigError(f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}")
+    if executor == "local" and address is not None:
+        raise ConfigError("--address names a Ray cluster; use it with --executor ray")
     run_mode, label, folder = resolve_run_settings(root, run_mode, label, results_dir)
     chapters = order_by_prerequisites(chapters)
     output_dir = CourseLayout(root).run_dir(label)
+    cluster = None
+    if executor == "ray":
+        from tools.course.runs import ray_executor
+
+        ray = ray_executor.connect(address, num_cpus=ray_cpus)
+        ray_executor.check_nodes(ray, root, folder)
+        cluster = ray_executor.describe_cluster(ray)
     with label_lock(root, label):
         output_dir.mkdir(parents=True, exist_ok=True)
-        outcomes = []
         handoffs = HandOffs(root, folder, label)
-        bar = tqdm(chapters, desc=f"{run_mode} {label}", unit="chapter", disable=not show_progress)
-        for chapter in bar:
-            bar.set_postfix_str(chapter.id)
-            blocked = handoffs.blocked_by(chapter)
-            if blocked:
-                outcomes.append(ChapterRun(chapter.id, run_mode, "blocked", 0.0, [], "", error=(
-                    f"not run: upstream project(s) {', '.join(blocked)} did not pass in this batch")))
-            else:
-                parameters = {**(extra_parameters or {}), **handoffs.parameters(chapter)}
-                outcomes.append(run_chapter(root, chapter, run_mode=run_mode, label=label, results_dir=folder,
-                                            output_dir=output_dir, extra_parameters=parameters))
-            handoffs.finished(chapter, outcomes[-1].status == "passed")
+        bar = tqdm(total=len(chapters), desc=f"{run_mode} {label}", unit="chapter", disable=not show_progress)
+
+        def write_summary(outcomes: list[ChapterRun]) -> None:
+            summary = {"run_mode": run_mode, "label": label, "parameters": extra_parameters or {},
+                       "results_dir": None if folder is None else str(folder), "executor": executor,
+                       "cluster": cluster, "chapters": [asdict(outcome) for outcome in outcomes],
+                       "handoffs": handoffs.promised}
+            (output_dir / "summary.json").write_text(json.dumps(summary, ensure_ascii=False, indent=2) + "\n",
+                                                     encoding="utf-8")
+
+        if executor == "ray":
+            try:
+                outcomes = ray_executor.run_on_cluster(
+                    ray, root, chapters, run_mode=run_mode, label=label, results=folder, output_dir=output_dir,
+                    extra_parameters=extra_parameters or {}, handoffs=handoffs, progress=bar)
+            except ray_executor.InterruptedRun as interrupted:
+                bar.close()
+                write_summary(interrupted.outcomes)
+                raise
+        else:
+            outcomes = _run_one_by_one(root, chapters, run_mode=run_mode, label=label, folder=folder,
+                                       output_dir=output_dir, extra_parameters=extra_parameters or {},
+                                       handoffs=handoffs, progress=bar)
         bar.close()
-        summary = {"run_mode": run_mode, "label": label, "parameters": extra_parameters or {},
-                   "results_dir": None if folder is None else str(folder),
-                   "chapters": [asdict(outcome) for outcome in outcomes], "handoffs": handoffs.promised}
-        (output_dir / "summary.json").write_text(json.dumps(summary, ensure_ascii=False, indent=2) + "\n",
-                                                 encoding="utf-8")
+        write_summary(outcomes)
     return label, outcomes
+
+
+def _run_one_by_one(root: Path, chapters: list[Chapter], *, run_mode: str, label: str, folder: Path | None,
+                    output_dir: Path, extra_parameters: dict, handoffs: HandOffs, progress) -> list[ChapterRun]:
+    """The local executor: every chapter here, in order."""
+    outcomes = []
+    for chapter in chapters:
+        progress.set_postfix_str(chapter.id)
+        blocked = handoffs.blocked_by(chapter)
+        if blocked:
+            outcomes.append(ChapterRun(chapter.id, run_mode, "blocked", 0.0, [], "", error=(
+                f"not run: upstream project(s) {', '.join(blocked)} did not pass in this batch")))
+        else:
+            parameters = {**extra_parameters, **handoffs.parameters(chapter)}
+            outcomes.append(run_chapter(root, chapter, run_mode=run_mode, label=label, results_dir=folder,
+                                        output_dir=output_dir, extra_parameters=parameters))
+        handoffs.finished(chapter, outcomes[-1].status == "passed")
+        progress.update(1)
+    return outcomes
 
 
 def format_summary(outcomes: list[ChapterRun]) -> str:
@@ -230,8 +296,8 @@ def format_summary(outcomes: list[ChapterRun]) -> str:
              "  ".join("-" * width for width in widths)]
     lines.extend("  ".join(value.ljust(width) for value, width in zip(row, widths)) for row in rows)
     for outcome in outcomes:
-        if outcome.status == "blocked":
-            lines.append(f"BLOCKED {outcome.chapter}: {outcome.error}")
+        if outcome.status in ("blocked", "not_run", "interrupted"):
+            lines.append(f"{outcome.status.upper()} {outcome.chapter}: {outcome.error}")
         elif outcome.status != "passed":
             lines.append(f"FAILED {outcome.chapter}: cell {outcome.failed_cell}: {outcome.error} "
                          f"(executed notebook: {outcome.output_notebook})")

@@ -1,0 +1,171 @@
+"""The Ray executor of the batch runner (tools.course.runs.ray_executor), on a local 2-CPU Ray cluster.
+
+The same chapters through `--executor ray` and `--executor local` give the same records (apart from the
+label, timestamps and the host's runtime snapshot); a node without a required package is reported by name
+before any work; a task whose worker dies is retried once, then reported, and the rest of the batch goes on;
+an address no cluster answers on fails before any work, naming it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from chapter_factory import REPO_ROOT, code, make_toy_project, toy_cells, toy_notebook
+from tools.core.catalog import load_catalog, select_chapters
+from tools.course.runs import ray_executor
+from tools.course.runs.runner import format_summary, run_chapters
+from tools.errors import ConfigError
+
+pytestmark = pytest.mark.xdist_group("ray")  # one local Ray cluster at a time on the test machine
+
+VOLATILE = ("created_utc", "run_label", "runtime")
+"""Record fields that name the run or the machine, not the result."""
+
+RECORD_CELL = '''
+import json, pathlib
+if RUN_MODE != "dry_run":
+    out = pathlib.Path(RESULTS_DIR) / "toy" / f"toy_result_{RUN_LABEL}.json"
+    assert not out.exists(), "reused label"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"chapter": "TOY", "mode": RUN_MODE, "sum": 1 + 2}), encoding="utf-8")
+'''
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A local Ray cluster of 2 CPUs for the module (shut down afterwards)."""
+    ray = ray_executor.connect(None, num_cpus=2)
+    yield ray
+    ray.shutdown()
+
+
+def comparable(results: Path) -> dict:
+    """Every record under `results`, keyed by its path with the label removed, volatile fields dropped."""
+    found = {}
+    for path in sorted(results.rglob("*.json")):
+        record = json.loads(path.read_text(encoding="utf-8"))
+        label = record.get("run_label") or path.stem.rsplit("_", 1)[-1]
+        key = str(path.relative_to(results)).replace(label, "<label>")
+        found[key] = {name: value for name, value in record.items() if name not in VOLATILE}
+    return found
+
+
+def test_an_unreachable_address_fails_before_any_work_naming_it(tmp_path):
+    root = make_toy_project(tmp_path, toy_notebook(toy_cells() + [code(RECORD_CELL)]))
+    with pytest.raises(ConfigError, match="127.0.0.1:9"):
+        run_chapters(root, load_catalog(root), run_mode="cpu_smoke", label="ray_bad_address",
+                     results_dir=str(tmp_path / "res"), show_progress=False, executor="ray", address="127.0.0.1:9")
+    with pytest.raises(ConfigError, match="HOST:PORT"):
+        run_chapters(root, load_catalog(root), run_mode="cpu_smoke", label="ray_bad_address", show_progress=False,
+                     executor="ray", address="headnode")
+    with pytest.raises(ConfigError, match="--executor ray"):
+        run_chapters(root, load_catalog(root), run_mode="cpu_smoke", label="ray_bad_address", show_progress=False,
+                     address="127.0.0.1:6379")
+    assert not (tmp_path / "res").exists() and not (root / "build" / "runs").exists()
+
+
+@pytest.mark.integration
+def test_the_toy_chapter_gives_the_same_records_on_ray_and_locally(tmp_path, ray_cluster):
+    root = make_toy_project(tmp_path / "course", toy_notebook(toy_cells() + [code(RECORD_CELL)]))
+    outcomes = {}
+    for executor in ("local", "ray"):
+        _, outcomes[executor] = run_chapters(root, load_catalog(root), run_mode="cpu_smoke", label=f"toy_{executor}",
+                                             results_dir=str(tmp_path / executor), show_progress=False,
+                                             executor=executor)
+    assert [o.status for o in outcomes["ray"]] == [o.status for o in outcomes["local"]] == ["passed"]
+    assert comparable(tmp_path / "ray") == comparable(tmp_path / "local") != {}
+    assert outcomes["ray"][0].records_written == [str(tmp_path / "ray" / "toy" / "toy_result_toy_ray.json")]
+    summary = json.loads((root / "build/runs/toy_ray/summary.json").read_text(encoding="utf-8"))
+    assert summary["executor"] == "ray" and summary["cluster"]["cpus"] == 2.0
+    assert (root / "build/runs/toy_ray/toy.ipynb").is_file()
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_two_real_chapters_give_the_same_records_on_ray_and_locally(tmp_path, ray_cluster):
+    chapters = select_chapters(["33", "32"], REPO_ROOT)
+    outcomes = {}
+    for executor in ("local", "ray"):
+        _, outcomes[executor] = run_chapters(REPO_ROOT, chapters, run_mode="cpu_smoke",
+                                             label=f"pytest_ray_eq_{executor}_{tmp_path.name[-6:]}",
+                                             results_dir=str(tmp_path / executor), show_progress=False,
+                                             executor=executor)
+    assert [o.status for o in outcomes["ray"]] == [o.status for o in outcomes["local"]] == ["passed", "passed"]
+    local, remote = comparable(tmp_path / "local"), comparable(tmp_path / "ray")
+    assert len(local) == 2 and local == remote
+    assert [len(o.records_written) for o in outcomes["ray"]] == [1, 1]  # each chapter lists its own record only
+
+
+@pytest.mark.integration
+def test_a_node_without_a_required_package_is_named_before_any_work(tmp_path, ray_cluster):
+    with pytest.raises(ConfigError, match=r"node .* lacks the course's packages no_such_course_package"):
+        ray_executor.check_nodes(ray_cluster, REPO_ROOT, tmp_path / "res",
+                                 required=(*ray_executor.REQUIRED_PACKAGES, "no_such_course_package"))
+    reports = ray_executor.check_nodes(ray_cluster, REPO_ROOT, tmp_path / "res")
+    assert len(reports) == 1 and reports[0]["sees_results"] is True and reports[0]["missing_packages"] == []
+    assert list((tmp_path / "res").iterdir()) == []  # the probe file is gone
+
+
+KILL_WORKER_CELL = '''
+import os, signal
+if RUN_MODE != "dry_run":
+    os.kill(os.getppid(), signal.SIGKILL)  # the kernel's parent is the Ray worker that runs this chapter
+'''
+
+
+@pytest.mark.integration
+def test_a_task_whose_worker_dies_is_retried_then_reported_and_the_batch_goes_on(tmp_path, ray_cluster):
+    root = make_toy_project(tmp_path / "course", toy_notebook(toy_cells() + [code(KILL_WORKER_CELL)]))
+    _, outcomes = run_chapters(root, load_catalog(root), run_mode="cpu_smoke", label="toy_killed",
+                               results_dir=str(tmp_path / "res"), show_progress=False, executor="ray")
+    assert outcomes[0].status == "failed"
+    assert "worker running it died" in outcomes[0].error and "second try" in outcomes[0].error
+    assert "FAILED TOY" in format_summary(outcomes)
+    assert not list((tmp_path / "res").rglob("*.json"))  # nothing half-written, nothing written twice
+
+
+SLOW_RECORD_CELL = RECORD_CELL + '''
+import time
+if RUN_MODE != "dry_run":
+    time.sleep(600)  # interrupted long before this ends
+'''
+
+
+@pytest.mark.integration
+def test_an_interrupted_driver_keeps_the_record_writes_the_summary_and_a_rerun_refuses_the_label(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    root = make_toy_project(tmp_path / "course", toy_notebook(toy_cells() + [code(SLOW_RECORD_CELL)]))
+    results = tmp_path / "res"
+    record = results / "toy" / "toy_result_toy_interrupted.json"
+    command = [sys.executable, "-m", "tools.course", "run", "--run-mode", "cpu_smoke", "--label", "toy_interrupted",
+               "--results-dir", str(results), "--executor", "ray", "--ray-cpus", "2", "--no-progress"]
+    environment = {**os.environ, "COURSE_PROJECT_ROOT": str(root)}
+    driver = subprocess.Popen(command, cwd=REPO_ROOT, env=environment, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 600  # a hang guard only
+        while not record.is_file() and driver.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert record.is_file(), driver.stdout.read() if driver.poll() is not None else "no record in time"
+        written = record.read_bytes()
+        driver.send_signal(signal.SIGINT)
+        output, _ = driver.communicate(timeout=300)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    assert driver.returncode == 130, output
+    assert "every finished record is kept" in output
+    summary = json.loads((root / "build/runs/toy_interrupted/summary.json").read_text(encoding="utf-8"))
+    assert [item["status"] for item in summary["chapters"]] == ["interrupted"]
+    assert record.read_bytes() == written
+    again = subprocess.run(command, cwd=REPO_ROOT, env=environment, capture_output=True, text=True, timeout=600)
+    assert again.returncode != 0 and record.read_bytes() == written
+    assert "toy_interrupted" in again.stdout + again.stderr
