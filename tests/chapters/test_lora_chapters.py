@@ -340,3 +340,22 @@ def test_chapter_14_says_bfloat16_has_8_significant_bits_not_digits():
     text = "".join("".join(cell["source"]) for cell in notebook["cells"] if cell["cell_type"] == "markdown")
     assert "8 位有效数字" not in text
     assert text.count("8 个二进制位") >= 2 and "2–3 位十进制有效数字" in text
+
+
+def test_every_claim_sentence_fills_from_the_same_fields():
+    """The page's claim sentences (lesson_text.toml, section sft_effects) for a met and an unmet claim of
+    each kind, and with one seed: each fills from the fields claim_lines passes (a sentence that takes
+    fewer fields once stopped chapter 15's cpu_smoke run when its claim was met)."""
+    from tools.chapters.lab_curves_figure import Claim, claim_lines
+
+    def curve(seed, after):
+        return {"seed": seed, "heldout": {"exact_match": [0.1, after], "loss": [1.0, 0.5]}}
+
+    record = {"variants": {"a": {"curves": [curve(seed, 0.6 + seed * 0.01) for seed in range(3)]},
+                           "b": {"curves": [curve(seed, 0.1 + seed * 0.001) for seed in range(3)]}},
+              "cpu_numerics": {}, "lab_models": "committed"}
+    single = {**record, "variants": {name: {"curves": v["curves"][:1]} for name, v in record["variants"].items()}}
+    for margin, kind in ((0.3, "greater"), (0.9, "greater"), (0.9, "equivalent"), (0.01, "equivalent")):
+        for shown in (record, single):
+            lines = claim_lines(shown, [Claim("a", "b", margin, kind, test_seeds=5)])
+            assert len(lines) == 2 and "`a`" in lines[0] and "5" in lines[0], lines
