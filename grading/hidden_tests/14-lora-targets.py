@@ -424,18 +424,18 @@ assert _result["decision"] in ("accept", "tune") and math.isclose(_result["tune_
 assert type(_result["max_abs_diff"]) is float and type(_result["logit_scale"]) is float, _result
 
 # %% hidden exercise=judge_merge points=2 name=agrees_with_reference_on_generated_logits
-# hint: on generated logits (float16 to float64, large and tiny scales, differences in every band, NaN and infinities in the merged logits) the same judgement.
+# hint: on generated logits (float16 to float64, large and tiny scales, differences in every band, NaN and infinities of either sign at any position of the merged logits) the same judgement.
 from hypothesis import strategies as st
 
 
-def _logits(shape, values, offsets, specials, tensor_dtype, dtype):
+def _logits(shape, values, offsets, specials, where, tensor_dtype, dtype):
     size = 1
     for dim in shape:
         size *= dim
     unmerged = torch.tensor([values[i % len(values)] for i in range(size)], dtype=torch.float64).reshape(shape)
     merged = unmerged + torch.tensor([offsets[i % len(offsets)] for i in range(size)], dtype=torch.float64).reshape(shape)
     if specials is not None:
-        merged.view(-1)[0] = specials
+        merged.view(-1)[where % size] = specials  # any position, not only the first
     return unmerged.to(tensor_dtype), merged.to(tensor_dtype), dtype
 
 
@@ -444,7 +444,8 @@ _calls = st.builds(_logits, st.sampled_from([(1,), (3,), (2, 3), (1, 2, 2)]),
                    st.lists(st.sampled_from([0.0, 1e-7, 1e-5, 1e-4, 2e-3, 0.0078125, 0.015625, 0.02, 0.0625, 0.125, 0.2, 0.5,
                                              1.0, 3.0]), min_size=1,
                             max_size=4),
-                   st.sampled_from([None] * 6 + [float("nan"), float("inf")]),
+                   st.sampled_from([None] * 6 + [float("nan"), float("inf"), float("-inf")]),
+                   st.integers(0, 5),
                    st.sampled_from([torch.float64, torch.float32, torch.bfloat16, torch.float16]),
                    st.sampled_from(["float32", "bfloat16"]))
 def _bands(unmerged, dtype):
@@ -464,6 +465,9 @@ def _drift(unmerged, merged, dtype):
 
 reference.agrees("judge_merge", _calls, cases=150, clauses={
     "a NaN or infinity in the merged logits": lambda u, m, d: not bool(torch.isfinite(m).all()),
+    "a non-finite merged logit past the first position": lambda u, m, d: bool(torch.isfinite(m.reshape(-1)[:1]).all())
+    and not bool(torch.isfinite(m).all()),
+    "a negative infinity in the merged logits": lambda u, m, d: bool((m == float("-inf")).any()),
     "bfloat16 drift in the tune band": lambda u, m, d: d == "bfloat16" and _bands(u, d)[0] < _drift(u, m, d) <= _bands(u, d)[1],
     "a drift exactly at a threshold": lambda u, m, d: _drift(u, m, d) in _bands(u, d),
     "a logit scale that is not a power of two": lambda u, m, d: math.frexp(max(1.0, u.double().abs().max().item()))[0] != 0.5,

@@ -198,7 +198,7 @@ def test_the_plans_compare_what_the_chapters_say():
     for run_mode in ("cpu_smoke", "real_gpu"):
         names = [(spec.name, spec.method, spec.rank) for spec in ch_31.variants(run_mode)]
         assert names == [(f"{method}_r{rank}", method, rank) for rank in (1, 4, 16, 64)
-                         for method in ("lora", "rslora", "dora")] + [("dora_r7_budget", "dora", 7)]
+                         for method in ("lora", "rslora", "dora")] + [("dora_budget", "dora", 7)]
         assert {spec.alpha for spec in ch_31.variants(run_mode)} == {16.0}  # one alpha: matched scaling at rank 1
     assert plan_for("14").measure is ch_14.measure and plan_for("31").measure is ch_31.measure
 
@@ -213,7 +213,7 @@ def test_the_chapter_31_plan_records_its_measurements(tmp_path, monkeypatch):
     monkeypatch.setattr(ch_31, "variants", lambda run_mode: original(run_mode)[-1:])  # the budget DoRA only
     written = lora.run_plan(_context(tmp_path, "31", "31-lora-variants"))
     record = json.loads(written[0]["path"].read_text(encoding="utf-8"))
-    assert record["status"] == "ok" and record["stage"] == "sft_dora_r7_budget", record.get("error")
+    assert record["status"] == "ok" and record["stage"] == "sft_dora_budget", record.get("error")
     measured = record["chapter_measurements"]
     assert measured["count"]["matches"] and measured["count"]["analytic"] == record["parameters"]["trainable"]
     assert measured["budget"] == {"parameters": 3584, "fits": True}
@@ -222,7 +222,7 @@ def test_the_chapter_31_plan_records_its_measurements(tmp_path, monkeypatch):
     assert record["measurements"]["peak_allocated_mib"] is None and record["comparable"] == {}
     verdict = lora.variant_verdict(record)
     assert verdict["mechanism"] == "accept_mechanism" and verdict["decision"] in ("accept_mechanism", "tune")
-    assert "dora_r7_budget" in lora.summary_table([record])
+    assert "dora_budget" in lora.summary_table([record])
 
 
 def _record(**changes) -> dict:
@@ -340,3 +340,22 @@ def test_chapter_14_says_bfloat16_has_8_significant_bits_not_digits():
     text = "".join("".join(cell["source"]) for cell in notebook["cells"] if cell["cell_type"] == "markdown")
     assert "8 位有效数字" not in text
     assert text.count("8 个二进制位") >= 2 and "2–3 位十进制有效数字" in text
+
+
+def test_every_claim_sentence_fills_from_the_same_fields():
+    """The page's claim sentences (lesson_text.toml, section sft_effects) for a met and an unmet claim of
+    each kind, and with one seed: each fills from the fields claim_lines passes (a sentence that takes
+    fewer fields once stopped chapter 15's cpu_smoke run when its claim was met)."""
+    from tools.chapters.lab_curves_figure import Claim, claim_lines
+
+    def curve(seed, after):
+        return {"seed": seed, "heldout": {"exact_match": [0.1, after], "loss": [1.0, 0.5]}}
+
+    record = {"variants": {"a": {"curves": [curve(seed, 0.6 + seed * 0.01) for seed in range(3)]},
+                           "b": {"curves": [curve(seed, 0.1 + seed * 0.001) for seed in range(3)]}},
+              "cpu_numerics": {}, "lab_models": "committed"}
+    single = {**record, "variants": {name: {"curves": v["curves"][:1]} for name, v in record["variants"].items()}}
+    for margin, kind in ((0.3, "greater"), (0.9, "greater"), (0.9, "equivalent"), (0.01, "equivalent")):
+        for shown in (record, single):
+            lines = claim_lines(shown, [Claim("a", "b", margin, kind, test_seeds=5)])
+            assert len(lines) == 2 and "`a`" in lines[0] and "5" in lines[0], lines

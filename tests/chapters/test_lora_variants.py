@@ -9,11 +9,13 @@ import math
 import pytest
 
 from tools.chapters import lora_common as lora
+from tools.core import effects
 from tools.chapters import lora_variants as page
 from tools.course.cells import read_notebook
 from tools.errors import ConfigError
 from tools.experiments.sft_training.config import StageConfig
 from tools.experiments.sft_training.first_update import first_step
+from tools.experiments.sft_training.lab_curves import gain, paired
 from tools.experiments.sft_training.plans import plan_for
 from tools.experiments.sft_training.runner import run_stage
 
@@ -47,7 +49,7 @@ def test_the_sweep_rows_read_the_records_and_leave_the_budget_variant_out():
                 "chapter_measurements": {"first_update": {"delta_weight_norm": 0.5, "loss_drop": 0.1}}}
 
     rows = page.sweep_rows([record("lora_r4", "lora", 4, [4.0, 3.0, 2.0, 1.0]), record("lora_r1", "lora", 1, [3.0]),
-                            record("dora_r7_budget", "dora", 7, [1.0]), {"status": "failed", "variant": {"name": "x"}}])
+                            record("dora_budget", "dora", 7, [1.0]), {"status": "failed", "variant": {"name": "x"}}])
     assert [row["name"] for row in rows] == ["lora_r1", "lora_r4"]
     assert rows[1]["late_loss"] == pytest.approx(1.5)  # 8 examples, 4 per step: the last 2 steps
     assert rows[0]["late_loss"] == 3.0 and rows[1]["first_update"] == 0.5
@@ -58,26 +60,19 @@ FIRST_UPDATE_RATIO_TOLERANCE = 0.05
 """rsLoRA / LoRA first-update ratio at rank r: sqrt(r) within 5 %."""
 LORA_SHRINK = 1 / 3
 """LoRA's rank-64 first update is at most a third of its rank-1 one (predicted 1/8)."""
-LATE_LOSS_MARGIN = 0.2
-"""At rank 64, rsLoRA's late training loss is lower than LoRA's by at least 0.2 nats. Measured with the
-plan's cpu_smoke settings (32 steps at 1e-3) and CPU numerics pinned to AVX2, LoRA r64 minus rsLoRA
-r64: seeds 0, 1, 2 give +0.444, +0.730, +0.669; seeds 0-11 range from +0.350 to +0.979 (mean 0.61).
-At the stage's default 2e-3 the direction flips on some seeds (rsLoRA's 8 times larger step
-overshoots; see plans/ch_31.py), which is why the plan sets its own learning rate."""
 
 
 @pytest.mark.effect
 @pytest.mark.slow
-def test_rank_sweep_first_update_and_learning_speed_across_seeds(tmp_path, lab_models):
-    """The chapter's effect on the lab model, three seeds (adapter init and training data) in one process,
-    the plan's cpu_smoke settings (32 steps at 1e-3): at rank 64 the first AdamW update of rsLoRA is sqrt(64) = 8 times LoRA's, LoRA's
-    first update shrinks from rank 1 to 64 while rsLoRA's does not, and rsLoRA learns faster (late
-    training loss lower by LATE_LOSS_MARGIN); DoRA (LoRA's scaling) stays beside LoRA."""
-    plan = plan_for("31")
+def test_rank_sweep_first_update_across_seeds(tmp_path, lab_models):
+    """The stage's first AdamW update on the lab model, three seeds (adapter init and training data), two
+    steps each (the first update is all this reads): at rank 64 rsLoRA's is sqrt(64) = 8 times LoRA's,
+    LoRA's shrinks from rank 1 to 64 while rsLoRA's does not, and DoRA (LoRA's scaling) stays beside LoRA."""
+    plan = plan_for("31").bound()
     chosen = [spec for spec in plan.variants("cpu_smoke") if spec.name in ("lora_r1", "lora_r64", "rslora_r64", "dora_r64")]
     for seed in SEEDS:
         config = StageConfig(chapter="31", run_mode="cpu_smoke", run_label=f"pytest_sweep_{seed}", results_root=tmp_path,
-                             **{**plan.stage["cpu_smoke"], "seed": 1234 + seed,
+                             **{**plan.stage["cpu_smoke"], "steps": 2, "seed": 1234 + seed,
                                 "train_task_seeds": tuple(101 + 4 * seed + k for k in range(4))})
         written = run_stage(config, chosen, prepare=plan.prepare, measure=plan.measure, collate=plan.collate)
         rows = {row["name"]: row for row in page.sweep_rows([json.loads(item["path"].read_text(encoding="utf-8"))
@@ -87,10 +82,40 @@ def test_rank_sweep_first_update_and_learning_speed_across_seeds(tmp_path, lab_m
         assert ratio == pytest.approx(math.sqrt(64), rel=FIRST_UPDATE_RATIO_TOLERANCE), (seed, ratio)
         assert rows["lora_r64"]["first_update"] <= LORA_SHRINK * rows["lora_r1"]["first_update"], seed
         assert rows["rslora_r64"]["first_update"] >= rows["lora_r1"]["first_update"] / 2, seed  # rsLoRA keeps its size
-        assert rows["rslora_r64"]["late_loss"] <= rows["lora_r64"]["late_loss"] - LATE_LOSS_MARGIN, seed
         assert 0.5 < rows["dora_r64"]["first_update"] / rows["lora_r64"]["first_update"] < 2.0, seed
         print(f"seed {seed}: first |dW| lora r1 {rows['lora_r1']['first_update']:.4f}, r64 lora "
               f"{rows['lora_r64']['first_update']:.4f} rslora {rows['rslora_r64']['first_update']:.4f} dora "
-              f"{rows['dora_r64']['first_update']:.4f}; late loss r64 lora {rows['lora_r64']['late_loss']:.3f} rslora "
-              f"{rows['rslora_r64']['late_loss']:.3f} dora {rows['dora_r64']['late_loss']:.3f}; held-out lora "
-              f"{rows['lora_r64']['eval_loss_after']:.3f} rslora {rows['rslora_r64']['eval_loss_after']:.3f}")
+              f"{rows['dora_r64']['first_update']:.4f}")
+
+
+RSLORA_MARGIN = 0.1
+"""At rank 64, after 30 steps at 1e-3 (the same steps, rows, data order, learning rate and seeds for every
+method), rsLoRA's held-out exact match (256 problems) beats LoRA's by more than 0.1. Measured,
+rslora_r64 - lora_r64 per seed 0..3: pinned +0.156 +0.203 +0.160 +0.199 (sd 0.025); generic +0.328
++0.219 +0.285 +0.414 (sd 0.082). Four seeds: with three, the pinned interval's lower end (+0.108) sits
+on the margin."""
+DORA_MARGIN = 0.05
+"""DoRA (LoRA's scaling plus a magnitude) stays beside LoRA: their held-out exact match differs by less
+than 0.05, the whole interval inside. Measured, dora_r64 - lora_r64 per seed 0..3: pinned +0.008 +0.016
++0.016 +0.012; generic +0.016 +0.004 -0.039 +0.012."""
+SEEDS_31 = (0, 1, 2, 3)
+
+
+@pytest.mark.effect
+@pytest.mark.slow
+def test_rslora_learns_faster_than_lora_at_rank_64_on_held_out_problems(lab_models):
+    """The chapter's learning-speed claim on the held-out split at a matched budget: rsLoRA ahead of LoRA
+    by RSLORA_MARGIN; DoRA equivalent to LoRA within DORA_MARGIN; every method learns (held-out exact
+    match above the baseline row)."""
+    from tools.experiments.sft_training.plans.ch_31 import effect
+
+    result = effect(SEEDS_31)
+    variants = result["variants"]
+    assert result["data"]["overlap"] == 0
+    for name, variant in variants.items():
+        assert effects.holds(gain(variant["curves"]), 0.1), name
+    ahead = paired(variants["rslora_r64"]["curves"], variants["lora_r64"]["curves"])
+    beside = paired(variants["dora_r64"]["curves"], variants["lora_r64"]["curves"])
+    assert effects.holds(ahead, RSLORA_MARGIN), effects.describe(ahead)
+    assert effects.equivalent(beside, DORA_MARGIN), effects.describe(beside)
+    print(f"rslora - lora at rank 64: {effects.describe(ahead)}; dora - lora: {effects.describe(beside)}")

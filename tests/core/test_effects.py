@@ -53,6 +53,17 @@ def test_a_negative_effect_holds_downwards():
     assert effects.holds(effect, 0.5, "less") and not effects.holds(effect, 0.5)
 
 
+def test_equivalence_needs_the_whole_interval_inside_the_margin():
+    same = effects.paired_effect({0: 1.001, 1: 0.999, 2: 1.0005}, {0: 1.0, 1: 1.0, 2: 1.0})
+    assert effects.equivalent(same, 0.01) and not effects.equivalent(same, 0.001)
+    shifted = effects.paired_effect({0: 1.05, 1: 1.06, 2: 1.04}, {0: 1.0, 1: 1.0, 2: 1.0})
+    assert not effects.equivalent(shifted, 0.03)  # a real difference is not equivalence, however tight
+    noisy = effects.paired_effect({0: 1.02, 1: 0.97, 2: 1.01}, {0: 1.0, 1: 1.0, 2: 1.0})
+    assert abs(noisy["mean"]) < 0.01 and not effects.equivalent(noisy, 0.03)  # a mean near 0 with a wide interval
+    with pytest.raises(ConfigError, match="margin"):
+        effects.equivalent(same, 0.0)
+
+
 @pytest.mark.parametrize("treatment, control, message", [
     ({0: 1.0, 1: 2.0}, {0: 1.0, 2: 2.0}, "same seeds"),
     ({0: 1.0}, {0: 0.5}, "at least two seeds"),

@@ -105,9 +105,10 @@ def stage_names(plan: Plan, run_mode: str) -> list[str]:
     return [f"sft_{spec.name}" for spec in plan.variants("cpu_smoke" if run_mode == "dry_run" else run_mode)]
 
 
-def run_plan(run: ChapterContext, model_source: str = "local") -> list[dict]:
-    """Run the chapter's plan (every variant, one write-once record each); ConfigError in dry_run."""
-    return sft_stage.run_plan(run, model_source)[0]
+def run_plan(run: ChapterContext, model_source: str = "local", mechanism=None) -> list[dict]:
+    """Run the chapter's plan (every variant, one write-once record each) with the chapter's functions
+    (`mechanism`: the learner's from the notebook; None: the package's copies); ConfigError in dry_run."""
+    return sft_stage.run_plan(run, model_source, mechanism)[0]
 
 
 def gpu_command(chapter_id: str, label: str = "<new_label>") -> str:
@@ -143,6 +144,16 @@ def variant_verdict(record: dict) -> dict:
     count = measured.get("count") or {}
     if count and not count.get("matches"):
         reasons.append(f"analytic count {count.get('analytic')} != peft {count.get('peft')}")
+    frozen = measured.get("frozen")
+    if frozen is not None and frozen.get("decision") != "frozen":
+        reasons.append(f"frozen_base_report: {frozen.get('decision')} (changed base {frozen.get('changed_base')})")
+    budget = measured.get("budget")
+    if budget and spec_name(record).endswith("_budget") and not budget.get("fits"):
+        reasons.append(f"the budget variant trains {count.get('analytic')} parameters, over the budget "
+                       f"{budget.get('parameters')}")
+    scaling = measured.get("scaling")
+    if scaling and scaling.get("matches") is False:
+        reasons.append(f"adapter_scaling says {scaling.get('scaling')}, peft's layers apply {scaling.get('applied_by_peft')}")
     dora = measured.get("dora_forward")
     if dora and dora.get("layer") and not dora.get("matches"):
         reasons.append(f"DoRA forward differs from peft by {dora.get('max_abs_diff')}")
@@ -153,6 +164,10 @@ def variant_verdict(record: dict) -> dict:
     worst = max([mechanism, *[value for value in merge.values() if value in ORDER]], key=ORDER.__getitem__)
     return {"variant": (record.get("variant") or {}).get("name"), "mechanism": VERDICT[mechanism],
             "merge": merge, "decision": VERDICT["reject" if mechanism == "reject" else worst], "reasons": reasons}
+
+
+def spec_name(record: dict) -> str:
+    return (record.get("variant") or {}).get("name") or ""
 
 
 def bf16_drift_in_spacings(judged: dict) -> float | None:

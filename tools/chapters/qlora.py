@@ -248,9 +248,10 @@ def describe_plan(run_mode: str) -> str:
     return "\n".join(lines)
 
 
-def run_variants(run: ChapterContext, model_source: str = "local") -> list[dict]:
-    """Run the chapter's plan (both variants, one record each); returns run_stage's list."""
-    return sft_stage.run_plan(run, model_source)[0]
+def run_variants(run: ChapterContext, model_source: str = "local", mechanism=None) -> list[dict]:
+    """Run the chapter's plan (both variants, one record each) with the chapter's functions (`mechanism`:
+    the learner's from the notebook; None: the package's copies); returns `{variant, path, sha256, status}`."""
+    return sft_stage.run_plan(run, model_source, mechanism)[0]
 
 
 def load_variant_records(run: ChapterContext, written: list[dict] | None, root: Path | None = None) -> list[tuple[str, dict]]:
@@ -346,3 +347,45 @@ def account_check(account_fn: Callable, record: dict) -> dict:
     measured = chapter["base_storage_bytes"]["measured"]["total_bytes"]
     return {"variant": record["variant"]["name"], "account_total_bytes": ours["total_bytes"],
             "measured_total_bytes": measured, "agrees": ours["total_bytes"] == measured}
+
+
+# ---- the decision, from the records (the chapter's functions ran inside the stage) ------------------------
+
+EXPECTED_VERDICT = {"nf4_base": "qlora", "bf16_base": "lora"}
+
+
+def decide(records: list[dict]) -> dict:
+    """accept_mechanism / reject for the stage, from its two records: every variant ended ok with its base
+    unchanged and its adapter trained; the chapter's `trainable_report` names the setup
+    (EXPECTED_VERDICT) and counts what peft counts; its `nf4_memory_account` predicts the measured bytes;
+    on the NF4 base its `nf4_quantise` gives the codes bitsandbytes stored and its `nf4_reconstruct` the
+    values bitsandbytes dequantises. Returns `{"decision", "reasons"}` (each reason names the variant)."""
+    reasons = []
+    for record in records:
+        name = (record.get("variant") or {}).get("name", "?")
+        if record.get("status") != "ok":
+            reasons.append(f"{name}: status {record.get('status')} ({record.get('error')})")
+            continue
+        hashes = record.get("hashes") or {}
+        if not (hashes.get("base_unchanged") and hashes.get("adapter_changed")):
+            reasons.append(f"{name}: base unchanged {hashes.get('base_unchanged')}, adapter changed "
+                           f"{hashes.get('adapter_changed')}")
+        checks = (record.get("chapter_measurements") or {}).get("chapter_functions")
+        if checks is None:
+            reasons.append(f"{name}: the record has no result of the chapter's functions")
+            continue
+        report, account, quantise = checks["trainable_report"], checks["memory_account"], checks["quantise"]
+        if name in EXPECTED_VERDICT and report["verdict"] != EXPECTED_VERDICT[name]:
+            reasons.append(f"{name}: trainable_report says {report['verdict']}, expected {EXPECTED_VERDICT[name]}")
+        if not report["agrees_with_peft"]:
+            reasons.append(f"{name}: trainable_report counts {report['trainable']}, peft {report['peft_trainable']}")
+        if not account["agrees"]:
+            reasons.append(f"{name}: nf4_memory_account predicts {account['total_bytes']} bytes, measured "
+                           f"{account['measured_total_bytes']}")
+        if quantise is not None and not quantise["agrees"]:
+            reasons.append(f"{name}: nf4_quantise / nf4_reconstruct differ from bitsandbytes "
+                           f"({quantise['codes_mismatched']} of {quantise['codes_compared']} codes, values off by "
+                           f"{quantise['dequantised_max_diff_over_absmax']:.3g} of the absmax)")
+    if not records:
+        reasons.append("no record to decide from")
+    return {"decision": "reject" if reasons else "accept_mechanism", "reasons": reasons}

@@ -95,7 +95,7 @@ def waste_runs(records: list[Mapping]) -> list[dict]:
     steps only (warm-up left out), their real tokens, token slots and wall seconds (None if not measured)."""
     runs = []
     for record in records:
-        if record.get("status") != "ok":
+        if record.get("status") != "ok" or record["variant"]["batching"] not in ("padded", "packed"):
             continue
         steps = timed_steps(record)
         runs.append({"strategy": record["variant"]["batching"], "max_length": record["variant"]["max_length"],
@@ -124,7 +124,8 @@ def step_throughput(record: Mapping) -> dict | None:
 def length_effects(records: list[Mapping]) -> dict[int, dict]:
     """Per row length with both variants ok: what packing changed. Deterministic: the real tokens
     (must be equal), token slots, padding share and rows of each, the largest relative difference of
-    the step losses. Measured: each variant's step throughput (median, min, max) and the gain, the
+    the step losses, the held-out loss after training packed minus padded (and how much training moved
+    it, for scale). Measured: each variant's step throughput (median, min, max) and the gain, the
     ratio of the medians, with `separated` True only when every timed packed step was faster than
     every timed padded step (the gain is then not noise of the timing)."""
     by_key = {(r["variant"]["batching"], r["variant"]["max_length"]): r for r in records if r.get("status") == "ok"}
@@ -134,7 +135,11 @@ def length_effects(records: list[Mapping]) -> dict[int, dict]:
         if padded is None or packed is None:
             continue
         item = {"loss_curve_diff": max(_relative(a, b) for a, b in zip(packed["measurements"]["losses"],
-                                                                           padded["measurements"]["losses"]))}
+                                                                           padded["measurements"]["losses"])),
+                "heldout_loss_after_diff": (packed["measurements"]["eval_loss_after"]
+                                            - padded["measurements"]["eval_loss_after"]),
+                "heldout_loss_training_change": (padded["measurements"]["eval_loss_after"]
+                                                 - padded["measurements"]["eval_loss_before"])}
         for name, record in (("padded", padded), ("packed", packed)):
             measured = record["measurements"]
             slots = measured["token_slots"]
@@ -174,13 +179,32 @@ def isolation_findings(records: list[Mapping]) -> dict:
     return findings
 
 
+def control_findings(records: list[Mapping]) -> dict:
+    """Per negative control (packed rows without the block mask): its step losses against its padded
+    twin's, and whether that difference is caught (beyond LOSS_CURVE_TOLERANCE): the check can fail."""
+    by_key = {(r["variant"]["batching"], r["variant"]["max_length"]): r for r in records if r.get("status") == "ok"}
+    findings = {}
+    for (batching, length), record in sorted(by_key.items(), key=lambda item: item[0][1]):
+        twin = by_key.get(("padded", length))
+        if batching != "packed_unisolated" or twin is None:
+            continue
+        curve = max(_relative(a, b) for a, b in zip(record["measurements"]["losses"], twin["measurements"]["losses"]))
+        findings[record["variant"]["name"]] = {"max_length": length, "loss_curve_vs_padded": curve,
+                                               "heldout_loss_after_diff": (record["measurements"]["eval_loss_after"]
+                                                                           - twin["measurements"]["eval_loss_after"]),
+                                               "caught": curve > LOSS_CURVE_TOLERANCE}
+    return findings
+
+
 def decide(records: list[Mapping], waste_report: Callable) -> dict:
     """accept_mechanism / tune / reject for the stage, from its records.
 
-    reject: a variant failed, or a packed variant is not isolated (its proof fails, or its step
-    losses leave its padded twin's); tune: everything isolated but a variant ran out of memory (that
-    length needs a smaller batch or row); accept_mechanism: otherwise. The waste report (the
-    learner's function) is returned beside it; it informs, it does not decide."""
+    reject: a variant failed, a packed variant is not isolated (its proof fails, or its step losses
+    leave its padded twin's), or the negative control (packed without the block mask) is not caught
+    (its step losses match its padded twin's: the check could not have failed); tune: everything
+    isolated but a variant ran out of memory (that length needs a smaller batch or row);
+    accept_mechanism: otherwise. The waste report (the learner's function) is returned beside it; it
+    informs, it does not decide."""
     if not records:
         raise ConfigError("no record to decide from")
     statuses = {record["variant"]["name"]: record.get("status") for record in records}
@@ -190,6 +214,8 @@ def decide(records: list[Mapping], waste_report: Callable) -> dict:
                 if not (item["isolated"] and item["curve_matches"])]
     if not findings:
         reasons.append("no packed variant ended ok")
+    controls = control_findings(records)
+    reasons += [f"{name}: the control is not caught" for name, item in controls.items() if not item["caught"]]
     oom = [name for name, status in statuses.items() if status == "oom"]
     if reasons:
         decision = "reject"
@@ -197,7 +223,7 @@ def decide(records: list[Mapping], waste_report: Callable) -> dict:
         decision, reasons = "tune", [f"{name}: out of memory" for name in oom]
     else:
         decision = "accept_mechanism"
-    return {"decision": decision, "reasons": reasons, "isolation": findings,
+    return {"decision": decision, "reasons": reasons, "isolation": findings, "controls": controls,
             "waste": waste_report(waste_runs(records)), "effects": length_effects(records)}
 
 

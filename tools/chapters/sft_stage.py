@@ -3,8 +3,11 @@
 `stage_config(run, plan, model_source)` builds the StageConfig exactly as
 `python -m tools.experiments.sft_training` does (tiny model on the CPU in cpu_smoke,
 Qwen2.5-0.5B-Instruct on CUDA in real_gpu, then the plan's overrides for the mode);
-`run_plan` runs the plan's variants and returns their records; `plan_lines` is what dry_run prints
-instead (no model is loaded); `gpu_command` is the command line of the same stage.
+`run_plan` runs the plan's variants through the experiment contract (`tools.experiments.contract.run`)
+with the chapter's functions (`mechanism`: the learner's from the notebook, see
+tools.chapters.mechanism) and returns their records; `mechanism_lines` says which functions ran;
+`plan_lines` is what dry_run prints instead (no model is loaded); `gpu_command` is the command line
+of the same stage.
 """
 
 from __future__ import annotations
@@ -16,8 +19,10 @@ from tools.chapters.context import ChapterContext
 from tools.core.records import lineage_entry
 from tools.errors import ConfigError
 from tools.experiments.sft_training.config import StageConfig
+from tools.experiments.contract import Mechanism, RecordSink
+from tools.experiments.contract import Plan as ContractPlan
+from tools.experiments.contract import run as run_experiment
 from tools.experiments.sft_training.plans import REAL_MODEL, Plan, plan_for, stage_config_for
-from tools.experiments.sft_training.runner import run_plan as run_stage_plan
 
 
 def stage_config(run: ChapterContext, plan: Plan | None = None, model_source: str = "local") -> StageConfig:
@@ -33,11 +38,33 @@ def variant_stages(chapter_id: str, run_mode: str) -> list[str]:
     return [f"sft_{spec.name}" for spec in plan_for(chapter_id).variants(mode)]
 
 
-def run_plan(run: ChapterContext, model_source: str = "local") -> tuple[list[dict], list[dict]]:
-    """Run the chapter's plan; returns (what run_stage wrote, the records read back), in variant order."""
-    written = run_stage_plan(stage_config(run, model_source=model_source))
+def run_plan(run: ChapterContext, model_source: str = "local", mechanism: Mechanism | None = None,
+             ) -> tuple[list[dict], list[dict]]:
+    """Run the chapter's plan through `tools.experiments.contract.run` with the chapter's functions
+    (`mechanism`; None: the package's copies); returns (`{variant, path, sha256, status}` per variant,
+    the records read back), in variant order. ConfigError in dry_run (it trains nothing)."""
+    if not run.writes_records:
+        raise ConfigError("dry_run trains nothing: use cpu_smoke or real_gpu")
+    plan = ContractPlan(experiment="sft_training", chapter=run.chapter_id, run_mode=run.run_mode, label=run.run_label,
+                        results_dir=run.results_root, model_source=model_source,
+                        mechanism=mechanism if mechanism is not None else Mechanism())
+    references = run_experiment(plan, RecordSink.from_context(run))
+    written = [{"variant": ref.stage.removeprefix("sft_"), "path": ref.path, "sha256": ref.sha256, "status": ref.status}
+               for ref in references]
     records = [json.loads(Path(item["path"]).read_text(encoding="utf-8")) for item in written]
     return written, records
+
+
+def mechanism_lines(records: list[dict]) -> list[str]:
+    """Which of the chapter's functions the stage ran, read from the records: one line per source."""
+    described = next((record.get("mechanism") for record in records if record.get("mechanism")), None)
+    if not described:
+        return ["the stage ran none of the chapter's functions"]
+    grouped: dict[str, list[str]] = {}
+    for name, item in described.items():
+        grouped.setdefault(item["source"], []).append(name)
+    words = {"learner": "yours", "reference": "the notebook's reference", "package": "the package's copy"}
+    return [f"Step 5 ran {words.get(source, source)}: {', '.join(names)}" for source, names in grouped.items()]
 
 
 def lineage(run: ChapterContext, written: list[dict]) -> list[dict]:

@@ -128,8 +128,21 @@ def observation(record: Mapping) -> dict:
             "planned_lr": list(own["planned_learning_rates"]), "applied_lr": list(measurements["learning_rates"])}
 
 
+def isolation_report(record: Mapping) -> dict | None:
+    """What the chapter's `isolated_evaluation` reported on the stage's last evaluation (after
+    training, with the training optimiser and the trained examples), or None when it did not run."""
+    return ((record.get("measurements") or {}).get("evaluations") or {}).get("after")
+
+
 def isolation_findings(record: Mapping) -> list[str]:
-    """Why a variant's evaluation was not isolated, from its record (empty when it was)."""
+    """Why a variant's evaluation was not isolated (empty when it was): what the chapter's
+    `isolated_evaluation` reported inside the stage (its state, its optimiser, its leaked hashes), or,
+    in a record from before the stage ran it, the stage's own audit."""
+    report = isolation_report(record)
+    if report is not None:
+        checks = {"state_unchanged": "evaluation_changed_state", "optimizer_unchanged": "evaluation_changed_optimizer"}
+        findings = [finding for name, finding in checks.items() if report.get(name) is not True]
+        return findings + (["validation_examples_trained"] if report.get("leaked") else [])
     side, audit = record["chapter_measurements"]["evaluation_side_effects"], record["chapter_measurements"]["split_audit"]
     checks = {"parameters_unchanged": "evaluation_changed_parameters",
               "gradients_unchanged": "evaluation_changed_gradients",
@@ -138,6 +151,24 @@ def isolation_findings(record: Mapping) -> list[str]:
     if audit["leaked_count"]:
         findings.append("validation_examples_trained")
     return findings
+
+
+def audit_disagreements(record: Mapping) -> list[str]:
+    """Where the chapter's `isolated_evaluation` and the stage's own audit of the same run disagree:
+    the leaked examples, and whether the evaluation changed the parameters."""
+    report = isolation_report(record)
+    own = (record.get("chapter_measurements") or {})
+    if report is None or "split_audit" not in own:
+        return []
+    found = []
+    if len(report.get("leaked") or []) != own["split_audit"]["leaked_count"]:
+        found.append(f"leaked examples: yours {len(report.get('leaked') or [])}, the stage's audit "
+                     f"{own['split_audit']['leaked_count']}")
+    side = own.get("evaluation_side_effects") or {}
+    if side and bool(report.get("state_unchanged")) != bool(side.get("parameters_unchanged")):
+        found.append(f"state unchanged: yours {report.get('state_unchanged')}, the stage's audit "
+                     f"{side.get('parameters_unchanged')}")
+    return found
 
 
 def decide_variant(record: Mapping, effective_update_check: Callable, min_loss_decrease: float = MIN_LOSS_DECREASE) -> dict:
@@ -176,6 +207,24 @@ def chapter_decision(decisions: list[dict], control: str = CONTROL_VARIANT) -> d
     return {"decision": control_decision, "reason": f"the real update is {control_decision}: {by_name[control]['reasons']}"}
 
 
+def decide_stage(records: list[Mapping], mechanism=None) -> dict:
+    """Every variant's decision and the stage's, with the chapter's `effective_update_check` taken from
+    `mechanism` (a tools.experiments.contract.Mechanism: the learner's, else the package's copy), and
+    which functions decided (`mechanism`: source and code sha256 per function)."""
+    from tools.experiments.contract import Mechanism
+    from tools.experiments.sft_training.effective_update import effective_update_check as package_check
+    from tools.experiments.sft_training.plans.ch_15 import only
+
+    mechanism = mechanism if mechanism is not None else Mechanism()
+    check = mechanism.function("effective_update_check", package_check)
+    decisions = [decide_variant(record, check) for record in records]
+    return {"variants": decisions, "decision": chapter_decision(decisions),
+            "variant_lines": variant_lines(records, decisions),
+            "mechanism": only(mechanism, "effective_update_check").describe({"effective_update_check": package_check}),
+            "audit_disagreements": {record["variant"]["name"]: audit_disagreements(record) for record in records
+                                    if audit_disagreements(record)}}
+
+
 def variant_lines(records: list[Mapping], decisions: list[dict]) -> list[str]:
     """One line per variant: loss on the same batch, gradient norms, held-apart loss, leak, decision."""
     lines = [f"{'variant':<16}{'same-batch loss':>22}{'grad norm (max)':>17}{'eval loss':>20}{'leaked':>8}  decision"]
@@ -185,7 +234,9 @@ def variant_lines(records: list[Mapping], decisions: list[dict]) -> list[str]:
             continue
         same = record["chapter_measurements"]["same_batch"]
         measured = record["measurements"]
-        leaked = record["chapter_measurements"]["split_audit"]["leaked_count"]
+        report = isolation_report(record)
+        leaked = (len(report.get("leaked") or []) if report is not None
+                  else record["chapter_measurements"]["split_audit"]["leaked_count"])
         lines.append(f"{record['variant']['name']:<16}{same['loss_before']:>10.5f} -> {same['loss_after']:<9.5f}"
                      f"{max(measured['grad_norms']):>17.3g}{measured['eval_loss_before']:>9.4f} -> "
                      f"{measured['eval_loss_after']:<7.4f}{leaked:>8}  {decision['decision']}"

@@ -84,6 +84,17 @@ def holds(effect: Mapping, margin: float = 0.0, direction: str = "greater") -> b
     return effect["lower"] > margin if direction == "greater" else effect["upper"] < -margin
 
 
+def equivalent(effect: Mapping, margin: float) -> bool:
+    """True when the whole interval lies inside `(-margin, margin)`: the two arms are equivalent within the
+    margin (an equivalence claim, e.g. "packing does not change the losses"; two one-sided tests at the
+    interval's confidence). The margin is the largest difference the page calls no difference, and must
+    be > 0: no interval lies inside an empty band."""
+    margin = _finite("margin", margin)
+    if margin <= 0:
+        raise ConfigError(f"an equivalence margin must be > 0, got {margin!r}")
+    return -margin < effect["lower"] and effect["upper"] < margin
+
+
 def describe(effect: Mapping, digits: int = 3) -> str:
     """`+0.210 [+0.100, +0.320] (95 % interval over 3 seeds)`: numbers only; the page's sentence is its own."""
     form = f"{{:+.{digits}f}}"

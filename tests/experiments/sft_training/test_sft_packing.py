@@ -152,15 +152,17 @@ def stage_records(tmp_path_factory, lab_models):
     plan = plan_for("30")
     config = StageConfig(chapter="30", run_mode="cpu_smoke", run_label="pytest_ch30", results_root=results,
                          **plan.stage["cpu_smoke"])
-    variants = [spec for spec in plan.variants("cpu_smoke") if spec.max_length == 128]
+    variants = [spec for spec in plan.variants("cpu_smoke") if spec.max_length == 128 and spec.batching != "packed_unisolated"]
     written = run_stage(config, variants, prepare=plan.prepare, measure=plan.measure, collate=plan.collate)
     return [json.loads(item["path"].read_text(encoding="utf-8")) for item in written]
 
 
 def test_the_plan_compares_three_lengths_padded_and_packed():
     names = [spec.name for spec in ch_30.variants("cpu_smoke")]
-    assert names == ["padded_128", "packed_128", "padded_512", "packed_512", "padded_2048", "packed_2048"]
-    assert [spec.max_length for spec in ch_30.variants("real_gpu")][::2] == list(ch_30.LENGTHS["real_gpu"])
+    assert names == ["padded_128", "packed_128", "padded_512", "packed_512", "padded_2048", "packed_2048",
+                     "packed_unisolated_128"]  # the negative control: packed rows without the block mask
+    assert ch_30.variants("cpu_smoke")[-1].batching == "packed_unisolated"
+    assert [spec.max_length for spec in ch_30.variants("real_gpu") if spec.batching == "padded"] == list(ch_30.LENGTHS["real_gpu"])
     assert max(ch_30.LENGTHS["cpu_smoke"]) >= 2048 and max(ch_30.LENGTHS["real_gpu"]) >= 8192  # issue 22
     assert ch_30.STAGE["cpu_smoke"]["model_id"] == "lab"  # starts from a model that knows some arithmetic
     assert ch_30.STAGE["cpu_smoke"]["steps"] > ch_30.WARMUP_STEPS + 1  # at least two timed steps: a spread

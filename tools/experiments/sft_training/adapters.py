@@ -90,6 +90,26 @@ def hash_report(before: dict[str, str], after: dict[str, str]) -> dict:
     }
 
 
+def frozen_base_report(before: dict, after: dict, adapter_markers: tuple[str, ...] = ADAPTER_MARKERS) -> dict:
+    """Chapter 14's contract, the package's copy: two snapshots `{name: tensor}` judged per tensor
+    (dtype, shape and bytes), base and adapter apart. `decision` is `base_changed` when any base
+    tensor changed, else `frozen` when an adapter tensor changed, else `no_update`."""
+    if set(before) != set(after):
+        raise ConfigError("the snapshots name different tensors")
+    adapter = {name for name in before if any(marker in name for marker in adapter_markers)}
+    changed = sorted(name for name in before if tensor_digest(before[name]) != tensor_digest(after[name]))
+    changed_base = [name for name in changed if name not in adapter]
+    changed_adapter = [name for name in changed if name in adapter]
+    decision = "base_changed" if changed_base else "frozen" if changed_adapter else "no_update"
+    return {"base_tensors": len(before) - len(adapter), "adapter_tensors": len(adapter), "changed_base": changed_base,
+            "changed_adapter": changed_adapter, "decision": decision}
+
+
+def tensor_snapshot(model) -> dict:
+    """`{name: a detached CPU copy}` of every parameter: what frozen_base_report compares."""
+    return {name: parameter.detach().to("cpu", copy=True) for name, parameter in model.named_parameters()}
+
+
 def trainable_parameters(model) -> dict:
     """peft's own count (trainable, total) and ours from `requires_grad`: they must agree."""
     trainable, total = model.get_nb_trainable_parameters()

@@ -18,7 +18,8 @@ BASE_QUANTISATIONS = (None, "nf4")
 MODEL_SOURCES = ("local", "random_init")
 DEVICES = ("cpu", "cuda")
 LR_SCHEDULES = ("constant", "linear_decay")
-BATCHINGS = ("padded", "packed")
+BATCHINGS = ("padded", "packed", "packed_unisolated")
+"""`packed_unisolated`: packed rows without the block mask (chapter 30's negative control)."""
 QWEN2_LINEAR_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
@@ -103,6 +104,9 @@ class StageConfig:
     train_task_seeds: tuple[int, ...] = (101, 102, 103, 104)
     eval_task_seed: int = 909
     tasks_per_operation: int = 2
+    lab_task: str | None = None
+    lab_train_problems: int = 64
+    lab_eval_problems: int = 64
     sample_interval_s: float = 0.25
     extra: dict = field(default_factory=dict)
 
@@ -114,7 +118,12 @@ class StageConfig:
         validate_choice("model_source", self.model_source, MODEL_SOURCES)
         validate_choice("device", self.device, DEVICES)
         validate_choice("lr_schedule", self.lr_schedule, LR_SCHEDULES)
-        for name in ("steps", "batch_size", "grad_accumulation", "tasks_per_operation"):
+        if self.lab_task is not None:
+            from tools.data.lab_tasks import task
+
+            task(self.lab_task)  # ConfigError naming the known tasks
+        for name in ("steps", "batch_size", "grad_accumulation", "tasks_per_operation", "lab_train_problems",
+                     "lab_eval_problems"):
             _positive_int(name, getattr(self, name))
         _positive_int("max_length", self.max_length, 16)
         _finite("learning_rate", self.learning_rate, low=0, open_low=True)

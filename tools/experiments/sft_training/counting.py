@@ -83,6 +83,13 @@ def lora_parameter_count(config, target_modules, rank: int, method: str = "lora"
             "total": per_layer_total * layers}
 
 
+def lora_trainable_count(config, target_modules, rank: int) -> dict:
+    """Chapter 14's contract, the package's copy: a LoRA adapter's trainable count,
+    `{"per_layer", "per_layer_total", "total"}` (what the stage runs without a notebook)."""
+    counted = lora_parameter_count(config, target_modules, rank, "lora")
+    return {key: counted[key] for key in ("per_layer", "per_layer_total", "total")}
+
+
 def largest_rank_within_budget(budget: int, shapes, method: str = "lora") -> dict:
     """The largest rank whose adapter on `shapes` (a list of (in, out), one per adapted layer) trains
     at most `budget` numbers. Returns `{"rank", "parameters", "unused"}`; ConfigError when even rank 1

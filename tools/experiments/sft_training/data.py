@@ -1,9 +1,15 @@
-"""Fixed SFT data from the course's arithmetic tasks: a training split and a held-apart evaluation split.
+"""Fixed SFT data: a training split and a held-apart evaluation split.
 
-Each example is a chat (user: the task's prompt, assistant: the integer answer) tokenised with the
-model's chat template; only the assistant reply and its end-of-turn token are supervised (labels
--100 elsewhere). The evaluation split comes from its own seed, and any evaluation example whose
-content also stands in the training split is dropped, so no validation sample is ever trained on.
+By default the course's arithmetic tasks: each example is a chat (user: the task's prompt,
+assistant: the integer answer) tokenised with the model's chat template; only the assistant reply
+and its end-of-turn token are supervised (labels -100 elsewhere). The evaluation split comes from
+its own seed, and any evaluation example whose content also stands in the training split is
+dropped, so no validation sample is ever trained on.
+
+A stage whose `lab_task` is set trains on a lab task instead (tools.data.lab_tasks, e.g.
+`add_plus_one`, which the lab student does not know yet): training problems drawn from the task's
+`train` split, evaluation problems from its `heldout` split (never in pretraining, never trained on),
+so the held-apart loss moves for a reason the chapter names.
 """
 
 from __future__ import annotations
@@ -57,12 +63,13 @@ class Split:
     train: list[Example]
     evaluation: list[Example]
     dropped_from_evaluation: int
+    source: str = "tools.data.arithmetic"
 
     def manifest(self) -> dict:
         """What the record says about the data: counts and content hashes, never the examples."""
         def digest(examples):
             return hashlib.sha256("".join(sorted(e.content_sha256 for e in examples)).encode()).hexdigest()
-        return {"source": "tools.data.arithmetic", "train_examples": len(self.train),
+        return {"source": self.source, "train_examples": len(self.train),
                 "evaluation_examples": len(self.evaluation), "dropped_from_evaluation": self.dropped_from_evaluation,
                 "train_content_sha256": digest(self.train), "evaluation_content_sha256": digest(self.evaluation),
                 "overlap": len({e.content_sha256 for e in self.train} & {e.content_sha256 for e in self.evaluation}),
@@ -78,6 +85,42 @@ def build_split(tokenizer, train_seeds, eval_seed: int, per_operation: int, max_
     if not evaluation:
         raise ConfigError("every evaluation example also stands in the training split; choose another eval seed")
     return Split(train, evaluation, len(candidates) - len(evaluation))
+
+
+def lab_examples(tokenizer, problems, max_length: int) -> list[Example]:
+    """Lab problems as supervised chats (the lab models' own rendering: the reply and its end-of-turn
+    token supervised), identified by the problem's content hash."""
+    from tools.models.lab import chat_ids
+
+    examples = []
+    for problem in problems:
+        ids, start = chat_ids(tokenizer, problem.messages(), problem.target)
+        if len(ids) > max_length:
+            raise ConfigError(f"an example has {len(ids)} tokens, more than max_length {max_length}")
+        examples.append(Example(tuple(ids), (IGNORE_INDEX,) * start + tuple(ids[start:]), problem.content_sha256))
+    return examples
+
+
+def lab_split(tokenizer, task_name: str, train_problems: int, eval_problems: int, train_seed: int, eval_seed: int,
+              max_length: int) -> Split:
+    """`train_problems` of the task's train split (drawn with `train_seed`) and `eval_problems` of its
+    held-out split (drawn with `eval_seed`); the splits are disjoint by construction (content hash)."""
+    from tools.data import lab_tasks
+
+    train = lab_examples(tokenizer, lab_tasks.sample_problems(task_name, "train", train_problems, train_seed),
+                         max_length)
+    evaluation = lab_examples(tokenizer, lab_tasks.sample_problems(task_name, "heldout", eval_problems, eval_seed),
+                              max_length)
+    return Split(train, evaluation, 0, f"tools.data.lab_tasks:{task_name}")
+
+
+def stage_split(tokenizer, config, max_length: int) -> Split:
+    """The split a stage config asks for: its lab task, else the arithmetic chats of its seeds."""
+    if config.lab_task is not None:
+        return lab_split(tokenizer, config.lab_task, config.lab_train_problems, config.lab_eval_problems,
+                         config.train_task_seeds[0], config.eval_task_seed, max_length)
+    return build_split(tokenizer, config.train_task_seeds, config.eval_task_seed, config.tasks_per_operation,
+                       max_length)
 
 
 def pad_batch(examples: list[Example], pad_id: int):

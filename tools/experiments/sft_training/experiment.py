@@ -15,6 +15,14 @@ def plan_chapters() -> tuple[str, ...]:
     return tuple(sorted(path.stem[3:].upper().replace("_", "-") for path in PLANS_DIR.glob("ch_*.py")))
 
 
+MECHANISM = ("lora_trainable_count", "frozen_base_report", "judge_merge",  # 14
+             "accumulate_gradients", "effective_update_check", "isolated_evaluation",  # 15
+             "nf4_quantise", "nf4_reconstruct", "nf4_memory_account", "trainable_report",  # 26
+             "pack_examples", "block_causal_mask", "waste_report",  # 30
+             "adapter_scaling", "dora_forward", "largest_rank_within_budget")  # 31
+"""Every chapter function some plan's stage runs (each plan's MECHANISM; plans.mechanism_names() reads
+them, a test keeps the two equal); a plan refuses a function its own chapter does not take."""
+
 EXPERIMENTS = (
     Experiment(
         name="sft_training",
@@ -25,5 +33,6 @@ EXPERIMENTS = (
         run_modes=("cpu_smoke", "real_gpu"),
         device_steps=tuple(DeviceStep(f"sft_{chapter}", "sft_training", order=40 + index, chapter=chapter)
                            for index, chapter in enumerate(plan_chapters())),
+        mechanism=MECHANISM,
     ),
 )

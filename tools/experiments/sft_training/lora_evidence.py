@@ -28,17 +28,24 @@ def architecture_for(run_mode: str) -> dict:
     raise ConfigError(f"the SFT stage trains in cpu_smoke or real_gpu, not {run_mode!r}")
 
 
-def count_check(peft_model, spec) -> dict:
-    """`{"analytic", "peft", "matches", "per_layer"}` for the variant's adapter on this model."""
-    counted = lora_parameter_count(peft_model.get_base_model().config, spec.target_modules, spec.rank, spec.method)
+def count_check(peft_model, spec, trainable_count=None) -> dict:
+    """`{"analytic", "peft", "matches", "per_layer"}` for the variant's adapter on this model. The
+    analytic count is `trainable_count(config dict, target_modules, rank)` (chapter 14's
+    lora_trainable_count: a LoRA adapter) when given, else the package's count of `spec.method`."""
+    config = peft_model.get_base_model().config
+    if trainable_count is not None:
+        counted = trainable_count(config.to_dict(), list(spec.target_modules), spec.rank)
+    else:
+        counted = lora_parameter_count(config, spec.target_modules, spec.rank, spec.method)
     trainable, _ = peft_model.get_nb_trainable_parameters()
     return {"analytic": counted["total"], "peft": int(trainable), "matches": counted["total"] == int(trainable),
-            "per_layer": counted["per_layer"], "layers": counted["layers"]}
+            "per_layer": counted["per_layer"], "layers": config.num_hidden_layers}
 
 
-def merge_checks(peft_model, split, config, tokenizer) -> dict:
-    """Merge equivalence per dtype on the first evaluation batch (real positions only)."""
+def merge_checks(peft_model, split, config, tokenizer, judge=None) -> dict:
+    """Merge equivalence per dtype on the first evaluation batch (real positions only), judged by `judge`
+    (chapter 14's judge_merge; None: merging.judge_merge)."""
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     batch = pad_batch(split.evaluation[:config.batch_size], pad_id)
     batch = {key: value.to(torch.device(config.device)) for key, value in batch.items()}
-    return {dtype: merge_equivalence(peft_model, batch, dtype) for dtype in MERGE_DTYPES}
+    return {dtype: merge_equivalence(peft_model, batch, dtype, judge) for dtype in MERGE_DTYPES}

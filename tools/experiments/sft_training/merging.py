@@ -102,8 +102,9 @@ def _real_logits(model, batch) -> torch.Tensor:
     return logits[batch["attention_mask"].bool()].float()
 
 
-def merge_equivalence(peft_model, batch: dict, dtype: str) -> dict:
-    """Logits of a copy of `peft_model` in `dtype`, unmerged and after `merge_and_unload`, judged.
+def merge_equivalence(peft_model, batch: dict, dtype: str, judge=None) -> dict:
+    """Logits of a copy of `peft_model` in `dtype`, unmerged and after `merge_and_unload`, judged by
+    `judge(unmerged, merged, dtype)` (chapter 14's judge_merge: the learner's; None: this module's).
 
     The trained model itself is left untouched (the copy is merged). `batch` holds `input_ids` and
     `attention_mask` on the model's device; only real (unmasked) positions are compared."""
@@ -115,6 +116,6 @@ def merge_equivalence(peft_model, batch: dict, dtype: str) -> dict:
     merged_model = candidate.merge_and_unload()
     merged = _real_logits(merged_model, batch)
     leftover = sorted({name for name, _ in merged_model.named_parameters() if "lora_" in name})
-    judgement = judge_merge(unmerged, merged, dtype)
+    judgement = (judge or judge_merge)(unmerged, merged, dtype)
     del candidate, merged_model
     return {**recordable(judgement), "adapter_tensors_left": len(leftover)}

@@ -99,6 +99,57 @@ def packed_batch(examples: list[Example], row_length: int, pad_id: int) -> dict:
     return {"input_ids": ids, "attention_mask": mask, "labels": labels, "position_ids": positions}
 
 
+def pack_examples(examples: list[dict], row_length: int, pad_id: int) -> dict:
+    """Chapter 30's contract, the package's copy: first-fit packed rows of `{"input_ids", "labels"}`
+    dicts as lists (`input_ids`, `labels`, `position_ids`, `attention_mask`, `rows`, `real_tokens`,
+    `padded_tokens`); see `packed_batch` for the layout."""
+    rows = first_fit_rows([len(example["input_ids"]) for example in examples], row_length)
+    packed = {"input_ids": [], "labels": [], "position_ids": [], "attention_mask": []}
+    for members in rows:
+        ids, labels, positions = [], [], []
+        for index in members:
+            ids += examples[index]["input_ids"]
+            labels += [IGNORE_INDEX, *examples[index]["labels"][1:]]
+            positions += range(len(examples[index]["input_ids"]))
+        tail = row_length - len(ids)
+        packed["input_ids"].append(ids + [pad_id] * tail)
+        packed["labels"].append(labels + [IGNORE_INDEX] * tail)
+        packed["position_ids"].append(positions + list(range(tail)))
+        packed["attention_mask"].append([1] * len(ids) + [0] * tail)
+    real = sum(len(example["input_ids"]) for example in examples)
+    return {**packed, "rows": rows, "real_tokens": real, "padded_tokens": len(rows) * row_length - real}
+
+
+def packed_rows(examples: list[Example], row_length: int, pad_id: int, pack=None, with_rows: bool = False):
+    """A packed micro-batch of stage examples as long tensors, laid out by `pack` (chapter 30's
+    pack_examples: the learner's; None: this module's); with `with_rows`, also the example indices of
+    each row as `pack` placed them."""
+    packed = (pack or pack_examples)([{"input_ids": list(example.input_ids), "labels": list(example.labels)}
+                                      for example in examples], row_length, pad_id)
+    batch = {key: torch.tensor(packed[key], dtype=torch.long)
+             for key in ("input_ids", "attention_mask", "labels", "position_ids")}
+    return (batch, [list(row) for row in packed["rows"]]) if with_rows else batch
+
+
+def waste_report(runs: list[dict]) -> dict:
+    """Chapter 30's contract, the package's copy: per run its padded tokens, padding share and rates
+    (None when not timed), sorted by length then strategy; the packed / padded gain per length."""
+    rows = []
+    for run in runs:
+        real, slots, seconds = run["real_tokens"], run["token_slots"], run["seconds"]
+        rows.append({"strategy": run["strategy"], "max_length": run["max_length"], "real_tokens": real,
+                     "token_slots": slots, "padded_tokens": slots - real, "padding_share": (slots - real) / slots,
+                     "effective_tokens_per_s": None if seconds is None else real / seconds,
+                     "slot_tokens_per_s": None if seconds is None else slots / seconds})
+    rows.sort(key=lambda row: (row["max_length"], row["strategy"]))
+    rate = {(row["strategy"], row["max_length"]): row["effective_tokens_per_s"] for row in rows}
+    gains = {}
+    for length in sorted({row["max_length"] for row in rows}):
+        packed, padded = rate.get(("packed", length)), rate.get(("padded", length))
+        gains[length] = packed / padded if packed is not None and padded else None
+    return {"rows": rows, "packing_gain": gains}
+
+
 def padding_free_batch(examples: list[Example]) -> dict:
     """All examples in one row of exactly their total length, no padding: `input_ids`, `labels`
     (-100 on each example's first token), `position_ids` (0, 1, ... per example) and an all-ones
@@ -123,11 +174,13 @@ def dense_mask_bytes(row_length: int, rows: int = 1, element_bytes: int = 1) -> 
     return rows * row_length * row_length * element_bytes
 
 
-def collate(examples: list[Example], pad_id: int, spec: AdapterSpec, config: StageConfig) -> dict:
-    """The stage's `collate` hook: rows of `spec.max_length` (else the stage's max_length) tokens."""
+def collate(examples: list[Example], pad_id: int, spec: AdapterSpec, config: StageConfig, pack=None) -> dict:
+    """The stage's `collate` hook: rows of `spec.max_length` (else the stage's max_length) tokens;
+    packed rows laid out by `pack` (chapter 30's pack_examples) when given."""
     row_length = spec.max_length or config.max_length
-    if spec.batching == "packed":
-        return packed_batch(examples, row_length, pad_id)
+    if spec.batching in ("packed", "packed_unisolated"):
+        return packed_batch(examples, row_length, pad_id) if pack is None else packed_rows(examples, row_length,
+                                                                                           pad_id, pack)
     return padded_batch(examples, row_length, pad_id)
 
 
@@ -149,13 +202,15 @@ def block_causal_mask(position_ids: torch.Tensor) -> torch.Tensor:
 class BlockMaskHook:
     """A forward pre-hook of the decoder: when a call carries `position_ids`, its attention mask
     becomes the block-diagonal causal mask (bool for sdpa, additive for eager). `enabled = False`
-    turns it off, e.g. to measure what packing without isolation does."""
+    turns it off, e.g. to measure what packing without isolation does. `mask(position_ids)` builds the
+    bool mask (chapter 30's block_causal_mask: the learner's, or this module's)."""
 
-    def __init__(self, attention: str):
+    def __init__(self, attention: str, mask=None):
         if attention not in SUPPORTED_ATTENTION:
             raise ConfigError(f"packed batches need one of the attention implementations {SUPPORTED_ATTENTION}, "
                               f"got {attention!r}")
         self.attention = attention
+        self.mask = mask or block_causal_mask
         self.enabled = True
         self.calls = 0
 
@@ -163,7 +218,7 @@ class BlockMaskHook:
         position_ids = kwargs.get("position_ids")
         if not self.enabled or position_ids is None:
             return None
-        allowed = block_causal_mask(position_ids)
+        allowed = self.mask(position_ids)
         if self.attention == "eager":
             dtype = module.get_input_embeddings().weight.dtype
             allowed = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(
@@ -177,13 +232,14 @@ def _decoder(model):
     return base.get_decoder()
 
 
-def install_block_mask(model) -> BlockMaskHook:
-    """Give `model`'s decoder the block mask hook (once); the plan's `prepare` calls this for packed variants."""
+def install_block_mask(model, mask=None) -> BlockMaskHook:
+    """Give `model`'s decoder the block mask hook (once), building its masks with `mask`; the plan's
+    `prepare` calls this for packed variants."""
     decoder = _decoder(model)
     existing = getattr(decoder, HOOK_ATTRIBUTE, None)
     if existing is not None:
         return existing
-    hook = BlockMaskHook(model.config._attn_implementation)
+    hook = BlockMaskHook(model.config._attn_implementation, mask)
     decoder.register_forward_pre_hook(hook, with_kwargs=True)
     setattr(decoder, HOOK_ATTRIBUTE, hook)
     return hook
@@ -203,9 +259,9 @@ def _forward(model, batch, device) -> tuple[float, torch.Tensor]:
     return float(loss_sum), logits
 
 
-def _packed_logit_diff(examples, packed_logits, separate_logits, row_length) -> float:
-    """Largest |logit difference| between each example alone and the same tokens inside its packed row."""
-    rows = first_fit_rows([len(example.input_ids) for example in examples], row_length)
+def _packed_logit_diff(examples, packed_logits, separate_logits, rows) -> float:
+    """Largest |logit difference| between each example alone and the same tokens inside its packed row
+    (`rows`: the example indices of each row, in placement order)."""
     largest = 0.0
     for row, members in enumerate(rows):
         cursor = 0
@@ -218,20 +274,21 @@ def _packed_logit_diff(examples, packed_logits, separate_logits, row_length) -> 
 
 
 def isolation_check(model, examples: list[Example], row_length: int, pad_id: int, device, *,
-                    loss_tolerance: float = 1e-5, logit_tolerance: float = 1e-4) -> dict:
+                    loss_tolerance: float = 1e-5, logit_tolerance: float = 1e-4, pack=None) -> dict:
     """Is every packed example computed as if it were alone, by the model as it is? Eval mode, no gradients.
 
     Compares the packed batch with each example run alone: the summed supervised token loss
     (relative difference at most `loss_tolerance`) and every logit of every real token (absolute
     difference at most `logit_tolerance`). The same packed batch is also run with the block mask
-    switched off (what `position_ids` with a 2-D mask give): the cross-contamination the mask prevents."""
+    switched off (what `position_ids` with a 2-D mask give): the cross-contamination the mask prevents.
+    The packed batch is laid out by `pack` (chapter 30's pack_examples), as the stage's collate did."""
     hook = block_mask_hook(model)
     if hook is None:
         raise ConfigError("the model has no block mask: call install_block_mask(model) first")
     was_training = model.training
     model.eval()
     try:
-        packed = packed_batch(examples, row_length, pad_id)
+        packed, rows = packed_rows(examples, row_length, pad_id, pack, with_rows=True)
         alone = [_forward(model, pad_batch([example], pad_id), device) for example in examples]
         per_example = sum(loss for loss, _ in alone)
         isolated_sum, isolated_logits = _forward(model, packed, device)
@@ -245,11 +302,11 @@ def isolation_check(model, examples: list[Example], row_length: int, pad_id: int
     separate = [logits for _, logits in alone]
     scale = max(abs(per_example), 1e-12)
     relative = abs(isolated_sum - per_example) / scale
-    logit_diff = _packed_logit_diff(examples, isolated_logits, separate, row_length)
+    logit_diff = _packed_logit_diff(examples, isolated_logits, separate, rows)
     return {"examples": len(examples), "rows": int(packed["input_ids"].shape[0]), "row_length": row_length,
             "per_example_loss_sum": per_example, "packed_loss_sum": isolated_sum, "relative_loss_diff": relative,
             "max_abs_logit_diff": logit_diff, "loss_tolerance": loss_tolerance, "logit_tolerance": logit_tolerance,
             "isolated": relative <= loss_tolerance and logit_diff <= logit_tolerance,
             "without_block_mask": {
                 "packed_loss_sum": unmasked_sum, "relative_loss_diff": abs(unmasked_sum - per_example) / scale,
-                "max_abs_logit_diff": _packed_logit_diff(examples, unmasked_logits, separate, row_length)}}
+                "max_abs_logit_diff": _packed_logit_diff(examples, unmasked_logits, separate, rows)}}

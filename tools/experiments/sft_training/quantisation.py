@@ -46,6 +46,11 @@ DOUBLE_QUANT_BLOCKSIZE = 256
 COMPUTE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 CPU_NOTE = ("bitsandbytes CPU backend: real 4-bit storage and Linear4bit forward and backward on the CPU; "
             "the CUDA kernels and the memory they save are exercised only by a real_gpu run")
+DEQUANTISED_TOLERANCE = 0.02
+"""Largest |chapter's dequantised value - bitsandbytes' dequantised value| over the tensor's largest
+|weight|: with double quantisation bitsandbytes stores each block's absmax in 8 bits (a relative
+error of about 1 %), the codes themselves are identical; a reconstruction that scales by another
+block's absmax is off by the size of the weights."""
 PEAK_NOTE = ("peak memory is measured on CUDA only (torch.cuda.max_memory_* and the 0.25 s sampler); on a CPU it "
              "is null, and this record claims no memory saving")
 
@@ -93,6 +98,56 @@ def nf4_dequantise(codes: torch.Tensor, absmax: torch.Tensor, blocksize: int = B
     flat = codes.reshape(-1).long()
     scale = absmax.float().repeat_interleave(blocksize)[:flat.numel()]
     return (_level_tensor()[flat] * scale).view(codes.shape)
+
+
+# ---- the package's copies of the chapter's exercises (notebooks/26's contracts) ----------------------------
+# What the stage runs when no notebook passes the learner's functions (the command line, the GPU batch).
+
+def chapter_quantise(weight: torch.Tensor, blocksize: int = BLOCKSIZE) -> dict:
+    """nf4_quantise's contract: `{"codes", "absmax", "shape", "blocksize"}`."""
+    codes, absmax = nf4_quantise(weight, blocksize)
+    return {"codes": codes, "absmax": absmax, "shape": tuple(weight.shape), "blocksize": blocksize}
+
+
+def chapter_reconstruct(quantised: dict, weight: torch.Tensor) -> dict:
+    """nf4_reconstruct's contract: the dequantised values and the error they leave (float64)."""
+    dequantised = nf4_dequantise(quantised["codes"], quantised["absmax"], quantised["blocksize"])
+    original = weight.detach().reshape(-1).double()
+    error = (original - dequantised.reshape(-1).double()).abs()
+    blocks = quantised["absmax"].numel()
+    padded = torch.nn.functional.pad(error, (0, blocks * quantised["blocksize"] - error.numel()))
+    norm = float(torch.linalg.vector_norm(original))
+    error_norm = float(torch.linalg.vector_norm(error))
+    relative = error_norm / norm if norm > 0 else (0.0 if error_norm == 0 else math.inf)
+    return {"dequantised": dequantised, "max_abs_error": float(error.max()), "mean_abs_error": float(error.mean()),
+            "relative_error": relative, "worst_block": int(padded.view(blocks, -1).amax(dim=1).argmax())}
+
+
+def chapter_account(quantised_shapes: list, kept_parameters: int, blocksize: int = BLOCKSIZE,
+                    double_quant: bool = False, dq_blocksize: int = DOUBLE_QUANT_BLOCKSIZE) -> dict:
+    """nf4_memory_account's contract (bfloat16 kept parameters)."""
+    account = memory_account(quantised_shapes, kept_parameters, blocksize=blocksize, double_quant=double_quant,
+                             double_quant_blocksize=dq_blocksize)
+    return {"quantised_parameters": account["quantised_parameters"], "code_bytes": account["code_bytes"],
+            "constant_bytes": account["constant_bytes"], "kept_bytes": account["kept_bytes"],
+            "total_bytes": account["total_bytes"], "bits_per_parameter": account["bits_per_quantised_parameter"],
+            "bf16_bytes": account["bf16_bytes"],
+            "saving": 1 - account["total_bytes"] / account["bf16_bytes"] if account["bf16_bytes"] else None}
+
+
+def chapter_trainable_report(parameters: list[dict], compute_dtype: str) -> dict:
+    """trainable_report's contract: the groups, their element counts, the problems and the verdict."""
+    summary = summarise_table(parameters)
+    groups = {"frozen_4bit": [], "frozen": [], "trainable": []}
+    for row in parameters:
+        groups["trainable" if row["requires_grad"] else "frozen_4bit" if row["storage"] == "nf4" else "frozen"].append(
+            row["name"])
+    total = sum(summary["parameters"].values())
+    verdict = ("invalid" if summary["problems"] else "nothing_trains" if not groups["trainable"]
+               else "qlora" if groups["frozen_4bit"] else "lora")
+    return {**{group: sorted(names) for group, names in groups.items()}, "parameters": summary["parameters"],
+            "trainable_share": summary["parameters"]["trainable"] / total, "compute_dtype": compute_dtype,
+            "trainable_storage": summary["trainable_storage"], "problems": summary["problems"], "verdict": verdict}
 
 
 # ---- the account -----------------------------------------------------------------------------
@@ -289,6 +344,68 @@ def predicted_bytes(model) -> dict:
     return memory_account([tuple(int(size) for size in state.shape) for state in states],
                           sum(parameter.numel() for parameter in kept),
                           kept_bytes_per_parameter=element_sizes.pop() if element_sizes else 2, **settings)
+
+
+def stored_codes(parameter) -> torch.Tensor:
+    """The NF4 codes a bitsandbytes 4-bit weight stores, unpacked (the first of a pair in the high
+    nibble), flat in the weight's row-major order."""
+    pairs = parameter.data.reshape(-1)
+    return torch.stack([pairs >> 4, pairs & 0xF], dim=1).reshape(-1)[:math.prod(parameter.quant_state.shape)]
+
+
+def original_weights(model, spec: AdapterSpec) -> dict[str, torch.Tensor]:
+    """`{module name: a copy of its weight}` of the linear layers an NF4 variant's prepare will quantise,
+    taken on the CPU in the variant's compute dtype before they are (what the chapter's functions are checked on)."""
+    dtype = COMPUTE_DTYPES[spec.compute_dtype]
+    return {name: module.weight.detach().to(device="cpu", dtype=dtype, copy=True) for name, module in model.named_modules()
+            if name.rsplit(".", 1)[-1] in QWEN2_LINEAR_MODULES and type(module) is torch.nn.Linear}
+
+
+def chapter_checks(model, spec: AdapterSpec, rows: list[dict], originals: dict, functions: dict) -> dict:
+    """The chapter's four functions run on the stage's real model, each beside what it must equal:
+    `trainable_report` on the parameter table (its trainable count beside peft's), `nf4_memory_account`
+    on the table's 4-bit shapes and kept parameters (beside the bytes measured from the tensors), and
+    for an NF4 base `nf4_quantise` / `nf4_reconstruct` on every original linear weight (the codes beside
+    the ones bitsandbytes stored; the values beside bitsandbytes' dequantised weight, within
+    DEQUANTISED_TOLERANCE of the tensor's largest |weight|: double quantisation rounds each absmax)."""
+    import bitsandbytes.functional as bnb_functional
+
+    report = functions["trainable_report"](rows, spec.compute_dtype)
+    peft_trainable = int(model.get_nb_trainable_parameters()[0])
+    base = [row for row in rows if not is_adapter_tensor(row["name"])]
+    states = _four_bit_states(model)
+    account = functions["nf4_memory_account"](
+        [tuple(row["shape"]) for row in base if row["storage"] == "nf4"],
+        sum(math.prod(row["shape"]) for row in base if row["storage"] != "nf4"),
+        blocksize=int(states[0].blocksize) if states else BLOCKSIZE, double_quant=bool(states and states[0].nested))
+    measured = storage_bytes(model)["total_bytes"]
+    checks = {"trainable_report": {"verdict": report["verdict"], "trainable": report["parameters"]["trainable"],
+                                   "peft_trainable": peft_trainable,
+                                   "agrees_with_peft": report["parameters"]["trainable"] == peft_trainable,
+                                   "problems": report["problems"]},
+              "memory_account": {"total_bytes": account["total_bytes"], "measured_total_bytes": measured,
+                                 "agrees": account["total_bytes"] == measured},
+              "quantise": None}
+    if spec.base_quantisation == "nf4":
+        compared = mismatched = 0
+        worst = 0.0
+        for name, parameter in model.named_parameters():
+            module = name.removeprefix("base_model.model.").rsplit(".weight", 1)[0].replace(".base_layer", "")
+            if not is_4bit(parameter) or module not in originals:
+                continue
+            original = originals[module]
+            ours = functions["nf4_quantise"](original, int(parameter.quant_state.blocksize))
+            rebuilt = functions["nf4_reconstruct"](ours, original)
+            codes = ours["codes"].reshape(-1).long()
+            mismatched += int((codes != stored_codes(parameter).long().cpu()).sum())
+            compared += codes.numel()
+            theirs = bnb_functional.dequantize_4bit(parameter.data, parameter.quant_state).float().reshape(-1).cpu()
+            scale = max(float(original.float().abs().max()), 1e-12)
+            worst = max(worst, float((rebuilt["dequantised"].reshape(-1).float() - theirs).abs().max()) / scale)
+        checks["quantise"] = {"tensors": len(originals), "codes_compared": compared, "codes_mismatched": mismatched,
+                              "dequantised_max_diff_over_absmax": worst, "tolerance": DEQUANTISED_TOLERANCE,
+                              "agrees": compared > 0 and mismatched == 0 and worst <= DEQUANTISED_TOLERANCE}
+    return checks
 
 
 def four_bit_compute_dtypes(model) -> list[str]:

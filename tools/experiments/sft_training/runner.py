@@ -21,8 +21,8 @@ from tools.core.records import record_header, save_json_record_once
 from tools.errors import ConfigError, RecordExistsError
 from tools.experiments.sft_training.adapters import attach, hash_report, tensor_hashes, trainable_parameters
 from tools.experiments.sft_training.config import AdapterSpec, StageConfig
-from tools.experiments.sft_training.data import build_split
-from tools.experiments.sft_training.plans import plan_for, stage_config_for
+from tools.experiments.sft_training.data import stage_split
+from tools.experiments.sft_training.plans import Plan, plan_for, stage_config_for
 from tools.experiments.sft_training.training import train_variant
 from tools.measure.training import free_device_memory, out_of_memory_error
 from tools.models.loading import load_causal_lm, model_identity, resolve_model
@@ -64,27 +64,33 @@ def planned_paths(config: StageConfig, variants: list[AdapterSpec]) -> dict[str,
 
 
 def run_variant(config: StageConfig, spec: AdapterSpec, *, prepare: Callable | None = None,
-                measure: Callable | None = None, collate: Callable | None = None) -> dict:
+                measure: Callable | None = None, collate: Callable | None = None,
+                accumulate: Callable | None = None, evaluate: Callable | None = None,
+                attached: Callable | None = None) -> dict:
     """Train and measure one variant; returns the body of its record (status ok / oom / failed).
 
     `prepare(model, spec)` may change the base before the adapter is attached (e.g. quantise it);
+    `attached(model, spec)` sees the adapter-wrapped model before its first step (e.g. keeps a snapshot);
     `measure(model, spec, split, config, tokenizer)` adds the chapter's own measurements after
-    training (e.g. merge equivalence) under `chapter_measurements`; `collate` builds the training
-    micro-batches (see training.train_variant)."""
+    training (e.g. merge equivalence) under `chapter_measurements`; `collate`, `accumulate` and
+    `evaluate` build the micro-batches, compute a step's gradient and evaluate (see
+    training.train_variant)."""
     folder = model_for(config)
     model, tokenizer = load_causal_lm(folder, dtype="float32", device=config.device)
-    split = build_split(tokenizer, config.train_task_seeds, config.eval_task_seed, config.tasks_per_operation,
-                        spec.max_length or config.max_length)
+    split = stage_split(tokenizer, config, spec.max_length or config.max_length)
     body = {"variant": spec.public(), "model": model_identity(folder), "data": split.manifest()}
     oom = out_of_memory_error(torch)
     try:
         if prepare is not None:
             model = prepare(model, spec)
         model = attach(model, spec, config.seed)
+        if attached is not None:
+            attached(model, spec)
         before = tensor_hashes(model)
         body["parameters"] = trainable_parameters(model)
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        body["measurements"] = train_variant(model, spec, split, config, pad_id, collate)
+        body["measurements"] = train_variant(model, spec, split, config, pad_id, collate, accumulate=accumulate,
+                                             evaluate_with=evaluate)
         body["hashes"] = hash_report(before, tensor_hashes(model))
         if measure is not None:
             body["chapter_measurements"] = measure(model, spec, split, config, tokenizer)
@@ -104,8 +110,11 @@ def run_variant(config: StageConfig, spec: AdapterSpec, *, prepare: Callable | N
 
 
 def run_stage(config: StageConfig, variants: list[AdapterSpec], *, prepare: Callable | None = None,
-              measure: Callable | None = None, collate: Callable | None = None) -> list[dict]:
-    """Run every variant in order and write its record; returns `{variant, path, sha256, status}` per variant."""
+              measure: Callable | None = None, collate: Callable | None = None, accumulate: Callable | None = None,
+              evaluate: Callable | None = None, attached: Callable | None = None,
+              mechanism: dict | None = None) -> list[dict]:
+    """Run every variant in order and write its record; returns `{variant, path, sha256, status}` per variant.
+    `mechanism` (a bound plan's `described`) goes into every record: which chapter functions ran."""
     check_hooks(variants, prepare, collate)
     paths = planned_paths(config, variants)
     written = []
@@ -114,10 +123,11 @@ def run_stage(config: StageConfig, variants: list[AdapterSpec], *, prepare: Call
         torch.set_num_threads(1)  # the tiny model gains nothing from a second thread on a shared 2-core machine
     try:
         for spec in variants:
-            body = run_variant(config, spec, prepare=prepare, measure=measure, collate=collate)
+            body = run_variant(config, spec, prepare=prepare, measure=measure, collate=collate,
+                               accumulate=accumulate, evaluate=evaluate, attached=attached)
             record = {**record_header(schema_version=SCHEMA, chapter=config.chapter, stage=f"sft_{spec.name}",
                                       run_mode=config.run_mode, run_label=config.run_label),
-                      "config": config.public(), **body, "cpu_threads": torch.get_num_threads(),
+                      "config": config.public(), **body, "mechanism": mechanism, "cpu_threads": torch.get_num_threads(),
                       "runtime": runtime_snapshot()}
             digest = save_json_record_once(paths[spec.name], record)
             written.append({"variant": spec.name, "path": paths[spec.name], "sha256": digest, "status": body["status"]})
@@ -126,27 +136,33 @@ def run_stage(config: StageConfig, variants: list[AdapterSpec], *, prepare: Call
     return written
 
 
-def run_plan(config: StageConfig) -> list[dict]:
-    """Run the plan of `config.chapter` with `config`; returns run_stage's list (one item per variant)."""
-    plan = plan_for(config.chapter)
-    return run_stage(config, plan.variants(config.run_mode), prepare=plan.prepare, measure=plan.measure,
-                     collate=plan.collate)
+def run_bound(config: StageConfig, plan: Plan, names: tuple[str, ...] = ()) -> list[dict]:
+    """Run a bound chapter plan (Plan.bound) with `config`: every variant, or those named in `names`."""
+    variants = [spec for spec in plan.variants(config.run_mode) if not names or spec.name in names]
+    return run_stage(config, variants, prepare=plan.prepare, measure=plan.measure, collate=plan.collate,
+                     accumulate=plan.accumulate, evaluate=plan.evaluate, attached=plan.attached,
+                     mechanism=plan.described)
+
+
+def run_plan(config: StageConfig, mechanism=None) -> list[dict]:
+    """Run the plan of `config.chapter` with `config` and the chapter functions of `mechanism` (None:
+    the package's copies); returns run_stage's list (one item per variant)."""
+    return run_bound(config, plan_for(config.chapter).bound(mechanism))
 
 
 def run(plan, sink, *, log=None) -> list[dict]:
     """The experiment contract's runner (tools.experiments.contract): the chapter's plan with the
     plan's run parameters; each variant's record is kept by the sink. `plan.variants` selects some."""
+    plan_for(plan.chapter).check_mechanism(plan.mechanism)  # before any work, dry_run included
     if not plan.writes:
         if log is not None:
             log(f"sft_training (dry_run): chapter {plan.chapter} would train {', '.join(plan.variants) or 'every variant'}"
                 f" of its plan on {plan.model} ({plan.model_source}); nothing is loaded or written")
         return []
+    chapter_plan = plan_for(plan.chapter).bound(plan.mechanism)
     config = stage_config_for(plan.chapter, plan.run_mode, plan.label, sink.results_root,
                               model_source=plan.model_source, model_id=plan.model, device=plan.device)
-    chapter_plan = plan_for(plan.chapter)
-    variants = [spec for spec in chapter_plan.variants(plan.run_mode) if not plan.variants or spec.name in plan.variants]
-    written = run_stage(config, variants, prepare=chapter_plan.prepare, measure=chapter_plan.measure,
-                        collate=chapter_plan.collate)
+    written = run_bound(config, chapter_plan, tuple(plan.variants))
     for item in written:
         sink.adopt(item["path"], stage=f"sft_{item['variant']}")
     return written

@@ -64,12 +64,24 @@ def default_collate(examples, pad_id: int, spec: AdapterSpec, config: StageConfi
     return pad_batch(examples, pad_id)
 
 
+def evaluation_batches(examples, batch_size: int, pad_id: int) -> list[dict]:
+    """The evaluation examples as right-padded batches of `batch_size`, in order."""
+    return [pad_batch(examples[start:start + batch_size], pad_id) for start in range(0, len(examples), batch_size)]
+
+
 def train_variant(model, spec: AdapterSpec, split: Split, config: StageConfig, pad_id: int,
-                  collate: Callable | None = None) -> dict:
+                  collate: Callable | None = None, *, accumulate: Callable | None = None,
+                  evaluate_with: Callable | None = None) -> dict:
     """Fixed-seed training of an adapter-wrapped model; returns the measurements (status ok or failed).
 
     `collate(examples, pad_id, spec, config)` builds each micro-batch (`input_ids`, `attention_mask`,
-    `labels`, optionally `position_ids`); the default pads on the right."""
+    `labels`, optionally `position_ids`); the default pads on the right. `accumulate(model,
+    micro_batches)` (a chapter's gradient accumulation, e.g. chapter 15's `accumulate_gradients`)
+    leaves one step's gradient in `.grad` and returns `{"loss": float, ...}`; by default the stage's
+    own loop does it (sum of token losses / the step's supervised count, per micro-batch).
+    `evaluate_with(model, batches, optimizer, spec, split)` (a chapter's evaluation) returns the held-apart
+    loss, or a dict with `"loss"` and what else it measured (kept under `evaluations`); by default
+    the stage's `evaluate`."""
     collate = collate or default_collate
 
     device = torch.device(config.device)
@@ -77,7 +89,20 @@ def train_variant(model, spec: AdapterSpec, split: Split, config: StageConfig, p
     torch.manual_seed(config.seed)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=config.learning_rate)
     plan = batches(split.train, config.batch_size, config.steps, config.grad_accumulation)
-    eval_before = evaluate(model, split.evaluation, config.batch_size, pad_id, device)
+    evaluations = {}
+
+    def held_apart_loss(moment: str) -> float:
+        if evaluate_with is None:
+            return evaluate(model, split.evaluation, config.batch_size, pad_id, device)
+        eval_batches = [{key: value.to(device) for key, value in batch.items()}
+                        for batch in evaluation_batches(split.evaluation, config.batch_size, pad_id)]
+        result = evaluate_with(model, eval_batches, optimizer, spec, split)
+        if isinstance(result, dict):
+            evaluations[moment] = {key: value for key, value in result.items() if key != "loss"}
+            return float(result["loss"])
+        return float(result)
+
+    eval_before = held_apart_loss("before")
     if cuda:
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
@@ -99,11 +124,16 @@ def train_variant(model, spec: AdapterSpec, split: Split, config: StageConfig, p
             step_loss = 0.0
             real_per_step.append(sum(int(batch["attention_mask"].sum()) for batch in padded))
             slots_per_step.append(sum(int(batch["input_ids"].numel()) for batch in padded))
-            for batch in padded:
+            if accumulate is not None:
                 with autocast:
-                    loss_sum, _ = supervised_loss_sum(model, batch, device)
-                (loss_sum / supervised).backward()
-                step_loss += float(loss_sum.detach()) / supervised
+                    step_loss = float(accumulate(model, [{key: value.to(device) for key, value in batch.items()}
+                                                         for batch in padded])["loss"])
+            for batch in padded:
+                if accumulate is None:
+                    with autocast:
+                        loss_sum, _ = supervised_loss_sum(model, batch, device)
+                    (loss_sum / supervised).backward()
+                    step_loss += float(loss_sum.detach()) / supervised
                 tokens_seen += int(batch["attention_mask"].sum())
                 slots_seen += int(batch["input_ids"].numel())
             norm = torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], float("inf"))
@@ -117,7 +147,7 @@ def train_variant(model, spec: AdapterSpec, split: Split, config: StageConfig, p
             step_ms.append((time.perf_counter() - step_start) * 1000.0)
         elapsed = time.perf_counter() - started
     samples = sampler.snapshot()
-    eval_after = evaluate(model, split.evaluation, config.batch_size, pad_id, device)
+    eval_after = held_apart_loss("after")
     finite = all(math.isfinite(value) for value in [*losses, *grad_norms, eval_before, eval_after])
     return {
         "status": "ok" if finite else "failed",
@@ -133,4 +163,5 @@ def train_variant(model, spec: AdapterSpec, split: Split, config: StageConfig, p
         "peak_allocated_mib": torch.cuda.max_memory_allocated(device) / MIB if cuda else None,
         "peak_reserved_mib": torch.cuda.max_memory_reserved(device) / MIB if cuda else None,
         "sampled": {**peaks(samples), **sampler.summary()},
+        "evaluations": evaluations or None,
     }

@@ -53,8 +53,18 @@ def dora_layers(peft_model) -> list[tuple[str, object]]:
     return found
 
 
-def check_against_peft(peft_model, inputs: torch.Tensor | None = None, seed: int = 0) -> dict:
-    """`dora_forward` vs peft's DoRA layer (the first one of the model) on the same inputs.
+def applied_scaling(peft_model) -> float | None:
+    """The scaling peft's first LoRA layer of the model really applies (None without one)."""
+    for _, module in peft_model.named_modules():
+        scaling = getattr(module, "scaling", None)
+        if isinstance(scaling, dict) and "default" in scaling:
+            return float(scaling["default"])
+    return None
+
+
+def check_against_peft(peft_model, inputs: torch.Tensor | None = None, seed: int = 0, dora=None) -> dict:
+    """`dora(...)` (chapter 31's dora_forward: the learner's; None: this module's) vs peft's DoRA layer
+    (the first one of the model) on the same inputs.
 
     Returns `{"layer", "max_abs_diff", "output_scale", "tolerance", "matches"}`, or `{"layer": None}`
     when the model has no DoRA layer. Computed in float32 on the layer's own weights."""
@@ -72,7 +82,7 @@ def check_against_peft(peft_model, inputs: torch.Tensor | None = None, seed: int
     layer.eval()
     with torch.no_grad():
         theirs = layer(inputs.to(base.weight.dtype)).float()
-        ours = dora_forward(inputs, weight, layer.lora_A["default"].weight.detach().float(),
+        ours = (dora or dora_forward)(inputs, weight, layer.lora_A["default"].weight.detach().float(),
                             layer.lora_B["default"].weight.detach().float(),
                             layer.lora_magnitude_vector["default"].weight.detach().float(),
                             float(layer.scaling["default"]), None if base.bias is None else base.bias.detach().float())

@@ -1,17 +1,40 @@
 """Chapter 14 (LoRA target modules): three target sets at the same rank on the same data.
 
 Each variant trains a rank-8 LoRA on attention q/v, on every attention projection, or on every
-linear layer. After training, `measure` records what the chapter teaches: the analytic count of
-trainable adapter parameters beside peft's own count, and merge equivalence (`merge_and_unload`
-vs the unmerged adapter) in float32 and bfloat16. The hashes that prove the base frozen are in
-every record already (`hashes`, written by the runner).
+linear layer. After training, `measure` records what the chapter teaches, with the chapter's own
+functions (MECHANISM: the learner's from the notebook, else the package's copies): the analytic
+count of trainable adapter parameters (`lora_trainable_count`) beside peft's own count, the frozen
+base judged from tensor snapshots taken before the first step and after the last
+(`frozen_base_report`), and merge equivalence (`merge_and_unload` vs the unmerged adapter) in
+float32 and bfloat16 judged by `judge_merge`. The runner's own hashes stay in every record
+(`hashes`) as independent evidence.
 """
 
 from __future__ import annotations
 
 from tools.experiments.sft_training.config import QWEN2_LINEAR_MODULES, AdapterSpec
-from tools.experiments.sft_training.lab_curves import CurvePlan, curve_data, one_thread, train_curve
+from tools.experiments.sft_training.lab_curves import (
+    CurvePlan,
+    curve_data,
+    measurement_context,
+    one_thread,
+    train_curve,
+)
 from tools.experiments.sft_training.lora_evidence import count_check, merge_checks
+
+MECHANISM = ("lora_trainable_count", "frozen_base_report", "judge_merge")
+_snapshots: dict[str, dict] = {}
+"""Variant name -> the adapter-wrapped model's tensors before its first step (kept by `attached`)."""
+
+
+def defaults() -> dict:
+    """The package's copies of the chapter's functions (what a run without a notebook uses)."""
+    from tools.experiments.sft_training.adapters import frozen_base_report
+    from tools.experiments.sft_training.counting import lora_trainable_count
+    from tools.experiments.sft_training.merging import judge_merge
+
+    return {"lora_trainable_count": lora_trainable_count, "frozen_base_report": frozen_base_report,
+            "judge_merge": judge_merge}
 
 RANK, ALPHA = 8, 16.0
 TARGET_SETS = {
@@ -27,14 +50,28 @@ def variants(run_mode: str) -> list[AdapterSpec]:
     return [AdapterSpec(name, rank=RANK, alpha=ALPHA, target_modules=targets) for name, targets in TARGET_SETS.items()]
 
 
-def measure(model, spec, split, config, tokenizer) -> dict:
-    """Count check and merge equivalence of the trained adapter (the trained model is not changed)."""
-    return {"count": count_check(model, spec), "merge": merge_checks(model, split, config, tokenizer)}
+def attached(model, spec) -> None:
+    """Keep a copy of every tensor of the adapter-wrapped model before its first step."""
+    from tools.experiments.sft_training.adapters import tensor_snapshot
+
+    _snapshots[spec.name] = tensor_snapshot(model)
+
+
+def measure(model, spec, split, config, tokenizer, *, functions=None) -> dict:
+    """Count check, frozen-base report and merge equivalence of the trained adapter, each with the
+    chapter's function (the trained model is not changed)."""
+    from tools.experiments.sft_training.adapters import tensor_snapshot
+
+    functions = functions or defaults()
+    before = _snapshots.pop(spec.name)
+    return {"count": count_check(model, spec, functions["lora_trainable_count"]),
+            "frozen": functions["frozen_base_report"](before, tensor_snapshot(model)),
+            "merge": merge_checks(model, split, config, tokenizer, functions["judge_merge"])}
 
 
 # ---- the effect on the lab model (Step 5's curves; tests/chapters/test_lab_effects.py) --------------------
 
-EFFECT = CurvePlan(steps=60, batch_size=16, learning_rate=3e-3, eval_every=15, eval_problems=128)
+EFFECT = CurvePlan(steps=30, batch_size=16, learning_rate=7e-4, eval_every=5, eval_problems=128, heldout_problems=256)
 """Equal rank, alpha, steps, data order and learning rate for every target set; only the targets differ."""
 EFFECT_SEEDS = (0, 1, 2)
 
@@ -73,7 +110,8 @@ def effect(seeds=EFFECT_SEEDS, plan: CurvePlan = EFFECT, model_id: str = "lab") 
             variants[spec.name] = {"target_modules": list(spec.target_modules),
                                    "trainable_parameters": curves[0]["trainable_parameters"], "curves": curves}
         selection = peft_all_linear(base)
-    return {"plan": plan.public(), "model": model_identity(folder), "data": data.manifest, "seeds": list(seeds),
+    return {"plan": plan.public(), "model": model_identity(folder), **measurement_context(), "data": data.manifest,
+            "seeds": list(seeds),
             "variants": variants, "peft_all_linear": selection}
 
 
