@@ -131,3 +131,26 @@ def test_an_actor_that_dies_loses_no_grade_and_two_deaths_are_reported(tmp_path,
     assert outcomes["doomed"].status == "failed" and "died twice" in outcomes["doomed"].reason
     assert {student for student, _ in gradebook_scores(root / "grading")} == {"ref", "unlucky"}
     assert not (root / "grading" / "autograded" / "doomed").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("chapter_id", ["33", "pt-rl-system"])
+def test_a_real_chapters_class_gets_the_same_scores_from_ray_and_local_workers(tmp_path, ray_cluster, chapter_id):
+    """Two reference submissions and one wrong one (the chapter's first mutant on its first exercise)."""
+    from chapter_factory import REPO_ROOT
+    from tools.course.classroom.benchmark import class_of_copies
+    from tools.course.grader.build import load_mutants, mutants_dir
+
+    chapter = select_chapters([chapter_id], REPO_ROOT)[0]
+    mutant = load_mutants(mutants_dir(REPO_ROOT, chapter), read_notebook(chapter.notebook_path(REPO_ROOT)))[0]
+    by_executor = {}
+    for executor in ("local", "ray"):
+        course = class_of_copies(REPO_ROOT, chapter, tmp_path / executor, 2,
+                                 extra={"wrong": {mutant.exercise: mutant.source}})
+        report = autograde_chapter(REPO_ROOT, chapter, course=course, jobs=2, show_progress=False,
+                                   output_dir=tmp_path / f"{executor}-out", executor=executor)
+        by_executor[executor] = {o.student: (o.status, o.score, o.max_score,
+                                             [item["score"] for item in o.exercises]) for o in report.outcomes}
+    assert by_executor["ray"] == by_executor["local"]
+    full = by_executor["local"]["s000"][2]
+    assert by_executor["local"]["s000"][1] == by_executor["local"]["s001"][1] == full > by_executor["local"]["wrong"][1]

@@ -356,7 +356,7 @@ def bench_ray_class(root: Path, chapter: Chapter, copies: int = 8, jobs: int = 2
                 "wall_s": round(ended - started, 2), "cluster_start_s": round(connected - started, 2),
                 "workers_ready_s": report.timings.get("prepared_s"), "graded_s": report.timings.get("graded_s"),
                 "full_marks": sum(1 for o in report.graded if o.score == o.max_score),
-                "median_submission_s": statistics.median(o.seconds for o in report.graded) if report.graded else None}
+                "median_submission_s": round(statistics.median(o.seconds for o in report.graded), 2) if report.graded else None}
     local, remote = result["local"], result["ray"]
     grading_local = local["graded_s"] - local["workers_ready_s"]
     grading_ray = remote["graded_s"] - remote["workers_ready_s"]
