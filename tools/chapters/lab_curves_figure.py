@@ -111,6 +111,13 @@ class Claim:
     test_seeds: int = 3
 
 
+SENTENCES = {  # (claim kind, what the run shows) -> the lesson_text entry
+    ("greater", "one_seed"): "sft_effects.one_seed_greater", ("equivalent", "one_seed"): "sft_effects.one_seed_equivalent",
+    ("greater", True): "sft_effects.greater_met", ("greater", False): "sft_effects.greater_not_met",
+    ("equivalent", True): "sft_effects.equivalent_met", ("equivalent", False): "sft_effects.equivalent_not_met",
+}
+
+
 def claim_lines(record: dict, claims: list[Claim]) -> list[str]:
     """One sentence per claim, from the record's curves: the paired difference and its interval over the
     record's seeds, whether that interval clears the margin here, and what the effect test asserts; then
@@ -124,12 +131,11 @@ def claim_lines(record: dict, claims: list[Claim]) -> list[str]:
                   "margin": claim.margin, "test_seeds": claim.test_seeds}
         if len(treatment) < 2:
             difference = value_of(treatment[0], claim.key)[-1] - value_of(control[0], claim.key)[-1]
-            lines.append(lesson_text.text(f"sft_effects.one_seed_{claim.kind}", difference=difference, **fields))
+            lines.append(lesson_text.text(SENTENCES[claim.kind, "one_seed"], difference=difference, **fields))
             continue
         effect = paired(treatment, control, claim.key)
         met = (effects.holds(effect, claim.margin) if claim.kind == "greater" else effects.equivalent(effect, claim.margin))
-        lines.append(lesson_text.text(f"sft_effects.{claim.kind}_{'met' if met else 'not_met'}",
-                                      interval=effects.describe(effect), **fields))
+        lines.append(lesson_text.text(SENTENCES[claim.kind, met], interval=effects.describe(effect), **fields))
     lines.append(profile_line(record))
     return lines
 
