@@ -138,6 +138,7 @@ def cmd_grading_autograde(args) -> int:
 
     from tools.core.catalog import select_chapters
     from tools.course.classroom.batch import autograde_chapter, format_summary
+    from tools.course.classroom.ray_grading import ray_executor
     from tools.course.classroom.sandbox import Limits
     from tools.course.nbgrader_cli import course_cell_timeout
 
@@ -152,7 +153,7 @@ def cmd_grading_autograde(args) -> int:
                                jobs=args.jobs, limits=limits,
                                output_dir=Path(args.output_dir) if args.output_dir else None,
                                show_progress=not args.no_progress, require_isolation=args.require_isolation,
-                               executor=args.executor, address=args.address, ray_cpus=args.ray_cpus)
+                               remote=ray_executor(args.executor, args.address, args.ray_cpus))
     print(format_summary(report), flush=True)
     if not report.passed:
         print(f"grading autograde: {len(report.failures)} submission(s) not graded or without feedback")

@@ -20,7 +20,7 @@ from tools.course.classroom import ray_grading
 from tools.course.classroom.batch import autograde_chapter, ensure_assignment
 from tools.course.cells import read_notebook
 from tools.course.grader.build import build_sources
-from tools.course.runs import ray_executor
+from tools.course.ray_cluster import connect
 from tools.errors import ConfigError
 
 pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("ray"), pytest.mark.filterwarnings("ignore:.*not in session:sqlalchemy.exc.SAWarning")]
@@ -49,10 +49,10 @@ def toy_class(folder, students=CLASS):
     return root
 
 
-def grade(root, executor, **options):
+def grade(root, executor):
     chapter = select_chapters(["toy"], root)[0]
     report = autograde_chapter(root, chapter, jobs=2, output_dir=root / f"out-{executor}", show_progress=False,
-                               executor=executor, **options)
+                               remote=ray_grading.ray_executor(executor))
     return report, {outcome.student: outcome for outcome in report.outcomes}
 
 
@@ -67,21 +67,27 @@ def gradebook_scores(course):
 
 @pytest.fixture(scope="module")
 def ray_cluster():
-    ray = ray_executor.connect(None, num_cpus=2)
+    ray = connect(None, num_cpus=2)
     yield ray
     ray.shutdown()
 
 
-def test_an_unreachable_address_or_an_unknown_executor_fails_before_any_work(tmp_path):
+def test_an_unreachable_address_or_an_unknown_executor_fails_before_any_work(tmp_path, monkeypatch, capsys):
+    from tools.course.__main__ import main
+
     root = toy_class(tmp_path, {"ref": REFERENCE})
-    chapter = select_chapters(["toy"], root)[0]
     with pytest.raises(ConfigError, match="127.0.0.1:9"):
-        autograde_chapter(root, chapter, output_dir=root / "out", show_progress=False, executor="ray",
-                          address="127.0.0.1:9")
+        ray_grading.ray_executor("ray", "127.0.0.1:9")
     with pytest.raises(ConfigError, match="--executor must be"):
-        autograde_chapter(root, chapter, output_dir=root / "out", show_progress=False, executor="dask")
+        ray_grading.ray_executor("dask")
     with pytest.raises(ConfigError, match="--executor ray"):
-        autograde_chapter(root, chapter, output_dir=root / "out", show_progress=False, address="127.0.0.1:6379")
+        ray_grading.ray_executor("local", "127.0.0.1:6379")
+    monkeypatch.setenv("COURSE_PROJECT_ROOT", str(root))
+    command = ["grading", "autograde", "--chapter", "toy", "--output-dir", str(root / "out"), "--no-progress"]
+    assert main([*command, "--executor", "ray", "--address", "127.0.0.1:9"]) == 2
+    assert "127.0.0.1:9" in capsys.readouterr().err
+    assert main([*command, "--address", "127.0.0.1:6379"]) == 2
+    assert "--executor ray" in capsys.readouterr().err
     assert not (root / "out").exists() and not (root / "grading" / "autograded").exists()
 
 
@@ -148,7 +154,8 @@ def test_a_real_chapters_class_gets_the_same_scores_from_ray_and_local_workers(t
         course = class_of_copies(REPO_ROOT, chapter, tmp_path / executor, 2,
                                  extra={"wrong": {mutant.exercise: mutant.source}})
         report = autograde_chapter(REPO_ROOT, chapter, course=course, jobs=2, show_progress=False,
-                                   output_dir=tmp_path / f"{executor}-out", executor=executor)
+                                   output_dir=tmp_path / f"{executor}-out",
+                                   remote=ray_grading.ray_executor(executor))
         by_executor[executor] = {o.student: (o.status, o.score, o.max_score,
                                              [item["score"] for item in o.exercises]) for o in report.outcomes}
     assert by_executor["ray"] == by_executor["local"]

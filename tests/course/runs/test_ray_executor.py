@@ -15,6 +15,7 @@ import pytest
 
 from chapter_factory import REPO_ROOT, code, make_toy_project, toy_cells, toy_notebook
 from tools.core.catalog import load_catalog, select_chapters
+from tools.course.ray_cluster import connect
 from tools.course.runs import ray_executor
 from tools.course.runs.runner import format_summary, run_chapters
 from tools.errors import ConfigError
@@ -37,7 +38,7 @@ if RUN_MODE != "dry_run":
 @pytest.fixture(scope="module")
 def ray_cluster():
     """A local Ray cluster of 2 CPUs for the module (shut down afterwards)."""
-    ray = ray_executor.connect(None, num_cpus=2)
+    ray = connect(None, num_cpus=2)
     yield ray
     ray.shutdown()
 

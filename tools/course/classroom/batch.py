@@ -63,7 +63,6 @@ from tools.course.classroom.sandbox import (
     plan_masks,
     probe_host,
 )
-from tools.course.classroom.ray_grading import check_executor
 from tools.course.classroom.slot import GradingSlot
 from tools.course.classroom.trusted import trusted_spec
 from tools.errors import ConfigError, RecordExistsError
@@ -557,12 +556,13 @@ def stop_idle_tqdm_monitor() -> None:
 def autograde_chapter(root: Path, chapter: Chapter, *, course: Path | None = None, jobs: int = 1,
                       limits: Limits | None = None, output_dir: Path | None = None,
                       show_progress: bool = True, require_isolation: bool = False,
-                      progress_stream=None, split_tests: bool = True, executor: str = "local",
-                      address: str | None = None, ray_cpus: int | None = None) -> BatchReport:
+                      progress_stream=None, split_tests: bool = True, remote=None) -> BatchReport:
     """Grade every submission of `chapter`, merge, write feedback, the record and the class report.
 
-    `executor="ray"` grades on `jobs` actors of the Ray cluster at `address` (or a local one of `ray_cpus`
-    CPUs), each in its node's sandbox, and merges here (`tools.course.classroom.ray_grading`).
+    `remote` (None: `jobs` local slots) starts the batch's graders elsewhere: called once the assignment is
+    prepared, as `remote(root, slug, course, template, context, kernel_name, jobs, unpack_dir)`, it returns
+    graders with `grade(index, submission) -> WorkerResult`, `describe()` and `close()`; results are merged
+    here all the same (`tools.course.classroom.ray_grading.ray_executor` grades on Ray actors).
 
     `split_tests=False` runs the test cells in the learner's kernel, as stock nbgrader does: only for
     measuring what the grading boundary costs (`classroom.benchmark`), never for grading a class."""
@@ -573,17 +573,11 @@ def autograde_chapter(root: Path, chapter: Chapter, *, course: Path | None = Non
     limits = limits or Limits()
     if not isinstance(jobs, int) or jobs < 1:
         raise ConfigError(f"--jobs must be a positive whole number, got {jobs!r}")
-    check_executor(executor, address)
     check_inputs(root, chapter, course)
     submissions = discover_submissions(course, chapter.slug)
     host = probe_host()
     if require_isolation and not host.namespaces:
         raise ConfigError(f"isolation required but unavailable: {host.reason}")
-    ray = None
-    if executor == "ray":
-        from tools.course.runs.ray_executor import connect
-
-        ray = connect(address, num_cpus=ray_cpus)  # an unreachable address fails here, before any work
     label = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{os.getpid()}"
     output_dir = (output_dir or layout.autograde_output(chapter.slug, label)).resolve()
     record = output_dir / f"autograde_{chapter.slug}.json"
@@ -604,7 +598,7 @@ def autograde_chapter(root: Path, chapter: Chapter, *, course: Path | None = Non
     slots: list[GradingSlot] = []
     graders = None
     try:
-        local_slots = jobs if ray is None else 0
+        local_slots = jobs if remote is None else 0
         cgroups = BatchCgroups(cgroup_host, jobs) if cgroup_host.version and local_slots else None
         uid_pool = UidPool(jobs) if host.separate_uid and local_slots else None
         kernel_name = read_notebook(course_paths(course, chapter.slug)["source"]).metadata.get(
@@ -626,12 +620,10 @@ def autograde_chapter(root: Path, chapter: Chapter, *, course: Path | None = Non
         template = make_template(course, chapter.slug, batch_dir)
         context = WorkerContext(course, chapter.slug, template, limits, log_dir, existing_extensions(course, chapter.slug),
                                 source if split_tests else None)
-        if ray is not None:
-            from tools.course.classroom.ray_grading import RayGraders, describe
-
-            graders = RayGraders(ray, root, chapter.slug, course, template, context, kernel_name, jobs,
-                                 batch_dir / "from-ray")
-            report.executor = describe(graders)
+        if remote is not None:
+            graders = remote(root, chapter.slug, course, template, context, kernel_name, jobs,
+                             batch_dir / "from-remote")
+            report.executor = graders.describe()
         report.timings["prepared_s"] = round(time.monotonic() - started, 3)
         free: queue.Queue = queue.Queue()
         for slot in slots:

@@ -338,19 +338,21 @@ def bench_ray_class(root: Path, chapter: Chapter, copies: int = 8, jobs: int = 2
     the time `projected` submissions would take on 1, 8, 32 and 128 actors at the measured per-submission
     cost. The batch's own CPU seconds leave out the Ray workers' (they are not this process's children)."""
     from tools.course.classroom.batch import autograde_chapter
-    from tools.course.runs.ray_executor import connect
+    from tools.course.classroom.ray_grading import ray_executor
 
     result: dict = {"copies": copies, "jobs": jobs, "load_before": load_average()}
     with tempfile.TemporaryDirectory(prefix=f"bench-ray-{chapter.slug}-") as temp:
         for executor in ("local", "ray"):
             course = class_of_copies(root, chapter, Path(temp) / executor, copies)
             started = time.perf_counter()
-            ray = connect(None, num_cpus=jobs) if executor == "ray" else None
+            remote = ray_executor(executor, None, jobs)
             connected = time.perf_counter()
             report = autograde_chapter(root, chapter, course=course, jobs=jobs, show_progress=False,
-                                       output_dir=Path(temp) / f"{executor}-out", executor=executor)
+                                       output_dir=Path(temp) / f"{executor}-out", remote=remote)
             ended = time.perf_counter()
-            if ray is not None:
+            if remote is not None:
+                import ray
+
                 ray.shutdown()
             result[executor] = {
                 "wall_s": round(ended - started, 2), "cluster_start_s": round(connected - started, 2),

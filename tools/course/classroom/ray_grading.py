@@ -182,6 +182,12 @@ class RayGraders:
             (self.log_dir / f"autograde_{index:04d}.log").write_bytes(log)
         return WorkerResult(worker_dir=folder, course_dir=course, **reply)
 
+    def describe(self) -> dict:
+        """The cluster the class was graded on (for the class record)."""
+        resources = self.ray.cluster_resources()
+        return {"executor": "ray", "hosts": self.hosts, "cpus": resources.get("CPU", 0.0),
+                "actors": self.free.qsize()}
+
     def close(self) -> None:
         for actor in list(self.free.queue):
             try:
@@ -191,16 +197,21 @@ class RayGraders:
             self.ray.kill(actor)
 
 
-def check_executor(executor: str, address: str | None) -> None:
-    """Refuse an unknown executor, or an address without the Ray executor, before any work."""
+def ray_executor(executor: str = "ray", address: str | None = None, num_cpus: int | None = None):
+    """`autograde_chapter`'s `remote` for `--executor ray`: connects now (an unreachable address fails here,
+    before any work, naming it), then starts the batch's NodeSlot actors when the batch asks. None for
+    `--executor local`; an unknown executor, or an address without the Ray executor, is refused."""
     if executor not in ("local", "ray"):
         raise ConfigError(f"--executor must be 'local' or 'ray', got {executor!r}")
-    if address is not None and executor != "ray":
-        raise ConfigError("--address names a Ray cluster: use it with --executor ray")
+    if executor == "local":
+        if address is not None:
+            raise ConfigError("--address names a Ray cluster: use it with --executor ray")
+        return None
+    from tools.course.ray_cluster import connect
 
+    ray = connect(address, num_cpus=num_cpus)
 
-def describe(graders: RayGraders) -> dict:
-    """The cluster the class was graded on (for the class record)."""
-    resources = graders.ray.cluster_resources()
-    return {"executor": "ray", "hosts": graders.hosts, "cpus": resources.get("CPU", 0.0),
-            "actors": graders.free.qsize()}
+    def start(root, slug, course, template, context, kernel_name, jobs, unpack_dir) -> RayGraders:
+        return RayGraders(ray, root, slug, course, template, context, kernel_name, jobs, unpack_dir)
+
+    return start

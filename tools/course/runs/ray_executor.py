@@ -35,62 +35,6 @@ from tools.errors import ConfigError
 REQUIRED_PACKAGES = ("papermill", "nbformat", "ipykernel", "torch", "transformers", "peft", "tools")
 """What a node must import to run a chapter (reported by name when missing)."""
 PROBE_NAME = ".ray-node-probe-{token}"
-CONNECT_TIMEOUT_S = 5.0
-
-
-def _address_host_port(address: str) -> tuple[str, int]:
-    text = address.removeprefix("ray://")
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise ConfigError(f"--address {address!r}: give the head node as HOST:PORT (e.g. 10.0.0.5:6379) or 'auto'")
-    return host, int(port)
-
-
-def check_reachable(address: str) -> None:
-    """Refuse, before any work, an address no Ray head answers on (the address is in the message)."""
-    if address == "auto":
-        return
-    host, port = _address_host_port(address)
-    try:
-        with socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S):
-            pass
-    except OSError as error:
-        raise ConfigError(f"cannot reach a Ray cluster at {address} ({error}); start one with `ray start --head` "
-                          "or give the head node's address") from None
-
-
-LOCAL_START_ATTEMPTS = 3
-
-
-def connect(address: str | None, *, num_cpus: int | None = None):
-    """`ray` connected to the cluster at `address`, or to a new local cluster of `num_cpus` CPUs.
-
-    A local cluster is started again (up to LOCAL_START_ATTEMPTS times) when its node times out during
-    startup: Ray's raylet gives its agent a fixed time to come up, which a loaded machine can miss."""
-    import os
-
-    import ray
-
-    if address is not None:
-        check_reachable(address)
-    if ray.is_initialized():
-        return ray
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    if address is not None:
-        ray.init(address=address, log_to_driver=False, configure_logging=False)
-        return ray
-    for attempt in range(1, LOCAL_START_ATTEMPTS + 1):
-        try:
-            ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, configure_logging=False)
-            return ray
-        except Exception as error:  # Ray raises a bare Exception when its node times out during startup
-            ray.shutdown()
-            if "timed out during startup" not in str(error):
-                raise
-            if attempt == LOCAL_START_ATTEMPTS:
-                raise ConfigError(f"the local Ray cluster did not start in {attempt} attempts ({error}); the machine "
-                                  "may be overloaded: try again, or start one with `ray start --head`") from None
-    return ray
 
 
 def _git_head(root: Path) -> str | None:
@@ -149,11 +93,10 @@ def check_nodes(ray, root: Path, results: Path | None, *,
     return reports
 
 
-def chapter_task(root: str, chapter: Chapter, run_mode: str, label: str, results: str | None,
+def chapter_task(run_chapter, root: str, chapter: Chapter, run_mode: str, label: str, results: str | None,
                  parameters: dict) -> dict:
-    """One chapter on a worker: executed into a node-local folder; returns the outcome and the notebook."""
-    from tools.course.runs.runner import run_chapter
-
+    """One chapter on a worker, with the runner's `run_chapter`: executed into a node-local folder; returns the
+    outcome and the notebook."""
     with tempfile.TemporaryDirectory(prefix=f"course-{chapter.slug}-") as scratch:
         outcome = run_chapter(Path(root), chapter, run_mode=run_mode, label=label,
                               results_dir=None if results is None else Path(results), output_dir=Path(scratch),
@@ -168,11 +111,11 @@ def _wrote_any(results: Path | None, chapter: Chapter, label: str) -> bool:
 
 
 def run_on_cluster(ray, root: Path, chapters: list[Chapter], *, run_mode: str, label: str, results: Path | None,
-                   output_dir: Path, extra_parameters: dict, handoffs: HandOffs, progress) -> list:
-    """Run `chapters` (ordered by prerequisites) as Ray tasks; returns their ChapterRun outcomes in order."""
+                   output_dir: Path, extra_parameters: dict, handoffs: HandOffs, progress, run_chapter,
+                   ChapterRun) -> list:
+    """Run `chapters` (ordered by prerequisites) as Ray tasks, each with the runner's `run_chapter`; returns
+    their outcomes (the runner's `ChapterRun`) in order."""
     from ray.exceptions import NodeDiedError, WorkerCrashedError
-
-    from tools.course.runs.runner import ChapterRun
 
     in_batch = {chapter.id for chapter in chapters}
     outcomes: dict[str, ChapterRun] = {}
@@ -184,7 +127,7 @@ def run_on_cluster(ray, root: Path, chapters: list[Chapter], *, run_mode: str, l
     def submit(chapter: Chapter) -> None:
         parameters = {**extra_parameters, **handoffs.parameters(chapter)}
         resources = {"num_gpus": 1, "num_cpus": 1} if run_mode == "real_gpu" else {"num_cpus": 1}
-        ref = task.options(max_retries=0, **resources).remote(str(root), chapter, run_mode, label,
+        ref = task.options(max_retries=0, **resources).remote(run_chapter, str(root), chapter, run_mode, label,
                                                                None if results is None else str(results), parameters)
         running[ref] = chapter
 

@@ -20,6 +20,7 @@ from typing import Iterator
 from tools.core.catalog import Chapter, order_by_prerequisites
 from tools.course.cells import read_notebook, tags, write_notebook
 from tools.course.layout import CourseLayout
+from tools.course.ray_cluster import connect
 from tools.course.runs.chain import HandOffs
 from tools.errors import ConfigError, LabelLockedError, NotebookExecutionError
 from tools.core.paths import default_results_dir
@@ -234,7 +235,7 @@ def run_chapters(root: Path, chapters: list[Chapter], *, run_mode: str, label: s
     if executor == "ray":
         from tools.course.runs import ray_executor
 
-        ray = ray_executor.connect(address, num_cpus=ray_cpus)
+        ray = connect(address, num_cpus=ray_cpus)
         ray_executor.check_nodes(ray, root, folder)
         cluster = ray_executor.describe_cluster(ray)
     with label_lock(root, label):
@@ -254,7 +255,8 @@ def run_chapters(root: Path, chapters: list[Chapter], *, run_mode: str, label: s
             try:
                 outcomes = ray_executor.run_on_cluster(
                     ray, root, chapters, run_mode=run_mode, label=label, results=folder, output_dir=output_dir,
-                    extra_parameters=extra_parameters or {}, handoffs=handoffs, progress=bar)
+                    extra_parameters=extra_parameters or {}, handoffs=handoffs, progress=bar,
+                    run_chapter=run_chapter, ChapterRun=ChapterRun)
             except ray_executor.InterruptedRun as interrupted:
                 bar.close()
                 write_summary(interrupted.outcomes)

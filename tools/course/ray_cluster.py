@@ -1,0 +1,70 @@
+"""Connecting to a Ray cluster, for both Ray executors (`runs.ray_executor`, `classroom.ray_grading`).
+
+`connect(address)` refuses an address no Ray head answers on before any work (the address is in the
+message), joins the cluster at `address`, or starts a local one on this machine.
+"""
+
+from __future__ import annotations
+
+import socket
+
+from tools.errors import ConfigError
+
+CONNECT_TIMEOUT_S = 5.0
+
+
+def _address_host_port(address: str) -> tuple[str, int]:
+    text = address.removeprefix("ray://")
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ConfigError(f"--address {address!r}: give the head node as HOST:PORT (e.g. 10.0.0.5:6379) or 'auto'")
+    return host, int(port)
+
+
+def check_reachable(address: str) -> None:
+    """Refuse, before any work, an address no Ray head answers on (the address is in the message)."""
+    if address == "auto":
+        return
+    host, port = _address_host_port(address)
+    try:
+        with socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S):
+            pass
+    except OSError as error:
+        raise ConfigError(f"cannot reach a Ray cluster at {address} ({error}); start one with `ray start --head` "
+                          "or give the head node's address") from None
+
+
+LOCAL_START_ATTEMPTS = 3
+
+
+def connect(address: str | None, *, num_cpus: int | None = None):
+    """`ray` connected to the cluster at `address`, or to a new local cluster of `num_cpus` CPUs.
+
+    A local cluster is started again (up to LOCAL_START_ATTEMPTS times) when its node times out during
+    startup: Ray's raylet gives its agent a fixed time to come up, which a loaded machine can miss."""
+    import os
+
+    import ray
+
+    if address is not None:
+        check_reachable(address)
+    if ray.is_initialized():
+        return ray
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if address is not None:
+        ray.init(address=address, log_to_driver=False, configure_logging=False)
+        return ray
+    for attempt in range(1, LOCAL_START_ATTEMPTS + 1):
+        try:
+            ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, configure_logging=False)
+            return ray
+        except Exception as error:  # Ray raises a bare Exception when its node times out during startup
+            ray.shutdown()
+            if "timed out during startup" not in str(error):
+                raise
+            if attempt == LOCAL_START_ATTEMPTS:
+                raise ConfigError(f"the local Ray cluster did not start in {attempt} attempts ({error}); the machine "
+                                  "may be overloaded: try again, or start one with `ray start --head`") from None
+    return ray
+
+
