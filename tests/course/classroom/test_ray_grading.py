@@ -140,7 +140,7 @@ def test_an_actor_that_dies_loses_no_grade_and_two_deaths_are_reported(tmp_path,
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("chapter_id", ["33", "pt-rl-system"])
+@pytest.mark.parametrize("chapter_id", ["33"])  # PT-RL-SYSTEM: `bench --grading-only --ray`
 def test_a_real_chapters_class_gets_the_same_scores_from_ray_and_local_workers(tmp_path, ray_cluster, chapter_id):
     """Two reference submissions and one wrong one (the chapter's first mutant on its first exercise)."""
     from chapter_factory import REPO_ROOT
