@@ -75,8 +75,9 @@ class NodeSlot:
         host = probe_host()
         masks = plan_masks(Path(root), course)
         self.batch_dir = _batch_root(masks, host)
-        (self.batch_dir / "template").mkdir(mode=0o700)
-        template_path = self.batch_dir / "template" / "gradebook.db"
+        template_course = NbgraderCourse(self.batch_dir / "template")
+        template_course.folder.mkdir(mode=0o700)
+        template_path = template_course.gradebook
         template_path.write_bytes(template)
         cgroup_host = probe_cgroups()
         self.cgroups = BatchCgroups(cgroup_host, 1) if cgroup_host.version else None
@@ -94,7 +95,7 @@ class NodeSlot:
         its private course as a `pack` archive (when it has one) and the tail of its log."""
         from tools.course.classroom.batch import Submission, grade_in_worker, remove_tree
 
-        folder = self.work / "submitted" / student / self.slug
+        folder = NbgraderCourse(self.work / "received").submission_dir(student, self.slug)
         unpack(files, folder)
         submission = Submission(student, folder, folder / f"{self.slug}.ipynb", collected=collected)
         try:
