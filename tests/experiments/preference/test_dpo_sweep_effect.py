@@ -70,7 +70,7 @@ def test_every_run_finished_from_the_models_own_pairs_and_the_start_is_the_basel
     for seed, records in sweeps.items():
         counts, pairs = records["pairs"]["pair_counts"], records["pairs"]["pairs"]
         assert counts["own_pairs"] + counts["constructed_pairs"] == len(pairs) == 64, (seed, counts)
-        assert counts["own_pairs"] >= 60, ("the lab model's own samples give almost every pair", seed, counts)
+        assert counts["own_pairs"] >= 56, ("the lab model's own samples give almost every pair", seed, counts)
         assert sum(pair["source"] == "own_samples" for pair in pairs) == counts["own_pairs"], seed
         start = records["pairs"]["held_out_pairs_at_start"]
         assert start["margin"] == 0 and start["ties"] == start["pairs"] and start["pair_accuracy"] == 0, seed
