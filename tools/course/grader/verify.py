@@ -17,7 +17,8 @@ the release; submissions are made from it and from the reference:
   and the reference, whose per-cell scores must equal nbgrader's (a drift check on every chapter).
 
 `full=True` (`grading verify --full`, before a release) grades every submission through nbgrader
-as well, adds a tampered mutant and an endless loop, and requires the oracle to agree with
+as well (the in-place overwrite variants through nbgrader only: the trusted boundary that refuses an undeclared
+change runs there, not in the in-process oracle), adds a tampered mutant and an endless loop, and requires the oracle to agree with
 nbgrader test for test on every submission both graded.
 """
 
@@ -195,7 +196,10 @@ def planted_submissions(release: NotebookNode, chapter_notebook: NotebookNode, m
             names = ", ".join(parameter for _, parameter in plan)
             submissions.append(Submission(f"mutant_{mutant.name}+{OVERWRITE}_{label}",
                                           f"mutant {mutant.name}, then {names} overwritten in place", notebook,
-                                          "loses_points", mutant.exercise, graders=both if full else (ORACLE,)))
+                                          "loses_points", mutant.exercise,
+                                          # the boundary's "changed its inputs" exists only on nbgrader's path:
+                                          # with --full these are judged there, not compared with the oracle
+                                          graders=(NBGRADER,) if full else (ORACLE,)))
     for exercise in exercises:
         for kind, source in degenerate_solutions(reference[exercise], exercise).items():
             notebook = _with_solutions(release, {**reference, exercise: source})
