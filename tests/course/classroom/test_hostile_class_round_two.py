@@ -43,6 +43,7 @@ from class_factory import _notebook, _solution_ids, prepare_course
 
 from tools.core.catalog import find_chapter
 from tools.course.cells import read_notebook, write_notebook
+from tools.course.classroom.benchmark import DISPLAY_LOG
 from tools.course.classroom.feedback import LEARNER_CELL_CHARS, WITHHELD_INPUTS
 from tools.course.grader.build import reference_source
 from tools.course.grader.oracle import run_oracle
@@ -79,18 +80,7 @@ def sequence_logprobs(*args, **kwargs):
 """)
 
 
-DISPLAY_LOGGER = '''
-import threading, time
-from IPython.display import display
-_handle = display("a progress bar", display_id=True)
-_seen = []
-def _report():
-    while True:
-        time.sleep(0.5)
-        if _seen:
-            print("LOGGED: " + _seen[-1][:200], flush=True)
-threading.Thread(target=_report, daemon=True).start()
-'''
+DISPLAY_LOGGER = DISPLAY_LOG  # the benchmark's display-update attack, planted the same way here
 DISPLAY_LOGGER_CALL = '''
 
 _quiet_sequence_logprobs = sequence_logprobs
