@@ -11,6 +11,15 @@ import socket
 from tools.errors import ConfigError
 
 CONNECT_TIMEOUT_S = 5.0
+EXECUTORS = ("local", "ray")
+
+
+def check_executor(executor: str, address: str | None) -> None:
+    """Refuse, before any work, an unknown executor or a cluster address given without the Ray executor."""
+    if executor not in EXECUTORS:
+        raise ConfigError(f"unknown executor {executor!r}; --executor must be one of {', '.join(EXECUTORS)}")
+    if executor == "local" and address is not None:
+        raise ConfigError("--address names a Ray cluster; use it with --executor ray")
 
 
 def _address_host_port(address: str) -> tuple[str, int]:

@@ -23,7 +23,6 @@ import tempfile
 from pathlib import Path
 
 from tools.course.layout import NbgraderCourse
-from tools.errors import ConfigError
 
 RESULT_FIELDS = ("student", "status", "reason", "enforced", "seconds", "worker", "timings", "boundary",
                  "hidden_inputs", "collected_utc")
@@ -202,13 +201,11 @@ def ray_executor(executor: str = "ray", address: str | None = None, num_cpus: in
     """`autograde_chapter`'s `remote` for `--executor ray`: connects now (an unreachable address fails here,
     before any work, naming it), then starts the batch's NodeSlot actors when the batch asks. None for
     `--executor local`; an unknown executor, or an address without the Ray executor, is refused."""
-    if executor not in ("local", "ray"):
-        raise ConfigError(f"--executor must be 'local' or 'ray', got {executor!r}")
+    from tools.course.ray_cluster import check_executor, connect
+
+    check_executor(executor, address)
     if executor == "local":
-        if address is not None:
-            raise ConfigError("--address names a Ray cluster: use it with --executor ray")
         return None
-    from tools.course.ray_cluster import connect
 
     ray = connect(address, num_cpus=num_cpus)
 

@@ -20,7 +20,7 @@ from typing import Iterator
 from tools.core.catalog import Chapter, order_by_prerequisites
 from tools.course.cells import read_notebook, tags, write_notebook
 from tools.course.layout import CourseLayout
-from tools.course.ray_cluster import connect
+from tools.course.ray_cluster import check_executor, connect
 from tools.course.runs.chain import HandOffs
 from tools.errors import ConfigError, LabelLockedError, NotebookExecutionError
 from tools.core.paths import default_results_dir
@@ -209,7 +209,6 @@ def parse_parameters(pairs: list[str] | None) -> dict:
     return parameters
 
 
-EXECUTORS = ("local", "ray")
 
 
 def run_chapters(root: Path, chapters: list[Chapter], *, run_mode: str, label: str | None = None,
@@ -224,10 +223,7 @@ def run_chapters(root: Path, chapters: list[Chapter], *, run_mode: str, label: s
     interrupted on the Ray executor writes its summary and raises `ray_executor.InterruptedRun`."""
     from tqdm import tqdm
 
-    if executor not in EXECUTORS:
-        raise ConfigError(f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}")
-    if executor == "local" and address is not None:
-        raise ConfigError("--address names a Ray cluster; use it with --executor ray")
+    check_executor(executor, address)
     run_mode, label, folder = resolve_run_settings(root, run_mode, label, results_dir)
     chapters = order_by_prerequisites(chapters)
     output_dir = CourseLayout(root).run_dir(label)
