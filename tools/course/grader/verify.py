@@ -17,9 +17,10 @@ the release; submissions are made from it and from the reference:
   and the reference, whose per-cell scores must equal nbgrader's (a drift check on every chapter).
 
 `full=True` (`grading verify --full`, before a release) grades every submission through nbgrader
-as well (the in-place overwrite variants through nbgrader only: the trusted boundary that refuses an undeclared
-change runs there, not in the in-process oracle), adds a tampered mutant and an endless loop, and requires the oracle to agree with
-nbgrader test for test on every submission both graded.
+as well (except the in-place overwrite variants: the trusted boundary that refuses an undeclared change
+is the class grader's and the oracle's, while `nbgrader autograde` here runs the tests beside the learner's
+code with no boundary, so only the oracle judges them), adds a tampered mutant and an endless loop, and
+requires the oracle to agree with nbgrader test for test on every submission both graded.
 """
 
 from __future__ import annotations
@@ -197,9 +198,9 @@ def planted_submissions(release: NotebookNode, chapter_notebook: NotebookNode, m
             submissions.append(Submission(f"mutant_{mutant.name}+{OVERWRITE}_{label}",
                                           f"mutant {mutant.name}, then {names} overwritten in place", notebook,
                                           "loses_points", mutant.exercise,
-                                          # the boundary's "changed its inputs" exists only on nbgrader's path:
-                                          # with --full these are judged there, not compared with the oracle
-                                          graders=(NBGRADER,) if full else (ORACLE,)))
+                                          # "changed its inputs" is the boundary's (class grading, the oracle);
+                                          # plain `nbgrader autograde` has none to compare with
+                                          graders=(ORACLE,)))
     for exercise in exercises:
         for kind, source in degenerate_solutions(reference[exercise], exercise).items():
             notebook = _with_solutions(release, {**reference, exercise: source})
