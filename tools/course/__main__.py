@@ -58,12 +58,14 @@ def cmd_grading_build(args) -> int:
 
 
 def report_clause_coverage(root, chapters) -> int:
-    """Print, per chapter, how many seeded cases of each differential test reach each named clause."""
+    """Print, per chapter, how many seeded cases of each differential test reach each named clause, and
+    which hard-value classes those cases contain."""
     from tools.course.grader.build import (
         clause_coverage,
         coverage_problems,
         coverage_rows,
         format_coverage,
+        hard_class_rows,
     )
 
     problems = []
@@ -72,6 +74,8 @@ def report_clause_coverage(root, chapters) -> int:
         if calls:
             print(f"\nclause coverage of {chapter.id} (seeded cases of each differential test, reference alone)")
             print(format_coverage(coverage_rows(chapter.id, calls)))
+            print(f"\nhard-value classes of {chapter.id} (what the cases reaching each clause contain)")
+            print(format_coverage(hard_class_rows(chapter.id, calls), last="hard-value classes"))
         problems += coverage_problems(chapter.id, calls)
     for problem in problems:
         print(f"ERROR {problem}")

@@ -14,9 +14,11 @@ from tools.course.grader.build import (
     coverage_problems,
     coverage_rows,
     format_coverage,
+    hard_class_rows,
     hidden_tests_path,
 )
-from tools.course.grader.differential import Reference
+from tools.course.grader.differential import ALL_CASES, Reference
+from tools.course.grader.hard_values import INEXACT_FLOAT, NON_FINITE_SCALAR
 
 CLAUSED = '''
 # %% hidden exercise=add_rates points=1 name=agrees_on_generated_rates
@@ -53,6 +55,11 @@ def test_every_named_clause_is_counted_on_the_seeded_cases(tmp_path):
     assert coverage_problems("TOY", calls) == []
     table = format_coverage(coverage_rows("TOY", calls))
     assert "agrees_on_generated_rates" in table and "a is negative" in table and "<- none" not in table
+    # the hard-value classes: nan and inf are drawn (as scalars), never an inexact float or a string
+    assert call.hard[ALL_CASES] == [NON_FINITE_SCALAR]
+    assert call.hard["a is not finite"] == [NON_FINITE_SCALAR] and call.hard["a is negative"] in ([], [NON_FINITE_SCALAR])
+    rows = {row[3]: row[4] for row in hard_class_rows("TOY", calls)}
+    assert INEXACT_FLOAT in rows["(never drawn)"] and NON_FINITE_SCALAR not in rows["(never drawn)"]
 
 
 def test_a_clause_no_case_reaches_fails_the_build_naming_chapter_exercise_and_clause(tmp_path, monkeypatch, capsys):
@@ -65,6 +72,7 @@ def test_a_clause_no_case_reaches_fails_the_build_naming_chapter_exercise_and_cl
     assert main(["grading", "build"]) == 1
     out = capsys.readouterr().out
     assert "a is a bool" in out and "<- none" in out and "grading build FAILED: 1 clause-coverage problem(s)" in out
+    assert "hard-value classes of TOY" in out and "(never drawn)" in out
 
 
 def test_a_predicate_that_cannot_read_an_input_does_not_count_it(tmp_path):

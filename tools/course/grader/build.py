@@ -559,9 +559,28 @@ def coverage_rows(chapter_id: str, calls: list[CallCoverage]) -> list[tuple[str,
     return rows
 
 
-def format_coverage(rows: list[tuple[str, str, str, str, int]]) -> str:
-    """The clause-coverage table, fixed width; a clause no case reaches is marked."""
-    headers = ("chapter", "exercise", "hidden test", "clause", "cases")
+def hard_class_rows(chapter_id: str, calls: list[CallCoverage]) -> list[tuple[str, str, str, str, str]]:
+    """`(chapter, exercise, test, clause, classes)`: the hard-value classes the cases reaching each named
+    clause contain, and first, per call, those of all its cases and the classes none of them contains."""
+    from tools.course.grader.differential import ALL_CASES
+    from tools.course.grader.hard_values import HARD_CLASSES
+
+    rows = []
+    for call in calls:
+        hard = call.hard or {}
+        drawn = hard.get(ALL_CASES, [])
+        rows.append((chapter_id, call.exercise, call.test, ALL_CASES, ", ".join(drawn) or "-"))
+        rows.append((chapter_id, call.exercise, call.test, "(never drawn)",
+                     ", ".join(name for name in HARD_CLASSES if name not in drawn) or "-"))
+        rows.extend((chapter_id, call.exercise, call.test, clause, ", ".join(hard.get(clause, [])) or "-")
+                    for clause in (call.clauses or {}))
+    return rows
+
+
+def format_coverage(rows: list[tuple], last: str = "cases") -> str:
+    """The clause-coverage table (or, with `last="hard-value classes"`, the classes table), fixed width;
+    a clause no case reaches is marked."""
+    headers = ("chapter", "exercise", "hidden test", "clause", last)
     table = [headers, *[(*row[:4], f"{row[4]}" + ("  <- none" if row[4] == 0 and row[3] != REFUSED_ROW else ""))
                         for row in rows]]
     widths = [max(len(str(row[i])) for row in table) for i in range(4)]

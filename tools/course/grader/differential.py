@@ -31,7 +31,9 @@ Grading ignores them. `grading build` runs each chapter's differential tests onc
 (`python -m tools.course.grader.differential`, the reference alone, the same seeded draws) and
 counts, per test, the cases that reach each clause, the cases the reference accepts (valid input)
 and those it refuses; a clause no case reaches, a test that names no clause, or a test without one
-valid case (a body that only raises would pass it) fails the build.
+valid case (a body that only raises would pass it) fails the build. It also reports, per clause, the
+classes of hard values (`hard_values`: non-finite items by position, inexact floats, bools, empty and
+one-item containers, special characters) that the cases reaching it contain.
 """
 
 from __future__ import annotations
@@ -184,6 +186,7 @@ class CallCoverage:
     valid: int = 0  # cases the reference accepts (returns a value)
     refused: int = 0  # cases the reference refuses (raises)
     clauses: dict[str, int] | None = None  # None: the call names no clause
+    hard: dict[str, list[str]] | None = None  # clause (or ALL_CASES) -> hard-value classes its cases contain
 
 
 class _CoverageLog:
@@ -194,7 +197,8 @@ class _CoverageLog:
         self.test, self.exercise = "", ""
 
     def start(self, name: str, clauses: dict | None) -> CallCoverage:
-        call = CallCoverage(self.test, self.exercise, name, clauses=None if clauses is None else dict.fromkeys(clauses, 0))
+        call = CallCoverage(self.test, self.exercise, name, clauses=None if clauses is None else dict.fromkeys(clauses, 0),
+                            hard={ALL_CASES: [], **dict.fromkeys(clauses or (), [])})
         self.calls.append(call)
         return call
 
@@ -313,9 +317,21 @@ def _compare_batch(name: str, learner, reference: Callable, cases: list[tuple[tu
                                                            check_inputs=check_inputs))
 
 
+ALL_CASES = "(all cases)"
+"""The key of `CallCoverage.hard` for the classes of every drawn case, whatever clause it reaches."""
+
+
 def _count(call: CallCoverage, reference: Callable, args: tuple, kwargs: dict, clauses: dict | None) -> None:
-    """Coverage mode: run the reference alone on one drawn call and count the clauses it reaches."""
+    """Coverage mode: run the reference alone on one drawn call; count the clauses it reaches and note
+    the hard-value classes (`hard_values`) of the cases that reach each."""
+    from tools.course.grader.hard_values import HARD_CLASSES, hard_classes
+
+    def note(key: str) -> None:
+        call.hard[key] = [name for name in HARD_CLASSES if name in classes or name in call.hard[key]]
+
     call.cases += 1
+    classes = hard_classes(args, kwargs)
+    note(ALL_CASES)
     kind, _ = _outcome(reference, *copy.deepcopy((args, kwargs)))
     if kind == "value":
         call.valid += 1
@@ -324,6 +340,7 @@ def _count(call: CallCoverage, reference: Callable, args: tuple, kwargs: dict, c
     for clause, predicate in (clauses or {}).items():
         if _reaches(predicate, args, kwargs):
             call.clauses[clause] += 1
+            note(clause)
 
 
 # ---------------------------------------------------------------------------
