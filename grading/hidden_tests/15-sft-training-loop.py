@@ -326,12 +326,14 @@ reference.agrees("effective_update_check", _observations(), cases=200, clauses={
 })
 
 # %% hidden exercise=effective_update_check points=2 name=generated_invalid_observations_agree_with_reference
-# hint: one broken field anywhere (a bool, a string, a missing key, a wrong length, a bad threshold): ValueError, like the reference.
+# hint: one broken field anywhere (a bool, a string, a missing key, a wrong length, a bad threshold, a bad rate at any step, not only the last): ValueError, like the reference.
 from hypothesis import strategies as st
 
 _fields = {"sha256_before": ["", None, 1, True], "sha256_after": ["", b"ab", 0], "grad_norms": [[], None, [True], ["x"], (1.0,), 1.0],
-           "loss_before": [None, True, "1", [1.0]], "loss_after": [False, "nan", None], "planned_lr": [[-1.0], [True], [float("inf")], [0.1, 0.1, 0.1], None],
-           "applied_lr": [[float("nan")], [-0.5], ["0.1"], 0.1, None, [True, 0.2], [0.1, float("inf")]],
+           "loss_before": [None, True, "1", [1.0]], "loss_after": [False, "nan", None],
+           "planned_lr": [[-1.0], [True], [float("inf")], [0.1, 0.1, 0.1], None, [float("nan"), 0.2], [-0.1, 0.2]],
+           "applied_lr": [[float("nan")], [-0.5], ["0.1"], 0.1, None, [True, 0.2], [0.1, float("inf")],
+                          [float("inf"), 0.1, 0.2], [0.1, -1.0, 0.2], [float("nan"), 0.2]],
            "min_loss_decrease": [0, -1, True, float("nan"), float("inf"), "1e-3", None], "valid": [None]}
 
 
@@ -372,6 +374,8 @@ reference.agrees("effective_update_check", _broken_observation(), cases=150, cla
     "a bad planned rate list": lambda o, *t: "planned_lr" in o and _bad_rates(o["planned_lr"]),
     "a bad applied rate list": lambda o, *t: "applied_lr" in o and _bad_rates(o["applied_lr"]),
     "a bool applied rate": lambda o, *t: any(is_bool(r) for r in values(o.get("applied_lr"))),
+    "a bad rate before the last step": lambda o, *t: any(
+        isinstance(o.get(k), list) and _bad_rates(o[k][:-1]) for k in ("planned_lr", "applied_lr")),
     "an infinite applied rate": lambda o, *t: any(not_finite(r) and r > 0 for r in values(o.get("applied_lr"))
                                                   if not is_bool(r) and not not_a_number(r)),
     "planned_lr of another length than grad_norms": lambda o, *t: isinstance(o.get("planned_lr"), list) and isinstance(
