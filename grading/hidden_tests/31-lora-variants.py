@@ -319,12 +319,13 @@ reference.agrees("largest_rank_within_budget", _calls, cases=200, clauses={
 # %% hidden exercise=largest_rank_within_budget points=1 name=invalid_budgets_agree_with_the_reference
 # hint: non-int or non-positive budgets and sizes, bools, malformed pairs and unknown methods: the same ValueError.
 from hypothesis import strategies as st
-_sizes = st.one_of(st.integers(-1, 5), st.booleans(), st.sampled_from([2.0, "3", None]))
+_sizes = st.one_of(st.integers(-1, 5), st.booleans(), st.sampled_from([2.0, "3", None, float("nan"), float("inf"), -0.0]))
 _pairs = st.one_of(st.tuples(_sizes, _sizes), st.lists(_sizes, max_size=3), st.sampled_from([4, None, "4"]))
-_budgets = st.one_of(st.integers(-5, 60), st.booleans(), st.sampled_from([50.0, "50", None]))
+_budgets = st.one_of(st.integers(-5, 60), st.booleans(),
+                    st.sampled_from([50.0, "50", None, float("nan"), float("inf"), -0.0, 50.1]))
 _shape_lists = st.one_of(st.lists(_pairs, max_size=3), st.sampled_from([None, "layers", ()]))
 _methods = st.sampled_from(METHODS + ("LoRA", "", None))
-from tools.course.grader.clauses import is_bool
+from tools.course.grader.clauses import is_bool, not_finite
 
 _valid = st.tuples(st.integers(40, 400), st.lists(st.tuples(st.integers(1, 5), st.integers(1, 5)), min_size=1, max_size=3),
                    st.sampled_from(METHODS))
@@ -338,11 +339,17 @@ def _sizes_of(shapes):
     return [s for pair in _pairs_of(shapes) if isinstance(pair, (list, tuple)) for s in pair]
 
 
-reference.agrees("largest_rank_within_budget", st.one_of(st.tuples(_budgets, _shape_lists, _methods), _valid), cases=250,
+_non_finite_size = st.tuples(st.integers(40, 400), st.lists(st.tuples(st.integers(1, 5), st.sampled_from(
+    [float("nan"), float("inf"), 3.0])).map(lambda pair: pair if pair[0] % 2 else pair[::-1]), min_size=1, max_size=3),
+    st.sampled_from(METHODS))
+reference.agrees("largest_rank_within_budget", st.one_of(st.tuples(_budgets, _shape_lists, _methods), _valid, _non_finite_size),
+                 cases=250,
                  clauses={
     "a budget that is a bool": lambda b, s, m: is_bool(b),
     "a budget that is not an int": lambda b, s, m: not isinstance(b, int),
     "a budget < 1": lambda b, s, m: type(b) is int and b < 1,
+    "a budget that is not finite": lambda b, s, m: isinstance(b, float) and not_finite(b),
+    "a size that is not finite": lambda b, s, m: any(isinstance(x, float) and not_finite(x) for x in _sizes_of(s)),
     "shapes not a list or tuple": lambda b, s, m: not isinstance(s, (list, tuple)),
     "no shape": lambda b, s, m: isinstance(s, (list, tuple)) and not s,
     "a pair that is not a list or tuple": lambda b, s, m: any(not isinstance(p, (list, tuple)) for p in _pairs_of(s)),
