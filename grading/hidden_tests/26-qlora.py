@@ -64,9 +64,10 @@ def _weights(draw):
     rows, columns = draw(st.integers(1, 4)), draw(st.integers(0, 9))
     values = draw(st.lists(st.floats(-8, 8, width=32), min_size=rows * columns, max_size=rows * columns))
     tensor = torch.tensor(values, dtype=torch.float32).reshape(rows, columns)
-    poison = draw(st.sampled_from([None, None, None, None, "nan", "inf"]))
-    if poison and tensor.numel():
-        tensor.view(-1)[draw(st.integers(0, tensor.numel() - 1))] = float(poison)
+    poison = draw(st.sampled_from([None, None, None, None, "nan", "inf", "-inf"]))
+    if poison and tensor.numel():  # the first element, the last, or any other
+        where = draw(st.sampled_from([0, tensor.numel() - 1, draw(st.integers(0, tensor.numel() - 1))]))
+        tensor.view(-1)[where] = float(poison)
     dtype = draw(st.sampled_from([torch.float32, torch.float32, torch.bfloat16, torch.float16, torch.float64]))
     return tensor.to(dtype)
 
@@ -94,6 +95,8 @@ reference.agrees("nf4_quantise", st.one_of(
     "a float64 tensor": lambda w, b: _tensor(w) and w.dtype == torch.float64,
     "an empty tensor": lambda w, b: _tensor(w) and w.numel() == 0,
     "a nan or inf element": lambda w, b: _tensor(w) and w.is_floating_point() and not bool(torch.isfinite(w).all()),
+    "a nan or inf first element": lambda w, b: _tensor(w) and w.is_floating_point() and w.numel() > 1
+                                               and not bool(torch.isfinite(w.reshape(-1)[0])),
     "a blocksize that is a bool": lambda w, b: is_bool(b),
     "a blocksize < 1": lambda w, b: type(b) is int and b < 1,
     "a float blocksize": lambda w, b: isinstance(b, float),
@@ -179,7 +182,12 @@ from tools.course.grader.clauses import each_of
 
 _damages = [None] * 12 + ["absmax_length", "code_range", "weight_shape", "zero_absmax", "codes_dtype", "blocksize",
                           "missing_key", "extra_key", "shape_list", "absmax_dtype", "negative_absmax", "weight_dtype",
-                          "weight_nan", "not_a_dict", "weight_list"]
+                          "weight_nan", "not_a_dict", "weight_list", "absmax_not_finite"]
+
+
+def _somewhere(count, rng):
+    """The first, the last or an inner index of `count` items (a damage at every position, not only the last)."""
+    return rng.choice([0, count - 1, rng.randrange(count)])
 
 
 def _cases(damage, rng):
@@ -193,7 +201,7 @@ def _cases(damage, rng):
         quantised["absmax"] = torch.cat([quantised["absmax"], torch.ones(1)])
     elif damage == "code_range":
         quantised["codes"] = quantised["codes"].clone()
-        quantised["codes"].view(-1)[0] = rng.choice([15, 16, 255])
+        quantised["codes"].view(-1)[_somewhere(quantised["codes"].numel(), rng)] = rng.choice([15, 16, 255])
     elif damage == "weight_shape":
         weight = weight.reshape(-1)[: max(count - 1, 1)] if count > 1 else weight.reshape(1, 1, 1)
     elif damage == "zero_absmax":
@@ -211,12 +219,16 @@ def _cases(damage, rng):
     elif damage == "absmax_dtype":
         quantised["absmax"] = quantised["absmax"].double()
     elif damage == "negative_absmax":
-        quantised["absmax"] = -quantised["absmax"] - 1
+        quantised["absmax"] = quantised["absmax"].clone()
+        quantised["absmax"][_somewhere(quantised["absmax"].numel(), rng)] = -rng.choice([1.0, 0.5, 1e-30])
+    elif damage == "absmax_not_finite":
+        quantised["absmax"] = quantised["absmax"].clone()
+        quantised["absmax"][_somewhere(quantised["absmax"].numel(), rng)] = rng.choice([float("nan"), float("inf")])
     elif damage == "weight_dtype":
         weight = weight.double()
     elif damage == "weight_nan":
         weight = weight.clone()
-        weight.view(-1)[-1] = float("nan")
+        weight.view(-1)[_somewhere(weight.numel(), rng)] = rng.choice([float("nan"), float("inf"), -float("inf")])
     elif damage == "not_a_dict":
         quantised = list(quantised.items())
     elif damage == "weight_list":
@@ -244,6 +256,9 @@ reference.agrees("nf4_reconstruct", each_of(list(enumerate(_damages)), lambda en
         "blocksize"] >= 1 and q["absmax"].numel() != -(-q["codes"].numel() // q["blocksize"]),
     "absmax not float32": lambda q, w: _whole(q) and q["absmax"].dtype != torch.float32,
     "a negative absmax": lambda q, w: _whole(q) and bool((q["absmax"] < 0).any()),
+    "a non-finite absmax": lambda q, w: _whole(q) and not bool(torch.isfinite(q["absmax"]).all()),
+    "a non-finite weight element before the last": lambda q, w: isinstance(w, torch.Tensor) and w.numel() > 1
+                                                               and not bool(torch.isfinite(w.reshape(-1)[:-1]).all()),
     "an all-zero absmax (valid)": lambda q, w: _whole(q) and not bool(q["absmax"].any()),
     "a weight that is not a tensor": lambda q, w: not isinstance(w, torch.Tensor),
     "a weight of another shape": lambda q, w: _whole(q) and isinstance(w, torch.Tensor) and tuple(w.shape) != tuple(
