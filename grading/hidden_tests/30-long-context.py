@@ -456,22 +456,24 @@ reference.agrees("waste_report", _run_lists(), cases=150, clauses={
 from hypothesis import strategies as st
 
 _fields = {"strategy": ["", "Packed", None, 1], "max_length": [0, -8, True, 64.0, "64"], "real_tokens": [-1, 9999, 3.0, False],
-           "token_slots": [0, -1, 2.5, None, True], "seconds": [0, -0.5, float("nan"), float("inf"), True, "1.0"]}
+           "token_slots": [0, -1, 2.5, None, True], "seconds": [0, -0.0, -0.5, float("nan"), float("inf"), True, "1.0"]}
 
 
 from tools.course.grader.clauses import each_of
 
 _breaks = ([(field, value) for field in sorted(_fields) for value in _fields[field]]
            + [("repeat", None), ("missing", None), ("extra", None), ("not_a_list", None), ("empty", None),
-              ("not_a_dict", None)] + [("valid", n) for n in range(16)])
+              ("not_a_dict", None)] + [("valid", n) for n in range(16)]
+           + [("seconds", value, at) for value in (float("nan"), float("inf")) for at in (0, 1, 2)])
 
 
 def _broken_runs(entry, rng):
-    """Valid runs, or runs with exactly this break (a token_slots of True comes with real_tokens 0)."""
-    kind, value = entry
-    runs = [{"strategy": strategy, "max_length": 64, "real_tokens": 32, "token_slots": 64,
-             "seconds": rng.choice([1.0, None, 3])} for strategy in ("padded", "packed")]
-    where = rng.randint(0, 1)
+    """Valid runs, or runs with exactly this break in the first, an inner or the last run (a token_slots of
+    True comes with real_tokens 0)."""
+    kind, value, *at = entry  # `at`: the run the break sits in, when the entry fixes it
+    runs = [{"strategy": strategy, "max_length": length, "real_tokens": 32, "token_slots": 64,
+             "seconds": rng.choice([1.0, None, 3])} for strategy, length in (("padded", 64), ("packed", 64), ("packed", 256))]
+    where = at[0] if at else rng.randint(0, 2)
     if kind == "valid":
         runs[where]["max_length"] = rng.choice([16, 64, 128])
     elif kind == "not_a_list":
