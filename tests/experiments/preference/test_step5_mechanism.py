@@ -78,16 +78,56 @@ def test_pt_kto_a_loss_that_pushes_undesirable_replies_up_pushes_them_up(lab_mod
     assert wrong["mechanism"]["kto_loss"]["source"] == "learner"
 
 
-def test_51_pairing_tied_groups_changes_what_round_one_trains_on(lab_models, tmp_path, mechanism_of, one_thread):
-    names = online_runs.MECHANISM
+ROUND_ONE_MUTANTS = ("ties_paired_anyway", "ties_count_against", "regressed_version_serves")
+"""51's planted learner functions whose round one is compared with the reference's: one per exercise."""
+
+
+@pytest.fixture(scope="module")
+def round_one(lab_models, tmp_path_factory, mechanism_of, one_thread) -> dict:
+    """Round one of 51's Step 5 (a judge wrong on three-digit sums: the gate adopts, the guard rolls back), with
+    the reference and with each planted function: `label -> round_1 record` (and `"setup"`)."""
+    folder = tmp_path_factory.mktemp("online_round_one")
     rounds = [dict(online_runs.DEFAULTS["cpu_smoke"]["rounds"][0])]
     found = {}
-    for label, mutant in (("reference", None), ("planted", "ties_paired_anyway")):
-        found[label] = records_of(tmp_path, label, experiment="online_dpo", chapter="51",
-                                  options={"rounds": rounds}, mechanism=mechanism_of("51", names, mutant))
-    right, wrong = found["reference"]["round_1"], found["planted"]["round_1"]
+    for mutant in (None, *ROUND_ONE_MUTANTS):
+        label = mutant or "reference"
+        records = records_of(folder, label, experiment="online_dpo", chapter="51", options={"rounds": rounds},
+                             mechanism=mechanism_of("51", online_runs.MECHANISM, mutant))
+        found[label] = records["round_1"]
+        found.setdefault("setup", records["setup"])
+    return found
+
+
+def test_51_pairing_tied_groups_changes_what_round_one_trains_on(round_one):
+    right, wrong = round_one["reference"], round_one["ties_paired_anyway"]
     assert right["ties"] and right["pair_count"] + len(right["ties"]) == len(right["groups"])
     assert wrong["pair_count"] > right["pair_count"], "tied groups were paired, against the contract"
     assert wrong["candidate_version"] != right["candidate_version"]
     assert wrong["mechanism"]["build_online_pairs"]["source"] == "learner"
-    assert found["reference"]["setup"]["mechanism"]["build_online_pairs"]["source"] == "reference"
+    assert round_one["setup"]["mechanism"]["build_online_pairs"]["source"] == "reference"
+
+
+def test_51_the_reference_adopts_round_one_and_its_guard_rolls_it_back(round_one):
+    right = round_one["reference"]
+    assert right["gate"]["decision"] == "adopt" and right["guard"]["rolled_back"] is True
+    assert right["serving_after"] == right["serving_version"] != right["candidate_version"]
+
+
+def test_51_a_gate_that_counts_ties_as_comparisons_refuses_round_one(round_one):
+    """A learner's adoption_gate that counts ties (the greedy replies agree on most prompts) refuses the
+    candidate the reference adopts: the same candidate, another decision, and no guard check at all."""
+    right, wrong = round_one["reference"], round_one["ties_count_against"]
+    assert wrong["candidate_version"] == right["candidate_version"]
+    assert right["gate"]["decision"] == "adopt" and wrong["gate"]["decision"] != "adopt"
+    assert wrong["guard"]["rolled_back"] is None and len(wrong["version_log"]) == 1
+    assert wrong["mechanism"]["adoption_gate"]["source"] == "learner"
+
+
+def test_51_a_rollback_that_keeps_the_regressed_candidate_serves_it(round_one):
+    """A learner's guard_rollback that records the regression but keeps the candidate: round one's regressed
+    candidate serves, where the reference's serving version stays the base."""
+    right, wrong = round_one["reference"], round_one["regressed_version_serves"]
+    assert wrong["candidate_version"] == right["candidate_version"] and wrong["guard"]["rolled_back"] is True
+    assert right["serving_after"] == right["serving_version"]
+    assert wrong["serving_after"] == wrong["candidate_version"] != wrong["serving_version"]
+    assert wrong["mechanism"]["guard_rollback"]["source"] == "learner"
