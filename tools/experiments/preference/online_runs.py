@@ -52,8 +52,8 @@ DEFAULTS = {
                               "learning_rate": 3e-5},
                              {"problems": {"two_digit": 128}, "judge": "inverted", "train_seed": 303, "steps": 2,
                               "learning_rate": 3e-5}]},
-    "real_gpu": {"eval_seed": 909, "eval_problems": 48, "guard_seed": 707, "guard_problems": 48,
-                 "group_size": 4, "beta": 0.1, "confidence": 0.95, "min_decisive": 4, "max_drop": 0.05,
+    "real_gpu": {"eval_seed": 909, "eval_problems": 300, "guard_seed": 707, "guard_problems": 240,
+                 "group_size": 4, "beta": 0.1, "confidence": 0.95, "min_decisive": 8, "max_drop": 0.05,
                  "max_new_tokens": 16, "seed": 0,
                  "rounds": [{"problems": {"two_digit": 16, "three_digit": 16}, "judge": "inverted_three_digit",
                              "control_judge": "verifier", "train_seed": 202, "steps": 12, "learning_rate": 5e-5},
@@ -62,7 +62,10 @@ DEFAULTS = {
                             {"problems": {"any": 16}, "judge": "inverted", "train_seed": 303, "steps": 4,
                              "learning_rate": 5e-6}]},
 }
-"""The gate judges sums with a two-digit answer; the guard watches the sums with a three-digit answer. Each
+"""The gate judges sums with a two-digit answer; the guard watches the sums with a three-digit answer. On the
+GPU the guard holds 240 problems (of the 248 the validation split has), so one problem (0.0042) is under a
+tenth of the guard's `max_drop` (48 made it 0.021, and the guard's decision turned on two or three problems);
+the gate reads 300. Each
 round's `problems` maps an answer kind (`any`, `two_digit`, `three_digit`) to how many training problems of
 that kind it samples. Round 1 is a candidate trained with a judge that has a bug (right on two-digit answers,
 inverted on three-digit ones): the two-digit evaluation set cannot see the bug, the guard can; round 2 is the
