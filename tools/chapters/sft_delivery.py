@@ -69,15 +69,23 @@ def report_lines(report: Mapping) -> str:
         f"{merged['max_logit_difference']:.1e}, tolerance {merged['tolerance']:g})",
         f"identity read back from the files: {'matches' if report['identity']['matches'] else 'differs'} "
         f"{report['identity']['mismatches'] or ''}",
-        f"evaluation split sha256 {report['evaluation_split']['sha256'][:12]}, read receipt "
-        f"{report['evaluation_split']['receipt']['path']}, opened {len(report['evaluation_split']['earlier_reads'])} "
-        "time(s) before",
-        figures_table(report),
+        split_line(report["evaluation_split"]),
+        *([] if report["effects"] is None else [figures_table(report)]),
     ])
+
+
+def split_line(split: Mapping | None) -> str:
+    """Whether the final report opened the evaluation split (its hash, receipt and earlier reads) or left it sealed."""
+    if split is None:
+        return "evaluation split: still sealed (identity or integrity failed first; no read receipt written)"
+    return (f"evaluation split sha256 {split['sha256'][:12]}, read receipt {split['receipt']['path']}, opened "
+            f"{len(split['earlier_reads'])} time(s) before")
 
 
 def findings(report: Mapping) -> list[str]:
     """The page's sentences about the final report (Simplified Chinese, from `lesson_text`)."""
+    if report["effects"] is None:
+        return [lesson_text.text("sft_delivery.split_sealed")]
     gain, skill = report["effects"]["task_gain"], report["effects"]["base_skill_change"]
     lines = [lesson_text.text("sft_delivery.baseline", base=report["base"]["evaluation"]["exact_match"],
                               skill=report["base"]["base_skill_heldout"]["exact_match"]),
@@ -122,6 +130,12 @@ def draw_delivery(report: Mapping):
     left.set_ylabel("reply loss")
     left.set_title("Resume continues the same curve from step k + 1")
     left.legend(fontsize=8)
+    if report["effects"] is None:
+        right.text(0.5, 0.5, "evaluation split not opened\n(identity or integrity failed first)", ha="center",
+                   va="center", transform=right.transAxes)
+        right.set_axis_off()
+        fig.tight_layout()
+        return fig
     names = ["evaluation", "base_skill_heldout"]
     for offset, seed in zip((-0.2, 0.0, 0.2), [str(s) for s in report["seeds"]]):
         right.scatter([index + offset for index in range(len(names))],

@@ -335,3 +335,12 @@ def test_a_resealed_selection_without_a_promise_is_blocked_by_the_identity_read_
     assert "mismatch:adapter_sha256" in manifest["decision"]["reasons"]
     assert manifest["delivery"] is None and sorted(refs_62) == ["evaluation", "manifest"]
     assert not (delivery.delivery_folder(_Sink(copy)) / "adapter" / "README.md").exists()
+    # nothing measured on the evaluation split could change a blocked state: it stays sealed
+    assert report["evaluation_split"] is None and report["effects"] is None
+    assert not list(copy.rglob("evaluation_reads/*/*.json")), "a read receipt was written"
+    assert [gate["name"] for gate in manifest["gates"] if not gate["passed"]][-1] == "final_report"
+    assert {entry["role"] for entry in manifest["inputs"]}.isdisjoint({"evaluation_split", "evaluation_read_receipt"})
+    from tools.chapters import sft_delivery as page
+
+    assert "still sealed" in page.report_lines(report) and page.findings(report)[0].startswith("评测切分：没有打开")
+    assert page.draw_delivery(report).axes

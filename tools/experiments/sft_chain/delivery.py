@@ -13,7 +13,9 @@ split (without opening it). Then:
     fresh process     resume the checkpoint, reload the adapter, load the merged export (the worker)
     identity          what was trained, read back from the files (adapter_config.json, the trainer
                       state, the adapter's hash), against 63's selection and 63's chosen run
-    final report      the evaluation split opened (a read receipt written), the base and every seed
+    final report      (only when identity and integrity passed; else the split stays sealed and the one
+                      evaluation gate `final_report` fails) the evaluation split opened (a read receipt
+                      written), the base and every seed
                       measured on it and on the base's held-out suite; the gates: a task gain whose
                       paired interval lies above 0, and the base's skill kept within the tolerance
 
@@ -176,6 +178,38 @@ def merged_difference(model, merged_folder: Path, rendered: list, device: str) -
     return float(difference)
 
 
+NOT_OPENED_GATE = {"name": "final_report", "threshold": "identity and integrity pass before the evaluation split "
+                   "is opened", "measured": None, "passed": False}
+"""The one evaluation gate of a delivery that failed its identity or integrity checks: the sealed split stays
+closed (no read receipt), since no figure measured on it could change the state."""
+
+
+def final_report(base, states: Mapping, tokenizer, opened: Mapping, device: str) -> tuple[dict, dict]:
+    """The paired effects on the opened evaluation split and the base's held-out suite, and the measures
+    behind them: `{"base": {set: metrics}, "runs": {seed: {set: metrics}}}`."""
+    final_sets = {TASK_SET: [render_record(tokenizer, r) for r in opened["records"]],
+                  SKILL_SET: render_problems(tokenizer, sft_raw.base_skill_suite("heldout"))}
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    with one_thread_on_cpu(device):
+        measures = {"base": base_metrics(base, tokenizer, final_sets, device),
+                    "runs": {seed: {name: answer_metrics(model, rendered, pad_id, device)
+                                    for name, rendered in final_sets.items()} for seed, model in states.items()}}
+    runs, base_final = measures["runs"], measures["base"]
+    effects = {
+        "task_gain": paired_effect({s: runs[s][TASK_SET]["exact_match"] for s in DELIVERY_SEEDS},
+                                   {s: base_final[TASK_SET]["exact_match"] for s in DELIVERY_SEEDS},
+                                   metric=f"{TASK_SET} exact match, adapter minus the base"),
+        "base_skill_change": paired_effect(
+            {s: runs[s][SKILL_SET]["exact_match"] for s in DELIVERY_SEEDS},
+            {s: base_final[SKILL_SET]["exact_match"] for s in DELIVERY_SEEDS},
+            metric=f"{SKILL_SET} exact match, adapter minus the base"),
+        "digit_gain": paired_effect({s: runs[s][TASK_SET]["digit_accuracy"] for s in DELIVERY_SEEDS},
+                                    {s: base_final[TASK_SET]["digit_accuracy"] for s in DELIVERY_SEEDS},
+                                    metric=f"{TASK_SET} digit accuracy, adapter minus the base"),
+    }
+    return effects, measures
+
+
 def evaluation_gates(effects: Mapping) -> list[dict]:
     """The final report's gates: the task gain's paired interval above 0, and the base skill's mean
     change no worse than the tolerance."""
@@ -256,32 +290,22 @@ def run(plan, sink, *, log=None) -> None:
          "resumed_losses": resumed["losses"], "resumed_first_step": resumed["optimiser_steps"][0]},
         {"in_process": in_process["eval_loss"], "reloaded": reloaded["eval_loss"]},
         LOSS_TOLERANCE, EVAL_TOLERANCE)
-    # the final report: the sealed evaluation split, opened once
-    opened = manifests.open_evaluation_split(root, admission_manifest, reader_id=CHAPTER_ID,
-                                             reader_label=sink.run_label, run_mode=plan.run_mode,
-                                             purpose="project 62's final report")
-    final_sets = {TASK_SET: [render_record(tokenizer, r) for r in opened["records"]],
-                  SKILL_SET: render_problems(tokenizer, sft_raw.base_skill_suite("heldout"))}
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    # the final report: the sealed evaluation split, opened once, and only for a delivery that can still happen
+    checks = integrity.get("checks") if isinstance(integrity, Mapping) else None
+    ready = (isinstance(identity_check, Mapping) and identity_check.get("matches") is True and bool(checks)
+             and all(isinstance(check, Mapping) and check.get("passed") is True for check in checks))
     with one_thread_on_cpu(plan.device):
-        base_final = {**base_metrics(base, tokenizer, final_sets, plan.device),
-                      **base_metrics(base, tokenizer, selection_sets, plan.device)}
-        for seed, model in states.items():
-            runs[seed]["metrics"].update({name: answer_metrics(model, rendered, pad_id, plan.device)
-                                          for name, rendered in final_sets.items()})
-    effects = {
-        "task_gain": paired_effect({s: runs[s]["metrics"][TASK_SET]["exact_match"] for s in DELIVERY_SEEDS},
-                                   {s: base_final[TASK_SET]["exact_match"] for s in DELIVERY_SEEDS},
-                                   metric=f"{TASK_SET} exact match, adapter minus the base"),
-        "base_skill_change": paired_effect(
-            {s: runs[s]["metrics"][SKILL_SET]["exact_match"] for s in DELIVERY_SEEDS},
-            {s: base_final[SKILL_SET]["exact_match"] for s in DELIVERY_SEEDS},
-            metric=f"{SKILL_SET} exact match, adapter minus the base"),
-        "digit_gain": paired_effect({s: runs[s]["metrics"][TASK_SET]["digit_accuracy"] for s in DELIVERY_SEEDS},
-                                    {s: base_final[TASK_SET]["digit_accuracy"] for s in DELIVERY_SEEDS},
-                                    metric=f"{TASK_SET} digit accuracy, adapter minus the base"),
-    }
-    final_gates = evaluation_gates(effects)
+        base_final = base_metrics(base, tokenizer, selection_sets, plan.device)
+    opened, effects, final_gates = None, None, [NOT_OPENED_GATE]
+    if ready:
+        opened = manifests.open_evaluation_split(root, admission_manifest, reader_id=CHAPTER_ID,
+                                                 reader_label=sink.run_label, run_mode=plan.run_mode,
+                                                 purpose="project 62's final report")
+        effects, final_measures = final_report(base, states, tokenizer, opened, plan.device)
+        base_final.update(final_measures["base"])
+        for seed, measures in final_measures["runs"].items():
+            runs[seed]["metrics"].update(measures)
+        final_gates = evaluation_gates(effects)
     state = gates.delivery_state(identity_check, integrity, final_gates)
     branch_decision = {"decision": branch.record["decision"]["decision"],
                        "reasons": branch.record["decision"].get("reasons", [])}
@@ -303,8 +327,8 @@ def run(plan, sink, *, log=None) -> None:
                          and abs(merged["eval_loss"] - in_process["eval_loss"]) <= MERGE_TOLERANCE},
               "identity": identity_check, "integrity": integrity, "effects": effects, "evaluation_gates": final_gates,
               "regression_tolerance": REGRESSION_TOLERANCE, "quality_metric": QUALITY_METRIC,
-              "evaluation_split": {"sha256": opened["sha256"], "receipt": opened["receipt"],
-                                   "earlier_reads": opened["earlier_reads"]},
+              "evaluation_split": None if opened is None else {"sha256": opened["sha256"], "receipt": opened["receipt"],
+                                                                "earlier_reads": opened["earlier_reads"]},
               "qlora_branch": branch_decision, "mechanism": mechanism, "state": state, "numerics": numerics_note(),
               "comparability_note": sft_raw.COMPARABILITY_NOTE}
     evaluation_path, _ = sink.save_record("evaluation", report, schema_version=EVALUATION_SCHEMA)
@@ -319,13 +343,13 @@ def run(plan, sink, *, log=None) -> None:
         "comparability": sft_raw.COMPARABILITY_NOTE,
         "inputs": [upstream.entry(root), branch.entry(root), admission_manifest.entry(root),
                    {"role": "admitted_data", **admitted_entry},
-                   {"role": "evaluation_split", **opened["entry"]},
-                   {"role": "evaluation_read_receipt", **opened["receipt"]}],
+                   *([] if opened is None else [{"role": "evaluation_split", **opened["entry"]},
+                                                {"role": "evaluation_read_receipt", **opened["receipt"]}])],
         "candidates": [{"name": f"seed_{seed}", "config": {"data_sha256": data.sha256, **config.public(), "seed": seed},
                         "delivered": seed == DELIVERY_SEEDS[0], "adapter_sha256": runs[seed]["adapter_sha256"],
-                        **{f"{name}_exact_match": runs[seed]["metrics"][name]["exact_match"]
+                        **{f"{name}_exact_match": runs[seed]["metrics"].get(name, {}).get("exact_match")
                            for name in (TASK_SET, SKILL_SET, selection.TASK_SET)}} for seed in DELIVERY_SEEDS],
-        "base": {name: base_final[name]["exact_match"] for name in (TASK_SET, SKILL_SET, selection.TASK_SET)},
+        "base": {name: base_final.get(name, {}).get("exact_match") for name in (TASK_SET, SKILL_SET, selection.TASK_SET)},
         "gates": [
             {"name": "upstream_identity", "threshold": "63's selection and chosen run, read back from the files",
              "measured": identity_check["mismatches"], "passed": identity_check["matches"]},
