@@ -149,19 +149,27 @@ def test_an_interrupted_driver_keeps_the_record_writes_the_summary_and_a_rerun_r
     command = [sys.executable, "-m", "tools.course", "run", "--run-mode", "cpu_smoke", "--label", "toy_interrupted",
                "--results-dir", str(results), "--executor", "ray", "--ray-cpus", "2", "--no-progress"]
     environment = {**os.environ, "COURSE_PROJECT_ROOT": str(root)}
-    driver = subprocess.Popen(command, cwd=REPO_ROOT, env=environment, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True)
+    log = tmp_path / "driver.log"
+    # The driver's output goes to a file, not a pipe: a process the cluster left behind could hold a pipe open
+    # long after the driver exited. Its own session, so that a hang leaves nothing of the cluster behind.
+    with open(log, "w", encoding="utf-8") as sink:
+        driver = subprocess.Popen(command, cwd=REPO_ROOT, env=environment, stdout=sink, stderr=subprocess.STDOUT,
+                                  text=True, start_new_session=True)
     try:
         deadline = time.monotonic() + 600  # a hang guard only
         while not record.is_file() and driver.poll() is None and time.monotonic() < deadline:
             time.sleep(0.5)
-        assert record.is_file(), driver.stdout.read() if driver.poll() is not None else "no record in time"
+        assert record.is_file(), log.read_text(encoding="utf-8") if driver.poll() is not None else "no record in time"
         written = record.read_bytes()
         driver.send_signal(signal.SIGINT)
-        output, _ = driver.communicate(timeout=300)
+        try:
+            driver.wait(timeout=300)  # a hang guard only
+        except subprocess.TimeoutExpired:
+            pytest.fail("the interrupted driver did not exit:\n" + log.read_text(encoding="utf-8")[-3000:])
     finally:
         if driver.poll() is None:
-            driver.kill()
+            os.killpg(driver.pid, signal.SIGKILL)
+    output = log.read_text(encoding="utf-8")
     assert driver.returncode == 130, output
     assert "every finished record is kept" in output
     summary = json.loads((root / "build/runs/toy_interrupted/summary.json").read_text(encoding="utf-8"))

@@ -110,6 +110,10 @@ def _wrote_any(results: Path | None, chapter: Chapter, label: str) -> bool:
     return results is not None and any((results / chapter.slug).glob(f"*_{label}.json"))
 
 
+WAIT_SLICE_S = 1.0
+"""How long the driver waits for a finished task before it checks for an interrupt again."""
+
+
 def run_on_cluster(ray, root: Path, chapters: list[Chapter], *, run_mode: str, label: str, results: Path | None,
                    output_dir: Path, extra_parameters: dict, handoffs: HandOffs, progress, run_chapter,
                    ChapterRun) -> list:
@@ -152,7 +156,9 @@ def run_on_cluster(ray, root: Path, chapters: list[Chapter], *, run_mode: str, l
                     submit(chapter)
             if not running:
                 continue
-            done, _ = ray.wait(list(running), num_returns=1)
+            done: list = []
+            while not done:  # short waits: an interrupt reaches the driver within a second, whatever Ray checks
+                done, _ = ray.wait(list(running), num_returns=1, timeout=WAIT_SLICE_S)
             chapter = running.pop(done[0])
             try:
                 reply = ray.get(done[0])
