@@ -175,6 +175,10 @@ def _environment_free_generation():
         set_hypothesis_home_dir(None)
 
 
+ALL_CASES = "(all cases)"
+"""The key of `CallCoverage.hard` for the classes of every drawn case, whatever clause it reaches."""
+
+
 @dataclass
 class CallCoverage:
     """How the seeded draws of one `agrees` call reach its named clauses (coverage mode)."""
@@ -198,7 +202,7 @@ class _CoverageLog:
 
     def start(self, name: str, clauses: dict | None) -> CallCoverage:
         call = CallCoverage(self.test, self.exercise, name, clauses=None if clauses is None else dict.fromkeys(clauses, 0),
-                            hard={ALL_CASES: [], **dict.fromkeys(clauses or (), [])})
+                            hard={ALL_CASES: [], **{clause: [] for clause in clauses or ()}})
         self.calls.append(call)
         return call
 
@@ -315,10 +319,6 @@ def _compare_batch(name: str, learner, reference: Callable, cases: list[tuple[tu
             expected = _outcome(reference, *copy.deepcopy((args, kwargs)))
             _raise_on(name, args, kwargs, compare_outcomes(expected, outcome, (args, kwargs), learner_arguments,
                                                            check_inputs=check_inputs))
-
-
-ALL_CASES = "(all cases)"
-"""The key of `CallCoverage.hard` for the classes of every drawn case, whatever clause it reaches."""
 
 
 def _count(call: CallCoverage, reference: Callable, args: tuple, kwargs: dict, clauses: dict | None) -> None:
