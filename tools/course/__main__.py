@@ -179,8 +179,8 @@ def cmd_run(args) -> int:
     except KeyboardInterrupt as interrupted:
         outcomes = getattr(interrupted, "outcomes", None)
         if outcomes is not None:
-            print(format_summary(outcomes))
-        print("interrupted: every finished record is kept; rerun under a new --label")
+            print(format_summary(outcomes), flush=True)
+        print("interrupted: every finished record is kept; rerun under a new --label", flush=True)
         return 130
     print(f"run label: {label}")
     print(format_summary(outcomes))

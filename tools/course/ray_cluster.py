@@ -77,3 +77,26 @@ def connect(address: str | None, *, num_cpus: int | None = None):
     return ray
 
 
+SHUTDOWN_LIMIT_S = 60.0
+"""How long an interrupted driver waits for Ray to shut down before it leaves it to Ray's own watchdogs."""
+
+
+def disconnect(ray, limit_s: float = SHUTDOWN_LIMIT_S) -> bool:
+    """Shut Ray down (and the local cluster this process started) within `limit_s`; False when it did not
+    finish in time. Ray's exit hook is removed either way, so the interpreter never waits on it again: a
+    loaded machine once kept an interrupted driver from exiting for more than five minutes."""
+    import atexit
+    import threading
+
+    done = threading.Event()
+
+    def stop() -> None:
+        try:
+            ray.shutdown()
+        finally:
+            done.set()
+
+    threading.Thread(target=stop, name="ray-shutdown", daemon=True).start()
+    finished = done.wait(limit_s)
+    atexit.unregister(ray.shutdown)
+    return finished

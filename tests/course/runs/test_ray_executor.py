@@ -178,3 +178,36 @@ def test_an_interrupted_driver_keeps_the_record_writes_the_summary_and_a_rerun_r
     again = subprocess.run(command, cwd=REPO_ROOT, env=environment, capture_output=True, text=True, timeout=600)
     assert again.returncode != 0 and record.read_bytes() == written
     assert "toy_interrupted" in again.stdout + again.stderr
+
+
+def test_disconnect_gives_up_on_a_shutdown_that_hangs_and_removes_rays_exit_hook():
+    """An interrupted driver must exit even when Ray is slow to stop: `disconnect` waits at most its limit."""
+    import atexit
+    import threading
+
+    from tools.course.ray_cluster import disconnect
+
+    release = threading.Event()
+
+    class SlowRay:
+        calls = 0
+
+        def shutdown(self):
+            SlowRay.calls += 1
+            release.wait(30)
+
+    slow = SlowRay()
+    before = atexit._ncallbacks()
+    atexit.register(slow.shutdown)
+    try:
+        assert disconnect(slow, limit_s=0.2) is False and SlowRay.calls == 1
+        assert atexit._ncallbacks() == before  # the interpreter will not wait on it at exit
+    finally:
+        release.set()
+        atexit.unregister(slow.shutdown)  # a no-op when disconnect removed it already
+
+    class QuickRay:
+        def shutdown(self):
+            pass
+
+    assert disconnect(QuickRay(), limit_s=5) is True

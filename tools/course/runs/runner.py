@@ -20,7 +20,7 @@ from typing import Iterator
 from tools.core.catalog import Chapter, order_by_prerequisites
 from tools.course.cells import read_notebook, tags, write_notebook
 from tools.course.layout import CourseLayout
-from tools.course.ray_cluster import check_executor, connect
+from tools.course.ray_cluster import check_executor, connect, disconnect
 from tools.course.runs.chain import HandOffs
 from tools.errors import ConfigError, LabelLockedError, NotebookExecutionError
 from tools.core.paths import default_results_dir
@@ -256,6 +256,7 @@ def run_chapters(root: Path, chapters: list[Chapter], *, run_mode: str, label: s
             except ray_executor.InterruptedRun as interrupted:
                 bar.close()
                 write_summary(interrupted.outcomes)
+                disconnect(ray)  # bounded: the driver exits even when Ray is slow to stop
                 raise
         else:
             outcomes = _run_one_by_one(root, chapters, run_mode=run_mode, label=label, folder=folder,
