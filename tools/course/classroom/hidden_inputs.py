@@ -15,6 +15,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from tools.course.grader.codec import is_tensor
+
 FINGERPRINT_CHARS = 24
 MIN_DISTINCT_CHARS = 6
 MAX_FINGERPRINTS = 2000
@@ -26,10 +28,6 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 def normalize(text: str) -> str:
     """Text as compared for leaks: no ANSI colours, no whitespace, one kind of quote."""
     return _SPACE.sub("", _ANSI.sub("", text)).replace('"', "'")
-
-
-def _is_tensor(value: Any) -> bool:
-    return type(value).__module__.startswith("torch") and type(value).__name__ in ("Tensor", "Parameter")
 
 
 def fingerprint(text: str) -> str | None:
@@ -46,7 +44,7 @@ def _texts(value: Any, depth: int = 0):
         return
     if type(value) is str:
         yield value
-    elif _is_tensor(value):
+    elif is_tensor(value):
         if value.numel() >= MIN_NUMBERS:
             yield repr(value.detach())
     elif type(value) in (list, tuple):

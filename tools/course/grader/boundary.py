@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from tools.course.grader.codec import (
+    is_tensor,
     MAX_REPLY_BYTES,
     CodecError,
     LearnerError,
@@ -65,10 +66,6 @@ class CellTimeout(BaseException):
 # Argument state: captured after the call in the learner's process, mirrored in the trusted one
 # ---------------------------------------------------------------------------
 
-def _is_tensor(value: Any) -> bool:
-    return type(value).__module__.startswith("torch") and type(value).__name__ in ("Tensor", "Parameter")
-
-
 def _is_module(value: Any) -> bool:
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(value, torch.nn.Module)
@@ -92,7 +89,7 @@ def state_of(value: Any, depth: int = 0) -> tuple:
         return ("?",)
     if type(value) in _PLAIN:
         return ("V", value)
-    if _is_tensor(value):
+    if is_tensor(value):
         return ("T", value.detach(), None if value.grad is None else value.grad.detach(), bool(value.requires_grad))
     if type(value) is list:
         return ("L", [state_of(item, depth + 1) for item in value])
@@ -117,7 +114,7 @@ def carries_grads(value: Any, depth: int = 0) -> bool:
     """True when a tensor in `value` (or a parameter of a module in it) has a `.grad`, which pickling drops."""
     if depth > 32:
         return False
-    if _is_tensor(value):
+    if is_tensor(value):
         return value.grad is not None
     if type(value) in (list, tuple):
         return any(carries_grads(item, depth + 1) for item in value)
@@ -152,7 +149,7 @@ def rebuild(state: tuple) -> Any:
 
 
 def _mutable_kind(value: Any) -> str | None:
-    if _is_tensor(value):
+    if is_tensor(value):
         return "T"
     if type(value) is list:
         return "L"
@@ -337,8 +334,8 @@ def changed(target: Any, state: tuple, *, grads: bool = False, path: str = "", s
 
 def _same_structure(left: Any, right: Any) -> bool:
     """Equal nested plain data and tensors (an optimiser's state dict)."""
-    if _is_tensor(left) or _is_tensor(right):
-        return _is_tensor(left) and _is_tensor(right) and _same_tensor(left, right)
+    if is_tensor(left) or is_tensor(right):
+        return is_tensor(left) and is_tensor(right) and _same_tensor(left, right)
     if type(left) is not type(right):
         return False
     if type(left) is dict:

@@ -53,7 +53,8 @@ def _torch():
     return torch
 
 
-def _is_tensor(value: Any) -> bool:
+def is_tensor(value: Any) -> bool:
+    """A torch tensor or parameter, recognised without importing torch."""
     return type(value).__module__.startswith("torch") and type(value).__name__ in ("Tensor", "Parameter")
 
 
@@ -92,7 +93,7 @@ class _Encoder:
             return {kind.__name__: [self(item, depth + 1) for item in value]}
         if kind is dict:
             return {"dict": [[self(key, depth + 1), self(item, depth + 1)] for key, item in value.items()]}
-        if _is_tensor(value):
+        if is_tensor(value):
             return self._tensor(value)
         torch = _torch() if type(value).__module__.startswith("torch") else None
         if torch is not None and kind is torch.dtype:

@@ -49,6 +49,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from tools.course.grader.codec import is_tensor
 from tools.errors import GradingError
 
 FLOAT_REL_TOL, FLOAT_ABS_TOL = 1e-9, 1e-12
@@ -64,14 +65,10 @@ class Mismatch(AssertionError):
     """The learner's function and the reference disagree on a generated input."""
 
 
-def _is_tensor(value: Any) -> bool:
-    return type(value).__module__.startswith("torch") and type(value).__name__ in ("Tensor", "Parameter")
-
-
 def difference(expected: Any, actual: Any, where: str = "result") -> str | None:
     """Why `actual` is not the same value as `expected`, or None when it is."""
-    if _is_tensor(expected) or _is_tensor(actual):
-        if not (_is_tensor(expected) and _is_tensor(actual)):
+    if is_tensor(expected) or is_tensor(actual):
+        if not (is_tensor(expected) and is_tensor(actual)):
             return f"{where}: expected a {type(expected).__name__}, got a {type(actual).__name__}"
         if expected.dtype != actual.dtype or tuple(expected.shape) != tuple(actual.shape):
             return (f"{where}: expected a tensor of dtype {expected.dtype} and shape {tuple(expected.shape)}, "

@@ -16,6 +16,8 @@ import unicodedata
 from fractions import Fraction
 from typing import Any
 
+from tools.course.grader.codec import is_tensor
+
 NON_FINITE_SCALAR = "non-finite scalar"
 NON_FINITE_FIRST = "non-finite first item"
 NON_FINITE_INTERIOR = "non-finite interior item"
@@ -104,7 +106,7 @@ def _classes(value: Any, depth: int = 0) -> set[str]:
         return _float_classes(value)
     if isinstance(value, str):
         return _text_classes(value)
-    if type(value).__name__ in ("Tensor", "Parameter") and type(value).__module__.startswith("torch"):
+    if is_tensor(value):
         return _tensor_classes(value)
     if isinstance(value, (list, tuple)):
         return _sequence_classes(list(value), depth)
