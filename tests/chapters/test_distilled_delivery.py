@@ -141,10 +141,10 @@ def test_accept_opens_the_heldout_set_once_and_seals_the_handoff(stage_runs):
     results, runs = stage_runs
     opened = runs["open"]
     candidate, manifest = opened["candidate"].load(), opened["manifest"].load()
-    assert manifest["decision"] == {"decision": "accept", "reasons": [], "qualifying_seeds": [1, 2, 3]}
+    assert manifest["decision"] == {"decision": "accept", "reasons": [], "qualifying_seeds": list(stage.SEEDS)}
     final = candidate["final_heldout"]
     assert final["earlier_reads"] == [] and (results / final["receipt"]["path"]).is_file()
-    assert set(final["accuracy"]) == {"student", "1", "2", "3"}
+    assert set(final["accuracy"]) == {"student", *map(str, stage.SEEDS)}
     handoff = json.loads((results / manifest["handoff"]["path"]).read_text(encoding="utf-8"))
     weights = results / handoff["deploy"]["weights"]
     assert hashlib.sha256(weights.read_bytes()).hexdigest() == handoff["deploy"]["files"]["model.safetensors"]
@@ -212,10 +212,12 @@ def test_the_route_losses_match_trls_gkd_on_the_lab_models_logits(lab_models):
 # The effect, read from the course run (both numerics profiles)
 # ---------------------------------------------------------------------------
 
-GAIN_MARGIN = 0.03
-"""Development exact match, G2 candidate minus the G0 student, paired over seeds 1-3 (16 anchored + 8 on-policy
-steps): +0.086 [+0.060, +0.111] pinned AVX2 (0.617 -> 0.691, 0.711, 0.706), +0.172 [+0.044, +0.300] generic
-(0.637 -> 0.753, 0.854, 0.820). The margin is below both lower ends."""
+GAIN_MARGIN = 0.05
+"""Development exact match, G2 candidate minus the G0 student, paired over seeds 1-5 (16 anchored + 8 on-policy
+steps): +0.086 [+0.070, +0.102] pinned AVX2 (0.617 -> 0.691, 0.711, 0.706, 0.719, 0.689), +0.174 [+0.124, +0.224]
+generic (0.637 -> 0.753, 0.854, 0.820, 0.837, 0.790). The margin is the page's claim (the quality-gain gate's
+0.05); it lies below both lower ends and above the spread of the per-seed gains (standard deviation 0.012 pinned,
+0.039 generic). Retention is not asserted: 0.836-0.860 pinned, 0.787-0.946 generic."""
 
 
 def check_course_records(folder, label) -> dict:

@@ -119,7 +119,9 @@ def gate_inputs(report: Mapping) -> dict:
                 "latency_s": result["latency"]["latency_s"]}
 
     return {"identity": candidate["identity"], "stages": candidate["stage_inputs"],
-            "baseline": outcome(baseline["student"]), "teacher_latency_s": baseline["teacher"]["latency"]["latency_s"],
+            "baseline": outcome(baseline["student"]),
+            "teacher_latency_s": {int(seed): result["teacher_latency"]["latency_s"]
+                                  for seed, result in candidate["candidates"].items()},
             "candidates": {int(seed): outcome(result) for seed, result in candidate["candidates"].items()},
             "thresholds": dict(candidate["thresholds"])}
 
@@ -128,8 +130,8 @@ def recheck(report: Mapping, comparability: Callable, deployment_gates: Callable
     """The record's decision taken again with the given functions."""
     inputs = gate_inputs(report)
     comparable = comparability(inputs["identity"]["teacher"], inputs["identity"]["student"], inputs["stages"])
-    gates = {seed: deployment_gates(inputs["baseline"], outcome, inputs["teacher_latency_s"], dict(inputs["thresholds"]))
-             for seed, outcome in inputs["candidates"].items()}
+    gates = {seed: deployment_gates(inputs["baseline"], outcome, inputs["teacher_latency_s"][seed],
+                                    dict(inputs["thresholds"])) for seed, outcome in inputs["candidates"].items()}
     return terminal_decision(comparable, gates)
 
 
@@ -201,8 +203,8 @@ def findings(report: Mapping) -> list[str]:
     retention = {seed: result["gates"]["gates"][1]["measured"] for seed, result in candidate["candidates"].items()}
     lines = [lesson_text.text("distilled_delivery.baseline", student=baseline["student"]["accuracy"],
                               teacher=baseline["teacher"]["accuracy"], problems=baseline["student"]["problems"])]
-    key = "gain" if gain["lower"] > 0 else "no_gain"
-    lines.append(lesson_text.text(f"distilled_delivery.{key}", interval=describe_effect(gain),
+    key = "distilled_delivery.gain" if gain["lower"] > 0 else "distilled_delivery.no_gain"
+    lines.append(lesson_text.text(key, interval=describe_effect(gain),
                                   midpoint=describe_effect(effects["dev_midpoint_gain"])))
     lost = [seed for seed, share in retention.items() if share is not None and share < candidate["thresholds"]["min_retention"]]
     lines.append(lesson_text.text("distilled_delivery.retention_lost" if lost else "distilled_delivery.retention_kept",
@@ -257,7 +259,8 @@ def draw_delivery(report: Mapping):
                   label=f"seed {seed}")
     right.axhline(1.0, color="#cb181d", linestyle=":", label="gate line (above fails)")
     right.set_xticks(range(len(names)), names)
+    right.set_ylim(0, max(1.6, max((patch.get_height() for patch in right.patches), default=0) + 0.5))
     right.set(ylabel="threshold-relative position", title="Four gates per seed, passed together or not at all")
-    right.legend(fontsize=8)
+    right.legend(fontsize=7, ncol=3, loc="upper left")
     fig.tight_layout()
     return fig

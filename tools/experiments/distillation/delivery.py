@@ -11,8 +11,9 @@ Stages (one record each, write-once):
                   vocabulary, DISTILL-OPD's `fixed` recipe), the development set read once at the
                   midpoint, then `distill_steps` on-policy steps (the student samples, the reverse KL to
                   the teacher, DISTILL-OPD's `on_policy` recipe)
-    G2 candidate  per seed, the routed student on the development set with G0's decoding, its latency,
-                  and its gates against G0 (`deployment_gates`); the identity and comparability check
+    G2 candidate  per seed, the routed student on the development set with G0's decoding, its latency
+                  timed in turn with the teacher's (the latency gate's ratio compares two models timed under
+                  the same load), and its gates against G0 (`deployment_gates`); the identity and comparability check
                   (`comparability`) and the terminal decision (`terminal_decision`)
 
 Only `accept` opens the final held-out set (the lab task's `heldout` split; a read receipt is written
@@ -41,6 +42,7 @@ from tools.data import lab_tasks
 from tools.errors import RecordExistsError, StageFailedError
 from tools.experiments.distillation import delivery_gates
 from tools.experiments.distillation.training import PACKAGE_MECHANISM, distill_step, teacher_trajectories
+from tools.models.architectures import LAB_MODEL_IDS
 from tools.models.lab_sampling import sample, score_samples
 
 CHAPTER_ID = "88"
@@ -53,8 +55,8 @@ MANIFEST_SCHEMA = "distill-delivery-manifest/v1"
 RECEIPT_SCHEMA = "distill-heldout-read/v1"
 RECORD_STAGES = ("baseline", "route", "candidate", "handoff", "manifest")
 GATE_FUNCTIONS = ("comparability", "deployment_gates", "terminal_decision")
-SEEDS = (1, 2, 3)
-"""Seed 1's candidate is the one a handoff deploys; seeds 2 and 3 run the same route for the spread."""
+SEEDS = (1, 2, 3, 4, 5)
+"""Seed 1's candidate is the one a handoff deploys; seeds 2-5 run the same route for the spread."""
 DEV_SPLIT, FINAL_SPLIT = "validation", "heldout"
 TASK = lab_tasks.PRETRAINING_TASK
 
@@ -71,7 +73,10 @@ PLANS = {
 }
 """Per run mode: the pair, the route (anchored steps, then on-policy distillation steps, 2:1 as the original
 course's 64 + 32) and the latency measurement. real_gpu's teacher is the largest Qwen2.5 instruct model the
-PT-DISTILL-CUDA profile's one GPU holds beside the student and the optimiser state."""
+PT-DISTILL-CUDA profile's one GPU holds beside the student and the optimiser state; it is always read from the
+local cache (a teacher with random weights teaches nothing), while the student follows MODEL_SOURCE: a
+random_init student is recorded as such, and its tokenizer (the course's stand-in) is another family than the
+teacher's, which `comparability` reports."""
 THRESHOLDS = {"min_gain": 0.05, "min_retention": 0.9, "min_format": 0.95, "max_latency_ratio": 0.85}
 """The gates (`deployment_gates`): accuracy gain over G0 on the development set, share of G0's correct
 problems still correct, share of well-formed replies that stopped by themselves, and the candidate's decode
@@ -131,10 +136,12 @@ def evaluate(model, tokenizer, problems, decoding: Mapping) -> dict:
             "mean_reply_tokens": sum(len(reply["response_ids"]) for reply in replies) / len(replies)}
 
 
-def decode_latency(model, tokenizer, problems, settings: Mapping, device: str) -> dict:
-    """Seconds per reply of greedy decoding in batches of `latency_batch`, median over `latency_repeats`
-    (a first pass warms up and is not counted). On the CPU the clock is the thread's CPU time (one thread:
-    what the decode computed, not what other processes took); on CUDA the wall clock after a synchronise."""
+def decode_latency(models: Mapping, tokenizer, problems, settings: Mapping, device: str) -> dict:
+    """Seconds per reply of greedy decoding for each of `models` (name -> model, one tokenizer), in batches of
+    `latency_batch`: one warm-up pass each (not counted), then `latency_repeats` rounds in which every model
+    makes one pass in turn, so that models compared with each other are timed under the same load; the median
+    pass per model. On the CPU the clock is the thread's CPU time (one thread: what the decode computed, not
+    what other processes took); on CUDA the wall clock after a synchronise."""
     import torch
 
     prompts = [problem.messages() for problem in problems[:settings["latency_problems"]]]
@@ -142,7 +149,7 @@ def decode_latency(model, tokenizer, problems, settings: Mapping, device: str) -
     cuda = device == "cuda"
     clock = time.perf_counter if cuda else time.thread_time
 
-    def one_pass() -> float:
+    def one_pass(model) -> float:
         if cuda:
             torch.cuda.synchronize()
         started = clock()
@@ -153,16 +160,22 @@ def decode_latency(model, tokenizer, problems, settings: Mapping, device: str) -
             torch.cuda.synchronize()
         return (clock() - started) / len(prompts)
 
-    one_pass()
-    passes = [one_pass() for _ in range(settings["latency_repeats"])]
-    return {"latency_s": statistics.median(passes), "passes_s": passes, "replies": len(prompts), "batch": batch,
-            "clock": "wall clock after torch.cuda.synchronize" if cuda else "thread CPU time (one thread)",
-            "warmup_passes": 1}
+    for model in models.values():
+        one_pass(model)
+    passes = {name: [] for name in models}
+    for _ in range(settings["latency_repeats"]):
+        for name, model in models.items():
+            passes[name].append(one_pass(model))
+    return {name: {"latency_s": statistics.median(values), "passes_s": values, "replies": len(prompts),
+                   "batch": batch, "warmup_passes": 1, "interleaved_with": sorted(set(models) - {name}),
+                   "clock": "wall clock after torch.cuda.synchronize" if cuda else "thread CPU time (one thread)"}
+            for name, values in passes.items()}
 
 
 def load_pair(plan, settings: Mapping) -> tuple:
     """`(student, teacher, tokenizer, teacher_tokenizer, identities)`: both models in eval mode on the plan's
-    device; the teacher frozen (no gradient)."""
+    device; the teacher frozen (no gradient). Both are found before either is loaded, so a missing cache stops
+    the run before any work (the error names the download command)."""
     from transformers.utils import logging as transformers_logging
 
     from tools.models.loading import load_causal_lm, model_identity, resolve_model
@@ -170,9 +183,11 @@ def load_pair(plan, settings: Mapping) -> tuple:
     shown = transformers_logging.is_progress_bar_enabled()
     transformers_logging.disable_progress_bar()
     try:
+        folders = {role: resolve_model(settings[role], plan.model_source if role == "student"
+                                       or settings[role] in LAB_MODEL_IDS else "local", plan.model_cache)
+                   for role in ("student", "teacher")}  # a missing cache raises here, before anything is loaded
         loaded = {}
-        for role in ("student", "teacher"):
-            folder = resolve_model(settings[role], plan.model_source, plan.model_cache)
+        for role, folder in folders.items():
             model, tokenizer = load_causal_lm(folder, device=plan.device)
             model.eval()
             identity = model_identity(folder)
@@ -316,8 +331,9 @@ def run(plan, sink, *, log=None) -> None:
         started = time.perf_counter()
         baseline = {"student": evaluate(student, tokenizer, dev, decoding),
                     "teacher": evaluate(teacher, teacher_tokenizer, dev, decoding)}
-        for role, model, tok in (("student", student, tokenizer), ("teacher", teacher, teacher_tokenizer)):
-            baseline[role]["latency"] = decode_latency(model, tok, dev, settings, plan.device)
+        timed = decode_latency({"student": student, "teacher": teacher}, tokenizer, dev, settings, plan.device)
+        for role in ("student", "teacher"):
+            baseline[role]["latency"] = timed[role]
         final_identity = lab_tasks.manifest(TASK)["splits"][FINAL_SPLIT]
         baseline_body = {"models": models, "task": lab_tasks.manifest(TASK), "dev_split": DEV_SPLIT,
                          "decoding": decoding, "settings": settings, "baseline": baseline,
@@ -339,7 +355,9 @@ def run(plan, sink, *, log=None) -> None:
         results = {}
         for seed in SEEDS:
             result = evaluate(candidates[seed], tokenizer, dev, decoding)
-            result["latency"] = decode_latency(candidates[seed], tokenizer, dev, settings, plan.device)
+            timed = decode_latency({"candidate": candidates[seed], "teacher": teacher}, tokenizer, dev, settings,
+                                   plan.device)
+            result["latency"], result["teacher_latency"] = timed["candidate"], timed["teacher"]
             results[seed] = result
         stage_inputs = {
             "G0": {"start_sha256": models["student"]["weights_sha256"], "eval_sha256": baseline["student"]["eval_sha256"],
@@ -356,7 +374,7 @@ def run(plan, sink, *, log=None) -> None:
              "latency_s": baseline["student"]["latency"]["latency_s"]},
             {"correct": results[seed]["correct"], "formatted": results[seed]["formatted"],
              "latency_s": results[seed]["latency"]["latency_s"]},
-            baseline["teacher"]["latency"]["latency_s"], dict(thresholds)) for seed in SEEDS}
+            results[seed]["teacher_latency"]["latency_s"], dict(thresholds)) for seed in SEEDS}
         decision = check_decision(gates.terminal_decision(comparable, seed_gates))
         effects = {"dev_gain": paired_effect({s: results[s]["accuracy"] for s in SEEDS},
                                              {s: baseline["student"]["accuracy"] for s in SEEDS},
