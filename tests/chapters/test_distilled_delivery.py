@@ -178,6 +178,21 @@ def test_a_used_label_is_refused_before_any_work(stage_runs):
                  results_dir=results, options=TINY_ROUTE))
 
 
+@pytest.mark.parametrize("options", [{"thresholds": {**OPEN_DOOR, "min_gain": 2.0}},
+                                     {"thresholds": {"min_gain": 0.05}}, {"anchored_steps": 0, "distill_steps": 0},
+                                     {"distill_steps": -1}, {"anchored_steps": True}])
+def test_bad_options_are_refused_before_any_work(tmp_path, options):
+    from tools.errors import ConfigError
+
+    with pytest.raises(ConfigError):
+        run(Plan(experiment="distill_delivery", chapter="88", run_mode="cpu_smoke", label="p88-bad", results_dir=tmp_path,
+                 options=options))
+    assert not any(tmp_path.iterdir()), "nothing was written"
+    settings, thresholds = stage.checked_options(Plan(experiment="distill_delivery", chapter="88", run_mode="cpu_smoke",
+                                                      label="p88-ok", options={**TINY_ROUTE, "thresholds": OPEN_DOOR}))
+    assert (settings["anchored_steps"], settings["distill_steps"], thresholds) == (2, 1, OPEN_DOOR)
+
+
 def test_the_page_rechecks_and_draws_a_record(stage_runs):
     _, runs = stage_runs
     report = page.load_report(list(runs["strict"].values()))

@@ -39,7 +39,7 @@ from tools.core.effects import paired_effect
 from tools.core.handoff import check_manifest_body, seal
 from tools.core.records import save_json_record_once
 from tools.data import lab_tasks
-from tools.errors import RecordExistsError, StageFailedError
+from tools.errors import ConfigError, RecordExistsError, StageFailedError
 from tools.experiments.distillation import delivery_gates
 from tools.experiments.distillation.training import PACKAGE_MECHANISM, distill_step, teacher_trajectories
 from tools.models.architectures import LAB_MODEL_IDS
@@ -55,6 +55,8 @@ MANIFEST_SCHEMA = "distill-delivery-manifest/v1"
 RECEIPT_SCHEMA = "distill-heldout-read/v1"
 RECORD_STAGES = ("baseline", "route", "candidate", "handoff", "manifest")
 GATE_FUNCTIONS = ("comparability", "deployment_gates", "terminal_decision")
+LEARNER_ERRORS = (RuntimeError, ValueError, TypeError, KeyError, IndexError, AttributeError)
+"""What a learner's gate may raise; the stage then fails naming the function."""
 SEEDS = (1, 2, 3, 4, 5)
 """Seed 1's candidate is the one a handoff deploys; seeds 2-5 run the same route for the spread."""
 DEV_SPLIT, FINAL_SPLIT = "validation", "heldout"
@@ -290,6 +292,28 @@ def save_candidate(student, folder: Path) -> dict:
     return {name: hashlib.sha256((folder / name).read_bytes()).hexdigest() for name in ("config.json", "model.safetensors")}
 
 
+def decide(gates, identity: Mapping, stage_inputs: Mapping, baseline: Mapping, results: Mapping,
+           thresholds: Mapping) -> tuple:
+    """`(comparable, seed_gates, decision)` from the plan's three functions (the learner's in a notebook); an
+    error inside one of them fails the stage naming the function (no candidate record, no manifest)."""
+    step = "comparability"
+    try:
+        comparable = gates.comparability(identity["teacher"], identity["student"], copy.deepcopy(dict(stage_inputs)))
+        step = "deployment_gates"
+        seed_gates = {seed: gates.deployment_gates(
+            {"correct": list(baseline["student"]["correct"]), "formatted": list(baseline["student"]["formatted"]),
+             "latency_s": baseline["student"]["latency"]["latency_s"]},
+            {"correct": list(results[seed]["correct"]), "formatted": list(results[seed]["formatted"]),
+             "latency_s": results[seed]["latency"]["latency_s"]},
+            results[seed]["teacher_latency"]["latency_s"], dict(thresholds)) for seed in SEEDS}
+        step = "terminal_decision"
+        decision = gates.terminal_decision(copy.deepcopy(comparable), copy.deepcopy(seed_gates))
+    except LEARNER_ERRORS as error:
+        raise StageFailedError(f"{step} raised {type(error).__name__}: {error}".splitlines()[0], stage="candidate") \
+            from error
+    return comparable, seed_gates, check_decision(decision)
+
+
 def check_decision(decision) -> dict:
     """The terminal decision's result, refused when it is not a decision the stage can act on."""
     if not isinstance(decision, Mapping) or decision.get("decision") not in delivery_gates.DECISIONS \
@@ -297,6 +321,26 @@ def check_decision(decision) -> dict:
         raise StageFailedError(f"terminal_decision returned {decision!r}, not a decision with the two flags",
                                stage="candidate")
     return dict(decision)
+
+
+def checked_options(plan) -> tuple[dict, dict]:
+    """The run mode's settings with the plan's route lengths, and the gates' thresholds; ConfigError before any
+    work for a route without a step or thresholds the gates cannot read."""
+    settings = dict(PLANS[plan.run_mode])
+    for key in ("anchored_steps", "distill_steps"):
+        value = plan.option(key)
+        if value is not None:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigError(f"{key} must be an int >= 0, got {value!r}")
+            settings[key] = value
+    if settings["anchored_steps"] + settings["distill_steps"] < 1:
+        raise ConfigError("the route needs at least one step (anchored_steps + distill_steps >= 1)")
+    thresholds = plan.option("thresholds") or THRESHOLDS
+    try:
+        delivery_gates.check_thresholds(dict(thresholds) if isinstance(thresholds, Mapping) else thresholds)
+    except ValueError as error:
+        raise ConfigError(f"thresholds option: {error}") from None
+    return settings, dict(thresholds)
 
 
 def run(plan, sink, *, log=None) -> None:
@@ -308,11 +352,7 @@ def run(plan, sink, *, log=None) -> None:
         say(describe(plan.run_mode))
         say(f"functions: {plan.mechanism.sources_line(package_gates())}")
         return
-    settings = dict(PLANS[plan.run_mode])
-    thresholds = dict(plan.option("thresholds") or THRESHOLDS)
-    for key in ("anchored_steps", "distill_steps"):
-        if plan.option(key) is not None:
-            settings[key] = plan.option(key)
+    settings, thresholds = checked_options(plan)
     gates = SimpleNamespace(**{name: plan.mechanism.function(name, getattr(delivery_gates, name))
                                for name in GATE_FUNCTIONS})
     mechanism = plan.mechanism.describe(package_gates())
@@ -368,14 +408,7 @@ def run(plan, sink, *, log=None) -> None:
                    "decoding": results[SEEDS[0]]["decoding"]},
         }
         identity = {role: {key: models[role][key] for key in delivery_gates.MODEL_FIELDS} for role in models}
-        comparable = gates.comparability(identity["teacher"], identity["student"], stage_inputs)
-        seed_gates = {seed: gates.deployment_gates(
-            {"correct": baseline["student"]["correct"], "formatted": baseline["student"]["formatted"],
-             "latency_s": baseline["student"]["latency"]["latency_s"]},
-            {"correct": results[seed]["correct"], "formatted": results[seed]["formatted"],
-             "latency_s": results[seed]["latency"]["latency_s"]},
-            results[seed]["teacher_latency"]["latency_s"], dict(thresholds)) for seed in SEEDS}
-        decision = check_decision(gates.terminal_decision(comparable, seed_gates))
+        comparable, seed_gates, decision = decide(gates, identity, stage_inputs, baseline, results, thresholds)
         effects = {"dev_gain": paired_effect({s: results[s]["accuracy"] for s in SEEDS},
                                              {s: baseline["student"]["accuracy"] for s in SEEDS},
                                              metric="development exact match, candidate minus the G0 student"),

@@ -85,6 +85,16 @@ def _outcomes(name, value):
         raise ValueError(f"{name}'s correct and formatted lists differ in length")
 
 
+def check_thresholds(thresholds) -> None:
+    """ValueError unless `thresholds` holds exactly the four gates' thresholds, finite and in their ranges."""
+    if not isinstance(thresholds, dict) or set(thresholds) != set(THRESHOLD_KEYS) \
+            or not all(_number(thresholds[key]) for key in THRESHOLD_KEYS):
+        raise ValueError(f"thresholds must hold exactly {', '.join(THRESHOLD_KEYS)} as finite numbers")
+    if not -1 <= thresholds["min_gain"] <= 1 or not 0 <= thresholds["min_retention"] <= 1 \
+            or not 0 <= thresholds["min_format"] <= 1 or thresholds["max_latency_ratio"] <= 0:
+        raise ValueError("min_gain in [-1, 1], min_retention and min_format in [0, 1], max_latency_ratio > 0")
+
+
 def deployment_gates(baseline, candidate, teacher_latency_s, thresholds):
     """One candidate's quality-retention and deployment-gain gates (see the notebook's TODO 2)."""
     _outcomes("baseline", baseline)
@@ -93,12 +103,7 @@ def deployment_gates(baseline, candidate, teacher_latency_s, thresholds):
         raise ValueError("baseline and candidate must score the same problems")
     if not _number(teacher_latency_s) or teacher_latency_s <= 0:
         raise ValueError("teacher_latency_s must be a finite number > 0")
-    if not isinstance(thresholds, dict) or set(thresholds) != set(THRESHOLD_KEYS) \
-            or not all(_number(thresholds[key]) for key in THRESHOLD_KEYS):
-        raise ValueError(f"thresholds must hold exactly {', '.join(THRESHOLD_KEYS)} as finite numbers")
-    if not -1 <= thresholds["min_gain"] <= 1 or not 0 <= thresholds["min_retention"] <= 1 \
-            or not 0 <= thresholds["min_format"] <= 1 or thresholds["max_latency_ratio"] <= 0:
-        raise ValueError("min_gain in [-1, 1], min_retention and min_format in [0, 1], max_latency_ratio > 0")
+    check_thresholds(thresholds)
     count = len(candidate["correct"])
     gain = (sum(candidate["correct"]) - sum(baseline["correct"])) / count
     known = [index for index, correct in enumerate(baseline["correct"]) if correct]
