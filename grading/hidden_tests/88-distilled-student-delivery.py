@@ -69,15 +69,16 @@ decodings = [{"temperature": 0.0, "max_new_tokens": 6}, {"temperature": 0, "max_
 
 
 def one_pair(defect, rng):
-    kind, _ = defect
-    student = {"model_id": "s", "tokenizer_sha256": rng.choice(["k", "k", "k2"]), "weights_sha256": "ws"}
-    teacher = {"model_id": "t", "tokenizer_sha256": "k", "weights_sha256": rng.choice(["wt", "wt", "wt", "ws"])}
+    kind, n = defect
+    clean = kind == "valid" and n < 8  # a fully comparable pair, its stages in a random order
+    student = {"model_id": "s", "tokenizer_sha256": "k" if clean else rng.choice(["k", "k", "k2"]), "weights_sha256": "ws"}
+    teacher = {"model_id": "t", "tokenizer_sha256": "k", "weights_sha256": "wt" if clean else rng.choice(["wt", "wt", "wt", "ws"])}
     base = rng.choice(decodings[:1] + decodings[6:7])
     stages = {}
     for name in rng.sample(["G0", "G1", "G2"], 3):
-        stages[name] = {"start_sha256": rng.choice(["ws", "ws", "ws", "wt", "wx"]),
-                        "eval_sha256": rng.choice(["dev", "dev", "dev", "easy"]),
-                        "decoding": dict(base) if rng.random() < 0.5 else dict(rng.choice(decodings))}
+        stages[name] = {"start_sha256": "ws" if clean else rng.choice(["ws", "ws", "ws", "wt", "wx"]),
+                        "eval_sha256": "dev" if clean else rng.choice(["dev", "dev", "dev", "easy"]),
+                        "decoding": dict(base) if clean or rng.random() < 0.5 else dict(rng.choice(decodings))}
     if kind == "teacher_none":
         teacher = None
     elif kind == "teacher_blank":

@@ -39,7 +39,7 @@ from tools.core.effects import paired_effect
 from tools.core.handoff import check_manifest_body, seal
 from tools.core.records import save_json_record_once
 from tools.data import lab_tasks
-from tools.errors import ConfigError, RecordExistsError, StageFailedError
+from tools.errors import ConfigError, ModelCacheMissingError, RecordExistsError, StageFailedError
 from tools.experiments.distillation import delivery_gates
 from tools.experiments.distillation.training import PACKAGE_MECHANISM, distill_step, teacher_trajectories
 from tools.models.architectures import LAB_MODEL_IDS
@@ -185,9 +185,14 @@ def load_pair(plan, settings: Mapping) -> tuple:
     shown = transformers_logging.is_progress_bar_enabled()
     transformers_logging.disable_progress_bar()
     try:
-        folders = {role: resolve_model(settings[role], plan.model_source if role == "student"
-                                       or settings[role] in LAB_MODEL_IDS else "local", plan.model_cache)
-                   for role in ("student", "teacher")}  # a missing cache raises here, before anything is loaded
+        try:  # the teacher first: a missing cache stops the run before a random_init student is built
+            teacher_folder = resolve_model(settings["teacher"], plan.model_source if settings["teacher"] in LAB_MODEL_IDS
+                                           else "local", plan.model_cache)
+        except ModelCacheMissingError as error:
+            raise ModelCacheMissingError(f"the teacher is read from the local cache whatever MODEL_SOURCE says (a teacher "
+                                         f"with random weights teaches nothing). {error}") from None
+        folders = {"student": resolve_model(settings["student"], plan.model_source, plan.model_cache),
+                   "teacher": teacher_folder}
         loaded = {}
         for role, folder in folders.items():
             model, tokenizer = load_causal_lm(folder, device=plan.device)
