@@ -297,6 +297,12 @@ def save_candidate(student, folder: Path) -> dict:
     return {name: hashlib.sha256((folder / name).read_bytes()).hexdigest() for name in ("config.json", "model.safetensors")}
 
 
+def odd_one_out(per_seed: list) -> dict:
+    """One stage's inputs as the comparability check reads them: the first seed's whose inputs differ from
+    seed 1's (so a seed that started elsewhere, or read another set, is not hidden behind seed 1), else seed 1's."""
+    return next((inputs for inputs in per_seed[1:] if inputs != per_seed[0]), per_seed[0])
+
+
 def decide(gates, identity: Mapping, stage_inputs: Mapping, baseline: Mapping, results: Mapping,
            thresholds: Mapping) -> tuple:
     """`(comparable, seed_gates, decision)` from the plan's three functions (the learner's in a notebook); an
@@ -376,6 +382,7 @@ def run(plan, sink, *, log=None) -> None:
         started = time.perf_counter()
         baseline = {"student": evaluate(student, tokenizer, dev, decoding),
                     "teacher": evaluate(teacher, teacher_tokenizer, dev, decoding)}
+        baseline["student"]["measured_sha256"] = weights_sha256(student)  # the weights G0 measured
         timed = decode_latency({"student": student, "teacher": teacher}, tokenizer, dev, settings, plan.device)
         for role in ("student", "teacher"):
             baseline[role]["latency"] = timed[role]
@@ -404,14 +411,13 @@ def run(plan, sink, *, log=None) -> None:
                                    plan.device)
             result["latency"], result["teacher_latency"] = timed["candidate"], timed["teacher"]
             results[seed] = result
-        stage_inputs = {
-            "G0": {"start_sha256": models["student"]["weights_sha256"], "eval_sha256": baseline["student"]["eval_sha256"],
-                   "decoding": baseline["student"]["decoding"]},
-            "G1": {"start_sha256": routes[SEEDS[0]]["start_sha256"], "eval_sha256": routes[SEEDS[0]]["midpoint"]["eval_sha256"],
-                   "decoding": routes[SEEDS[0]]["midpoint"]["decoding"]},
-            "G2": {"start_sha256": routes[SEEDS[0]]["start_sha256"], "eval_sha256": results[SEEDS[0]]["eval_sha256"],
-                   "decoding": results[SEEDS[0]]["decoding"]},
-        }
+        stage_inputs = {"G0": {"start_sha256": baseline["student"]["measured_sha256"],
+                               "eval_sha256": baseline["student"]["eval_sha256"], "decoding": baseline["student"]["decoding"]},
+                        "G1": odd_one_out([{"start_sha256": routes[s]["start_sha256"],
+                                            "eval_sha256": routes[s]["midpoint"]["eval_sha256"],
+                                            "decoding": routes[s]["midpoint"]["decoding"]} for s in SEEDS]),
+                        "G2": odd_one_out([{"start_sha256": routes[s]["start_sha256"], "eval_sha256": results[s]["eval_sha256"],
+                                            "decoding": results[s]["decoding"]} for s in SEEDS])}
         identity = {role: {key: models[role][key] for key in delivery_gates.MODEL_FIELDS} for role in models}
         comparable, seed_gates, decision = decide(gates, identity, stage_inputs, baseline, results, thresholds)
         effects = {"dev_gain": paired_effect({s: results[s]["accuracy"] for s in SEEDS},
