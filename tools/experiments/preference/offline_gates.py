@@ -98,9 +98,8 @@ def independent_evaluation(judgements, train_prompts):
     """Held-out pair accuracy from judgements in both orders (see the notebook's TODO 2)."""
     if not isinstance(judgements, (list, tuple)) or not judgements:
         raise ValueError("judgements must be a non-empty list or tuple")
-    if not isinstance(train_prompts, (list, tuple, set, frozenset)) or \
-            not all(isinstance(prompt, str) for prompt in train_prompts):
-        raise ValueError("train_prompts must be a collection of str")
+    if not isinstance(train_prompts, (list, tuple)) or not all(isinstance(prompt, str) for prompt in train_prompts):
+        raise ValueError("train_prompts must be a list or tuple of str")
     by_pair: dict[str, dict] = {}
     for judgement in judgements:
         if not isinstance(judgement, dict) or not isinstance(judgement.get("pair_id"), str) or not judgement["pair_id"]:
