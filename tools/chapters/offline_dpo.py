@@ -127,8 +127,9 @@ def findings(report: Mapping) -> list[str]:
     if max(chosen) < 0:
         lines.append(lesson_text.text("offline_dpo.displacement", chosen=max(chosen), rejected=max(rejected)))
     gain = effects["task_gain"]
-    key = "task_gain" if gain["lower"] > 0 else "task_loss" if gain["upper"] < 0 else "no_task_gain"
-    lines.append(lesson_text.text(f"offline_dpo.{key}", interval=describe_effect(gain)))
+    key = ("offline_dpo.task_gain" if gain["lower"] > 0 else "offline_dpo.task_loss" if gain["upper"] < 0
+           else "offline_dpo.no_task_gain")
+    lines.append(lesson_text.text(key, interval=describe_effect(gain)))
     skill = effects["base_skill_change"]
     lines.append(lesson_text.text("offline_dpo.skill_kept" if skill["mean"] >= -tolerance else "offline_dpo.skill_lost",
                                   interval=describe_effect(skill), tolerance=tolerance))
