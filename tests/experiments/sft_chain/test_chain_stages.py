@@ -350,14 +350,17 @@ def test_a_resealed_selection_without_a_promise_is_blocked_by_the_identity_read_
 # ---- 84: offline DPO from 62's delivered adapter (the chain's first reader) --------------------------
 
 PAIRS_MARGIN = 0.25
-"""84: the DPO candidate's held-out pair accuracy (both orders) minus chance 0.5, per seed 1..3: pinned
-+0.475 +0.494 +0.469; generic: see the closing note of issue 35. The page claims 'above chance'; the margin
-asks for a quarter more than chance, below every measured value."""
+"""84: the DPO candidate's held-out pair accuracy (both orders) minus chance 0.5, per seed 1, 2, 3: pinned
++0.475 +0.494 +0.469, generic +0.438 +0.475 +0.456. The page claims 'above chance'; the margin asks for a
+quarter more than chance, below every measured value and beyond the spread (largest interval half-width 0.047)."""
 CONTROL_MARGIN = 0.5
-"""84: DPO minus its mislabelled control (same pairs, swapped), held-out pair accuracy: pinned +0.95 to +0.99."""
+"""84: DPO minus its mislabelled control (the same pairs swapped), held-out pair accuracy: pinned +0.950 +0.988
++0.931, generic +0.925 +0.969 +0.950."""
 REGRESSION_MARGIN = 0.05
-"""84: DPO minus 62's adapter on the base's own addition: pinned -0.120 -0.117 -0.133; the page claims a loss
-beyond the regression tolerance (0.05), and the control (which pushes the plain sum up) keeps it."""
+"""84: DPO minus 62's adapter on the base's own addition: pinned -0.120 -0.117 -0.133, generic -0.123 -0.116
+-0.117; the page claims a loss beyond the regression tolerance (0.05). Not claimed, because it differs between
+the profiles: the task change (pinned -0.106 -0.075 -0.094, generic +0.038 +0.069 +0.044) and whether the
+mislabelled control keeps the base skill (pinned yes, generic no: both arms fall to about 0.61)."""
 
 
 @pytest.fixture(scope="module")
@@ -377,15 +380,12 @@ def test_effect_84_dpo_learns_the_held_out_preference_and_the_regression_gate_ca
     skill = found["base_skill_change"]
     assert effects.holds(skill, REGRESSION_MARGIN, "less"), effects.describe(skill)
     seeds = sorted(report["arms"]["dpo"])
-    dpo_vs_control = effects.paired_effect({int(s): report["arms"]["dpo"][s]["base_skill_heldout"] for s in seeds},
-                                           {int(s): report["arms"]["swapped"][s]["base_skill_heldout"] for s in seeds},
-                                           metric="base skill, DPO minus its mislabelled control")
-    assert effects.holds(dpo_vs_control, REGRESSION_MARGIN, "less"), effects.describe(dpo_vs_control)
+    control_skill = [report["arms"]["swapped"][s]["base_skill_heldout"] for s in seeds]
     manifest = offline_dpo["manifest"].load()
     assert manifest["decision"]["decision"] == "reject" and "base_skill_kept" in manifest["decision"]["reasons"]
     print(f"84 per seed: pair accuracy - 0.5 {found['pair_accuracy_over_chance']['differences']}, base skill change "
-          f"{skill['differences']}, task change {found['task_gain']['differences']}, DPO - control skill "
-          f"{dpo_vs_control['differences']}")
+          f"{skill['differences']}, task change {found['task_gain']['differences']}, control's base skill "
+          f"{control_skill} (62's adapter {report['baseline']['base_skill_heldout']})")
 
 
 def test_84_a_learner_whose_regression_only_tunes_changes_the_decision(chain, offline_dpo):
