@@ -121,7 +121,9 @@ def findings(report: Mapping) -> list[str]:
     over_chance = effects["pair_accuracy_over_chance"]
     lines.append(lesson_text.text("offline_dpo.pairs_learned" if over_chance["lower"] > 0 else "offline_dpo.pairs_not_learned",
                                   interval=describe_effect(over_chance)))
-    lines.append(lesson_text.text("offline_dpo.control", interval=describe_effect(effects["pair_accuracy_over_control"])))
+    control = effects["pair_accuracy_over_control"]
+    lines.append(lesson_text.text("offline_dpo.control" if control["lower"] > 0 else "offline_dpo.control_same",
+                                  interval=describe_effect(control)))
     chosen = [values["evaluation"]["chosen_logratio"] for values in report["arms"]["dpo"].values()]
     rejected = [values["evaluation"]["rejected_logratio"] for values in report["arms"]["dpo"].values()]
     if max(chosen) < 0:
