@@ -79,7 +79,7 @@ def plan(results, upstream_label, run_mode="cpu_smoke", **options) -> Plan:
 
 def test_an_altered_adapter_byte_stops_84_naming_the_file(upstream_copy):
     results, label = upstream_copy
-    adapter = next((results / UPSTREAM_SLUG).glob("*_delivery_*")) / "adapter" / "adapter_model.safetensors"
+    adapter = results / UPSTREAM_SLUG / f"{UPSTREAM_SLUG}_delivery_{label}" / "adapter" / "adapter_model.safetensors"
     data = bytearray(adapter.read_bytes())
     data[-1] ^= 1
     adapter.write_bytes(bytes(data))
