@@ -12,7 +12,7 @@ EXPERIMENTS = (
         title="85 online reward optimisation: GRPO from 62's delivered SFT adapter on arithmetic built in code, every "
               "sampled batch behind a coverage gate (scoreable groups, truncation, parse failures), effective update "
               "throughput, a shuffled-reward control at the same budget, held-out task and base skill opened once, "
-              "paired over 3 seeds against 62's adapter: accept / tune / reject, with a sealed candidate manifest",
+              "paired over 5 seeds against 62's adapter: accept / tune / reject, with a sealed candidate manifest",
         chapters=("85",),
         runner="tools.experiments.reward_chain.optimisation:run",
         stages=("optimisation",),
