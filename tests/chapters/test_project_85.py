@@ -13,8 +13,8 @@ from tools.chapters import online_reward as page
 from tools.core import effects
 from tools.core.handoff import require_manifest
 from tools.core.records import sha256_file
-from tools.experiments.reward_chain import gates
-from tools.experiments.reward_chain import optimisation as stage
+from tools.experiments.online_rl import project_gates as gates
+from tools.experiments.online_rl import project_stage as stage
 
 SLUG = "85-online-reward-optimisation"
 pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("course_run")]
@@ -90,7 +90,7 @@ def test_effect_the_verifier_reward_not_the_update_moves_the_task(records):
 
 @pytest.mark.effect
 def test_effect_grpo_on_the_new_task_costs_the_base_skill(records):
-    """GRPO against 62's adapter on what the input model already knew (plain sums): the whole interval is below 0,
-    which is why the regression gate is part of the adoption decision."""
+    """GRPO against 62's adapter on what the input model already knew (plain sums): the whole interval is below
+    -SKILL_MARGIN, which is why the regression gate is part of the adoption decision."""
     skill = records["evaluation"]["effects"]["skill_change"]
-    assert len(skill["seeds"]) >= 5 and effects.holds(skill, 0.0, "less"), effects.describe(skill)
+    assert len(skill["seeds"]) >= 5 and effects.holds(skill, page.SKILL_MARGIN, "less"), effects.describe(skill)

@@ -1,7 +1,7 @@
 """Project 85 (online reward optimisation, GRPO / RLVR): what the notebook shows around its three gates.
 
 The learner writes the gates (`rollout_coverage`, `update_throughput`, `adoption_decision`); the stage
-(`tools.experiments.reward_chain.optimisation`) samples, gates, updates, measures and decides with them
+(`tools.experiments.online_rl.project_stage`) samples, gates, updates, measures and decides with them
 (the notebook passes its functions through the plan's mechanism). This module re-decides a run from its
 records, tabulates and draws the evidence, words the findings (`lesson_text`, section `online_reward`),
 and checks the update's advantages and loss against verl and TRL on the same tensors. Nothing here prints.
@@ -13,11 +13,14 @@ from typing import Callable, Mapping
 
 from tools.chapters import lesson_text
 from tools.core import effects
-from tools.experiments.reward_chain import optimisation as stage
+from tools.experiments.online_rl import project_stage as stage
 
 CHAPTER_ID = stage.CHAPTER_ID
-CONTROL_MARGIN = 0.1
-"""The smallest held-out advantage of GRPO over the shuffled-reward control the page claims."""
+CONTROL_MARGIN = 0.12
+"""The smallest held-out advantage of GRPO over the shuffled-reward control the page claims (the per-seed
+differences spread with a standard deviation of about 0.12 to 0.16 across seeds and numerics profiles)."""
+SKILL_MARGIN = 0.03
+"""The smallest base-skill loss (GRPO minus 62's adapter) the page claims (seed spread about 0.02)."""
 FRAMEWORK_TOLERANCE = 1e-6
 FRAMEWORK_REPLIES = (
     ("scoreable", ((True, "right"), (True, "wrong"), (True, "wrong"), (True, "right"))),

@@ -1,7 +1,7 @@
 """Project 85: the gates its stage runs are the gates its notebook teaches.
 
 The notebook's reference solution is executed on its own and compared, on seeded generated inputs (valid and
-not), with `tools.experiments.reward_chain.gates`: the same value or the same exception class. A planted
+not), with `tools.experiments.online_rl.project_gates`: the same value or the same exception class. A planted
 mutant of the notebook must differ on the same inputs (the comparison can fail)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from planted import mutant
 
 from tools.course.cells import cells_with_role, read_notebook
-from tools.experiments.reward_chain import gates
+from tools.experiments.online_rl import project_gates as gates
 
 SLUG = "85-online-reward-optimisation"
 OUTCOMES = ("correct", "wrong", "format_error", "truncated")
@@ -105,3 +105,13 @@ def test_a_planted_slip_is_told_apart_on_the_same_inputs(name, planted):
 
 def test_every_decision_has_a_next_action():
     assert set(gates.NEXT_ACTIONS) == set(gates.DECISIONS)
+
+
+def test_the_stage_reads_62s_schema_and_regression_tolerance():
+    """project_stage keeps 62's manifest schema and regression tolerance as its own constants (an experiment imports
+    no other experiment); they must be 62's."""
+    from tools.experiments.online_rl import project_stage
+    from tools.experiments.sft_chain import delivery
+
+    assert project_stage.UPSTREAM_SCHEMA == delivery.MANIFEST_SCHEMA
+    assert project_stage.REGRESSION_TOLERANCE == delivery.REGRESSION_TOLERANCE
