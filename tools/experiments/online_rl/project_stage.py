@@ -35,6 +35,7 @@ from tools.core.handoff import check_manifest_body, fix_command, require_manifes
 from tools.core.numerics import cpu_numerics
 from tools.data import lab_tasks, sft_raw
 from tools.errors import ConfigError, RecordExistsError, UpstreamRecordError
+from tools.measure.sampler import ResourceSampler, peaks
 from tools.experiments.online_rl import project_gates as package_gates
 from tools.experiments.online_rl.models import load_quietly
 from tools.experiments.online_rl.project_policy import (
@@ -204,6 +205,9 @@ def run(plan, sink, *, log=None) -> None:
     settings: StepSettings = plan_settings["step"]
     data = problems_for(plan.run_mode)
     say(describe(plan.run_mode))
+    import torch
+
+    cuda = str(plan.device).startswith("cuda")
     with one_thread_on_cpu(plan.device):
         base, tokenizer, identity = load_quietly(base_model["model_id"], plan.model_source, plan.device)
         base.config.use_cache = False
@@ -215,15 +219,21 @@ def run(plan, sink, *, log=None) -> None:
         for seed in SEEDS:
             for arm in ARMS:
                 model = load_policy(base, adapter_folder)
+                if cuda:
+                    torch.cuda.reset_peak_memory_stats()
+                sampler = ResourceSampler(device="cuda" if cuda else "cpu")
                 started = time.perf_counter()
-                steps = train_arm(model, tokenizer, data["train"], settings, fns.rollout_coverage, seed=seed,
-                                  control=arm != "grpo")
+                with sampler:
+                    steps = train_arm(model, tokenizer, data["train"], settings, fns.rollout_coverage, seed=seed,
+                                      control=arm != "grpo")
                 seconds = time.perf_counter() - started
                 throughput = fns.update_throughput(
                     [{key: step[key] for key in ("rollouts", "rollouts_in_loss", "optimizer_steps", "policy_change",
                                                  "seconds")} for step in steps], MIN_POLICY_CHANGE)
                 arms[(arm, seed)] = {"steps": steps, "throughput": throughput, "training_s": seconds,
-                                     "adapter_sha256": adapter_sha256(model)}
+                                     "adapter_sha256": adapter_sha256(model),
+                                     "peak_allocated_mib": torch.cuda.max_memory_allocated() / 2 ** 20 if cuda else None,
+                                     "sampled": {**peaks(sampler.snapshot()), **sampler.summary()}}
                 models[f"{arm}_seed_{seed}"] = model
                 say(f"  seed {seed} {arm}: {throughput['effective_steps']}/{throughput['steps']} steps changed the "
                     f"policy, mean reward {sum(s['mean_reward'] for s in steps) / len(steps):.3f}, {seconds:.1f} s")
