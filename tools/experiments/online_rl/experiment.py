@@ -57,6 +57,6 @@ EXPERIMENTS = (
         run_modes=("dry_run", "cpu_smoke", "real_gpu"),
         mechanism=("rollout_coverage", "update_throughput", "adoption_decision"),
         device_steps=(DeviceStep("chain_85_online_reward", "online_reward", order=79, stage="optimisation",
-                                 max_s=300, upstreams=("62",)),),
+                                 max_s=600, upstreams=("62",)),),
     ),
 )
