@@ -15,6 +15,7 @@ from tools.core.handoff import require_manifest
 from tools.core.records import sha256_file
 from tools.experiments.online_rl import project_gates as gates
 from tools.experiments.online_rl import project_stage as stage
+from tools.experiments.online_rl.project_policy import verdicts_of
 
 SLUG = "85-online-reward-optimisation"
 pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("course_run")]
@@ -60,7 +61,7 @@ def test_every_step_passed_the_coverage_gate_before_it_updated(records):
     for name, run in rollouts["runs"].items():
         for step in run["steps"]:
             coverage = step["coverage"]
-            assert coverage == gates.rollout_coverage(step["verdicts"], rollouts["settings"]["min_scoreable_share"],
+            assert coverage == gates.rollout_coverage(verdicts_of(step["verdicts"]), rollouts["settings"]["min_scoreable_share"],
                                                       rollouts["settings"]["max_truncation"],
                                                       rollouts["settings"]["max_parse_failure"]), (name, step["step"])
             expected = group_size * len(coverage["scoreable"]) if coverage["update_allowed"] else 0

@@ -14,6 +14,7 @@ from typing import Callable, Mapping
 from tools.chapters import lesson_text
 from tools.core import effects
 from tools.experiments.online_rl import project_stage as stage
+from tools.experiments.online_rl.project_policy import verdicts_of
 
 CHAPTER_ID = stage.CHAPTER_ID
 CONTROL_MARGIN = 0.12
@@ -63,7 +64,7 @@ def recheck(evaluation: Mapping, rollouts: Mapping, rollout_coverage: Callable, 
     every arm's throughput from its steps, the decision from the held-out figures."""
     settings = rollouts["settings"]
     coverage_same = all(
-        rollout_coverage(step["verdicts"], settings["min_scoreable_share"], settings["max_truncation"],
+        rollout_coverage(verdicts_of(step["verdicts"]), settings["min_scoreable_share"], settings["max_truncation"],
                          settings["max_parse_failure"]) == step["coverage"]
         for run in rollouts["runs"].values() for step in run["steps"])
     throughput_same = all(update_throughput(throughput_input(run), rollouts["min_policy_change"]) == run["throughput"]

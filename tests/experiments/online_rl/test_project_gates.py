@@ -115,3 +115,11 @@ def test_the_stage_reads_62s_schema_and_regression_tolerance():
 
     assert project_stage.UPSTREAM_SCHEMA == delivery.MANIFEST_SCHEMA
     assert project_stage.REGRESSION_TOLERANCE == delivery.REGRESSION_TOLERANCE
+
+
+def test_recorded_outcome_letters_give_back_the_verdicts():
+    from tools.experiments.online_rl.project_policy import outcome_codes, verdicts_of
+
+    verdicts = [[{"outcome": "correct", "reward": 1.0}, {"outcome": "truncated", "reward": 0.0}],
+                [{"outcome": "format_error", "reward": 0.0}, {"outcome": "wrong", "reward": 0.0}]]
+    assert outcome_codes(verdicts) == ["ct", "fw"] and verdicts_of(["ct", "fw"]) == verdicts

@@ -34,6 +34,22 @@ from tools.experiments.online_rl.rollouts import greedy_exact_match, prompt_of, 
 from tools.experiments.online_rl.verifier import verify_integer_answer
 
 
+OUTCOME_CODES = {"correct": "c", "wrong": "w", "format_error": "f", "truncated": "t"}
+"""One letter per verifier outcome: a step's verdicts are recorded as one string per group ("cwwc...")."""
+
+
+def outcome_codes(verdicts) -> list[str]:
+    """A batch's verdicts as one string of outcome letters per group (the record's compact form)."""
+    return ["".join(OUTCOME_CODES[verdict["outcome"]] for verdict in group) for group in verdicts]
+
+
+def verdicts_of(codes) -> list[list[dict]]:
+    """The verdicts back from their letters: integer-answer-v1 pays 1.0 for a correct reply and 0.0 otherwise."""
+    outcomes = {letter: outcome for outcome, letter in OUTCOME_CODES.items()}
+    return [[{"outcome": outcomes[letter], "reward": 1.0 if letter == "c" else 0.0} for letter in group]
+            for group in codes]
+
+
 @dataclass(frozen=True)
 class StepSettings:
     """One arm's GRPO settings (the matched budget: both arms of a seed use the same)."""
@@ -141,7 +157,7 @@ def grpo_step(model, optimizer, tokenizer, tasks: Sequence, settings: StepSettin
                            settings.max_parse_failure)
     rewards = [verdict["reward"] for group in verdicts for verdict in group]
     record = {"rollouts": len(rewards), "mean_reward": sum(rewards) / len(rewards),
-              "verdicts": verdicts,
+              "verdicts": outcome_codes(verdicts),
               "coverage": coverage,
               "rollouts_in_loss": 0, "optimizer_steps": 0, "policy_change": None, "clip_rates": []}
     chosen = list(coverage["scoreable"]) if coverage["update_allowed"] else []
