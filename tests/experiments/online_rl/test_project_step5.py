@@ -5,6 +5,7 @@ through the same `run(plan)` the notebook calls, and the records say the functio
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 from planted_functions import learner_mechanism
@@ -22,8 +23,10 @@ def test_a_coverage_gate_that_divides_by_rollouts_blocks_every_update(course_smo
     reference = json.loads((course_smoke_run.results / slug / f"{slug}_manifest_{course_smoke_run.label}.json")
                            .read_text(encoding="utf-8"))
     assert "no_effective_update" not in reference["decision"]["reasons"]
+    results = tmp_path / "results"  # a copy of 62's delivery: the course run's folder stays as written
+    shutil.copytree(course_smoke_run.results / "62-sft-delivery", results / "62-sft-delivery")
     plan = Plan(experiment="online_reward", chapter="85", run_mode="cpu_smoke", label="step5_85_planted",
-                results_dir=course_smoke_run.results, options={"upstream_label": course_smoke_run.label},
+                results_dir=results, options={"upstream_label": course_smoke_run.label},
                 mechanism=learner_mechanism("85", "share_over_rollouts", tmp_path))
     records = {ref.stage: ref.load() for ref in run(plan)}
     manifest, rollouts = records["manifest"], records["rollouts"]

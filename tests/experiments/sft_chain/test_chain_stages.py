@@ -404,3 +404,33 @@ def test_84_a_learner_whose_regression_only_tunes_changes_the_decision(chain, of
     assert reference["decision"]["decision"] == "reject" and learner["decision"]["decision"] == "tune"
     assert learner["mechanism"]["adoption_decision"]["source"] == "learner"
     assert learner["mechanism"]["admit_pairs"]["source"] == "package"
+
+
+# ---- 85: online reward optimisation (GRPO / RLVR) from 62's delivered adapter ------------------------
+
+@pytest.fixture(scope="module")
+def online_reward(chain):
+    results, _ = chain
+    return {ref.stage: ref for ref in run(Plan(experiment="online_reward", chapter="85", run_mode="cpu_smoke",
+                                               label=LABEL, results_dir=results))}
+
+
+@pytest.mark.effect
+def test_effect_85_the_verifier_reward_not_the_update_moves_the_task(online_reward):
+    """GRPO against the shuffled-reward control at the same budget (same seeds, problems, steps, rollouts and
+    updates): the held-out task is higher with the verifier's reward by more than the page's margin."""
+    from tools.chapters import online_reward as page
+
+    signal = online_reward["evaluation"].load()["effects"]["reward_signal"]
+    assert len(signal["seeds"]) >= 5 and effects.holds(signal, page.CONTROL_MARGIN), effects.describe(signal)
+
+
+@pytest.mark.effect
+def test_effect_85_grpo_on_the_new_task_costs_the_base_skill(online_reward):
+    """GRPO against 62's adapter on what the input model already knew (plain sums): the whole interval is below
+    -SKILL_MARGIN, which is why the regression gate is part of the adoption decision."""
+    from tools.chapters import online_reward as page
+
+    skill = online_reward["evaluation"].load()["effects"]["skill_change"]
+    assert len(skill["seeds"]) >= 5 and effects.holds(skill, page.SKILL_MARGIN, "less"), effects.describe(skill)
+    assert online_reward["manifest"].load()["decision"]["decision"] != "accept"
