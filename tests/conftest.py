@@ -1,10 +1,11 @@
 """Fixtures shared by several test files.
 
-`course_smoke_run` executes every implemented chapter once in cpu_smoke, in catalog order, with one
-label and one results folder, as `make run` does (the lifecycle page writes the shared verl record
-that the system page then reads). The chapter, shared-verl and chapter-76 tests read that one run
-instead of executing the same notebooks again; they carry the xdist group `course_run`, so under
-`pytest -n 2 --dist loadgroup` the run happens once, on one worker.
+`course_smoke_run` executes every implemented chapter once in cpu_smoke through the batch runner
+`make run` uses (`run_chapters`: prerequisites first, one label, one results folder, each project
+promised the sha256 of the manifests it reads; the lifecycle page writes the shared verl record that
+the system page then reads). The chapter, shared-verl, chapter-76 and project-chain tests read that
+one run instead of executing the same notebooks again; they carry the xdist group `course_run`, so
+under `pytest -n 2 --dist loadgroup` the run happens once, on one worker.
 
 The tiny offline model, built once per session in a cache of its own (the user's model cache is never
 written): `tiny_model_dir` (its folder), `tiny_tokenizer` (its Hugging Face tokenizer), `tiny_model`
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,7 +25,8 @@ import pytest
 
 from chapter_factory import REPO_ROOT
 from tools.core.catalog import implemented_chapters
-from tools.course.runs.runner import ChapterRun, run_chapter
+from tools.course.layout import CourseLayout
+from tools.course.runs.runner import ChapterRun, run_chapters
 
 COURSE_LABEL = "pytest_course"
 
@@ -32,19 +35,18 @@ COURSE_LABEL = "pytest_course"
 class CourseRun:
     label: str
     results: Path
-    outputs: Path
     outcomes: dict[str, ChapterRun]
+    handoffs: dict[str, dict]
+    """Per project, the manifest the runner promised downstream: `path` (relative to `results`), `sha256`."""
 
 
 @pytest.fixture(scope="session")
 def course_smoke_run(tmp_path_factory) -> CourseRun:
-    base = tmp_path_factory.mktemp("course_run")
-    results = base / "results"
-    outcomes = {}
-    for chapter in implemented_chapters(REPO_ROOT):
-        outcomes[chapter.id] = run_chapter(REPO_ROOT, chapter, run_mode="cpu_smoke", label=COURSE_LABEL,
-                                           results_dir=results, output_dir=base / "runs" / chapter.slug)
-    return CourseRun(COURSE_LABEL, results, base / "runs", outcomes)
+    results = tmp_path_factory.mktemp("course_run") / "results"
+    label, outcomes = run_chapters(REPO_ROOT, implemented_chapters(REPO_ROOT), run_mode="cpu_smoke",
+                                   label=COURSE_LABEL, results_dir=str(results), show_progress=False)
+    summary = json.loads((CourseLayout(REPO_ROOT).run_dir(label) / "summary.json").read_text(encoding="utf-8"))
+    return CourseRun(label, results, {outcome.chapter: outcome for outcome in outcomes}, summary["handoffs"])
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -204,6 +204,11 @@ def test_latest_record_is_the_newest_cpu_smoke_record_of_the_stage(tmp_path):
     assert 'RUN_MODE = "cpu_smoke"' in block and "--chapter 33 --run-mode cpu_smoke" in block
     none_yet = own_run_block(ChapterContext("32", "dry_run", "dry"), "data_audit", None, lambda record: [], root=tmp_path)
     assert "no cpu_smoke record of this stage exists yet" in none_yet
+    # a record an earlier version of the chapter wrote, without a field this page reads: named, not a crash
+    stale = own_run_block(run, "stage_selection", None, lambda record: [f"weights {record['weighting']}"],
+                          root=tmp_path)
+    assert "label 'new'" in stale and "this page cannot read that record" in stale and "'weighting'" in stale
+    assert 'RUN_MODE = "cpu_smoke"' in stale
 
 
 def test_own_run_block_shows_the_record_this_run_wrote(tmp_path):

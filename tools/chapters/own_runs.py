@@ -2,8 +2,9 @@
 
 `own_run_block(run, stage, written, summarize)` is what a Step 5 cell prints about the learner's own
 evidence: the record this run has just written, or (in dry_run, which writes nothing) the newest
-cpu_smoke record of the same stage under the default results folder, or a line saying there is none
-yet; and always how to produce one. A cpu_smoke record proves the code path only; the block says so.
+cpu_smoke record of the same stage under the default results folder (or, when an earlier version of
+the chapter wrote it in a shape this page no longer reads, a line saying so instead of an error), or a
+line saying there is none yet; and always how to produce one. A cpu_smoke record proves the code path only; the block says so.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from tools.core.paths import default_results_dir, resolve_project_root
 
 HOW_TO_RUN = ('produce your own: set RUN_MODE = "cpu_smoke" and a new RUN_LABEL in the parameters cell, or run '
               '`python -m tools.course run --chapter {chapter} --run-mode cpu_smoke`')
+STALE_RECORD = ("  this page cannot read that record (schema {schema!r}; {missing!r} not as this page expects): an "
+                "earlier version of the chapter wrote it; run cpu_smoke again to see your run here")
 LEVEL_NOTE = {"cpu_smoke": "cpu_smoke: proves the code path on this machine, not a GPU measurement",
               "real_gpu": "real_gpu"}
 
@@ -68,6 +71,9 @@ def own_run_block(run: ChapterContext, stage: str, written: tuple[Path, str] | N
             path, record = latest
             lines.append(f"your latest run ({LEVEL_NOTE['cpu_smoke']}): {_shown_path(path, root)}, "
                          f"label {record.get('run_label')!r}, written {record.get('created_utc')}")
-            lines += [f"  {line}" for line in summarize(record)]
+            try:
+                lines += [f"  {line}" for line in summarize(record)]
+            except (KeyError, TypeError, IndexError) as error:  # written by an earlier version of the chapter
+                lines.append(STALE_RECORD.format(schema=record.get("schema_version"), missing=error))
     lines.append(HOW_TO_RUN.format(chapter=run.chapter_id))
     return "\n".join(lines)

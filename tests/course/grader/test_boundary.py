@@ -10,6 +10,7 @@ import time
 import pytest
 import torch
 
+from tools.course.grader import boundary
 from tools.course.grader.boundary import (
     BoundaryError,
     Contract,
@@ -265,6 +266,18 @@ def test_a_setup_object_the_call_changed_is_reported_by_name():
     with pytest.raises(InputsChanged, match="the setup object 'SETUP_MODEL'"):
         function(trusted["SETUP_MODEL"], torch.ones(1, 2))
     assert torch.equal(trusted["SETUP_MODEL"].weight, kept)
+
+
+def test_set_and_frozenset_arguments_cross_unchanged_and_a_changed_set_is_named(proxies):
+    """A frozenset argument is no "different kind of value" (it was, while nbgrader passed the same test:
+    found by project 84's `train_prompts`); a set the learner's side changed without declaring it is named."""
+    functions, _ = proxies
+    for members in (frozenset({"a", "b"}), {"a", "b"}, [frozenset({"x"}), {"y"}]):
+        assert functions["pure"](members) == list(members)
+    assert boundary.changed(frozenset({"a"}), boundary.state_of(frozenset({"a"}))) is None
+    assert boundary.changed({"a"}, boundary.state_of({"a", "b"})) == "set members changed"
+    assert boundary.rebuild(boundary.state_of(frozenset({"a"}))) == frozenset({"a"})
+    assert type(boundary.rebuild(boundary.state_of(frozenset({"a"})))) is frozenset
 
 
 def test_arguments_that_cannot_be_sent_are_a_clear_error(proxies):

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -190,35 +191,38 @@ def test_the_course_batch_puts_every_project_after_its_upstream():
 
 @pytest.mark.integration
 @pytest.mark.slow
-def test_the_sft_chain_runs_end_to_end_and_a_one_byte_change_stops_the_next_project(tmp_path):
-    """`run --chain 62` in cpu_smoke: 64, 63, 65, 62 pass, each reading the manifests the ones before sealed
-    and the runner promised; then one changed byte in 63's manifest stops 62 in its setup cell, before any
-    work, with the clear error, and 62 writes nothing."""
+@pytest.mark.xdist_group("course_run")
+def test_the_sft_chain_runs_end_to_end_and_a_one_byte_change_stops_the_next_project(course_smoke_run, tmp_path):
+    """In the course's cpu_smoke batch (`make run`, the shared course-run fixture) 64, 63, 65 and 62 pass,
+    each reading the manifests the ones before sealed and the runner promised; then one changed byte in a
+    copy of 63's manifest stops 62 in its setup cell, before any work, with the clear error, and 62 writes
+    nothing."""
     from tools.course.runs.runner import run_chapter
 
     chain = project_chain("62", REPO_ROOT)
-    results = tmp_path / "results"
-    label, outcomes = run_chapters(REPO_ROOT, chain, run_mode="cpu_smoke", label="pytest_chain",
-                                   results_dir=str(results), show_progress=False)
+    assert [c.id for c in chain] == ["64", "63", "65", "62"]
+    outcomes = [course_smoke_run.outcomes[c.id] for c in chain]
     assert [(o.chapter, o.status) for o in outcomes] == [("64", "passed"), ("63", "passed"), ("65", "passed"),
                                                          ("62", "passed")], format_summary(outcomes)
-    summary = json.loads((REPO_ROOT / "build/runs/pytest_chain/summary.json").read_text(encoding="utf-8"))
-    assert sorted(summary["handoffs"]) == ["62", "63", "64", "65"]
-    delivered = json.loads((results / summary["handoffs"]["62"]["path"]).read_text(encoding="utf-8"))
+    handoffs = course_smoke_run.handoffs
+    assert {"62", "63", "64", "65"} <= set(handoffs)
+    delivered = json.loads((course_smoke_run.results / handoffs["62"]["path"]).read_text(encoding="utf-8"))
     assert delivered["decision"]["decision"] == "delivered"
-    assert delivered["inputs"][0] == {"role": "upstream_manifest", **summary["handoffs"]["63"]}
-    assert delivered["inputs"][1] == {"role": "upstream_manifest", **summary["handoffs"]["65"]}
+    assert delivered["inputs"][0] == {"role": "upstream_manifest", **handoffs["63"]}
+    assert delivered["inputs"][1] == {"role": "upstream_manifest", **handoffs["65"]}
 
-    selection = results / summary["handoffs"]["63"]["path"]
+    results = tmp_path / "results"  # a copy: the course run's records stay as written for the other tests
+    for upstream in chain[:-1]:
+        shutil.copytree(course_smoke_run.results / upstream.slug, results / upstream.slug)
+    selection = results / handoffs["63"]["path"]
     data = bytearray(selection.read_bytes())
     data[data.index(b'"decision": "accept"') + len(b'"decision": "acce')] = ord("P")
     selection.write_bytes(bytes(data))
-    before = sorted(path.name for path in (results / "62-sft-delivery").rglob("*"))
     again = run_chapter(REPO_ROOT, chain[-1], run_mode="cpu_smoke", label="pytest_chain_2", results_dir=results,
                         output_dir=tmp_path / "again",
-                        extra_parameters={"UPSTREAM_LABEL": "pytest_chain",
-                                          "UPSTREAM_SHA256": {"63": summary["handoffs"]["63"]["sha256"],
-                                                              "65": summary["handoffs"]["65"]["sha256"]}})
+                        extra_parameters={"UPSTREAM_LABEL": course_smoke_run.label,
+                                          "UPSTREAM_SHA256": {"63": handoffs["63"]["sha256"],
+                                                              "65": handoffs["65"]["sha256"]}})
     assert again.status == "failed" and again.failure["cell"] == 3
     assert "UpstreamRecordError" in again.error and "was promised when project 63 finished" in again.error
-    assert sorted(path.name for path in (results / "62-sft-delivery").rglob("*")) == before
+    assert not (results / "62-sft-delivery").exists() or not list((results / "62-sft-delivery").rglob("*"))

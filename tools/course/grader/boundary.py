@@ -144,7 +144,7 @@ def rebuild(state: tuple) -> Any:
     if kind == "D":
         return {key: rebuild(item) for key, item in state[1]}
     if kind == "S":
-        return set(state[1])
+        return frozenset(state[1]) if type(state[1]) is frozenset else set(state[1])
     raise BoundaryError(f"cannot rebuild a {kind!r} state")
 
 
@@ -155,7 +155,7 @@ def _mutable_kind(value: Any) -> str | None:
         return "L"
     if type(value) is dict:
         return "D"
-    if type(value) is set:
+    if type(value) in (set, frozenset):
         return "S"
     if type(value) is tuple:
         return "U"
@@ -208,7 +208,7 @@ def mirror(target: Any, state: tuple) -> None:
             target.clear()
             target.update(ordered)
     elif kind == "S":
-        if target != state[1]:
+        if type(target) is set and target != state[1]:  # a frozenset cannot have changed
             target.clear()
             target.update(state[1])
     elif kind == "M":

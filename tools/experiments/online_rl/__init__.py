@@ -1,4 +1,5 @@
-"""The online RL experiment that chapters 18 (GRPO with verifiable rewards), PT-RLOO and PT-AGENTIC-RL share.
+"""The online RL experiment that chapters 18 (GRPO with verifiable rewards), PT-RLOO and PT-AGENTIC-RL share, and
+project 85's stage (`project_stage`, `project_policy`, `project_gates`: GRPO from 62's delivered adapter).
 
 `verifier` (integer-answer-v1: truncated, format error, wrong and correct apart), `advantages`
 (group-normalised and leave-one-out advantages, scoreable groups), `losses` (the clipped token-level

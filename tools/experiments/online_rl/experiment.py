@@ -43,4 +43,20 @@ EXPERIMENTS = (
         run_modes=("dry_run", "cpu_smoke"),
         mechanism=("leave_one_out_advantages",),
     ),
+    Experiment(
+        name="online_reward",
+        title="85 online reward optimisation: GRPO from 62's delivered SFT adapter on arithmetic built in code, every "
+              "sampled batch behind a coverage gate (scoreable groups, truncation, parse failures), effective update "
+              "throughput, a shuffled-reward control at the same budget, held-out task and base skill opened once, "
+              "paired over 5 seeds against 62's adapter: accept / tune / reject, with a sealed candidate manifest",
+        chapters=("85",),
+        runner="tools.experiments.online_rl.project_stage:run",
+        stages=("optimisation",),
+        default_stage="optimisation",
+        arguments="tools.experiments.sft_chain.experiment:add_upstream_arguments",
+        run_modes=("dry_run", "cpu_smoke", "real_gpu"),
+        mechanism=("rollout_coverage", "update_throughput", "adoption_decision"),
+        device_steps=(DeviceStep("chain_85_online_reward", "online_reward", order=79, stage="optimisation",
+                                 max_s=600, upstreams=("62",)),),
+    ),
 )

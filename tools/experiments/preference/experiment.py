@@ -68,4 +68,18 @@ EXPERIMENTS = (
         default_stage="rounds",
         mechanism=("build_online_pairs", "adoption_gate", "guard_rollback"),
     ),
+    Experiment(
+        name="offline_dpo",
+        title=("84 offline DPO: from 62's delivered adapter, preference pairs admitted (prompt and response "
+               "truncation apart), DPO beside a mislabelled control on 3 seeds, the held-out pairs judged in both "
+               "orders, and accept / tune / reject against 62's adapter with a regression gate"),
+        chapters=("84",),
+        runner="tools.experiments.preference.offline_project:run",
+        stages=("candidate",),
+        default_stage="candidate",
+        arguments="tools.experiments.sft_chain.experiment:add_upstream_arguments",
+        mechanism=("admit_pairs", "independent_evaluation", "adoption_decision"),
+        device_steps=(DeviceStep("chain_84_offline_dpo", "offline_dpo", order=78, stage="candidate", max_s=150,
+                                 upstreams=("62",)),),
+    ),
 )
