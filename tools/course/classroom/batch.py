@@ -277,16 +277,24 @@ class WorkerContext:
     source: nbformat.NotebookNode | None = None  # the trusted source notebook: what runs on the trusted side
 
 
+_SPEC_LOCK = threading.Lock()
+"""One thread at a time builds a trusted spec: it parses the exercise cells with `ast`, and CPython 3.11.7's AST
+converter keeps its recursion depth per interpreter, not per thread, so two grading threads parsing at once can
+fail one submission with "SystemError: AST constructor recursion depth mismatch" (CPython gh-106905; seen in
+a class graded beside CPU hogs)."""
+
+
 def slot_trusted_spec(slot: GradingSlot, context: WorkerContext) -> dict | None:
     """The trusted side's spec for `slot` (`trusted.trusted_spec`), with a working folder of its own that
     holds the assignment's files (no notebook), made once per slot."""
     if context.source is None:
         return None
     folder = slot.dir / "trusted-cwd"
-    if not folder.is_dir():
-        folder.mkdir(mode=0o700)
-        copy_regular_files(NbgraderCourse(context.course).source_dir(context.slug), folder, skip_suffix=".ipynb")
-    return trusted_spec(context.source, folder)
+    with _SPEC_LOCK:
+        if not folder.is_dir():
+            folder.mkdir(mode=0o700)
+            copy_regular_files(NbgraderCourse(context.course).source_dir(context.slug), folder, skip_suffix=".ipynb")
+        return trusted_spec(context.source, folder)
 
 
 TIMESTAMP_FILE = "timestamp.txt"
