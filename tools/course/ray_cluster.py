@@ -79,6 +79,35 @@ def connect(address: str | None, *, num_cpus: int | None = None):
 
 SHUTDOWN_LIMIT_S = 60.0
 """How long an interrupted driver waits for Ray to shut down before it leaves it to Ray's own watchdogs."""
+CANCEL_LIMIT_S = 30.0
+"""How long an interrupted driver waits for Ray to take its cancellations before it goes on to shut down."""
+
+
+def within(call, limit_s: float, name: str) -> bool:
+    """Run `call()` in a daemon thread of its own and wait for it at most `limit_s`; False when it did not
+    finish in time (the thread is left to Ray; the interpreter does not wait for it at exit)."""
+    import threading
+
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            call()
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    return done.wait(limit_s)
+
+
+def cancel(ray, refs, limit_s: float = CANCEL_LIMIT_S) -> bool:
+    """Ask Ray to stop the tasks `refs` (force: their worker processes are killed) within `limit_s`; False
+    when Ray did not take them in time (a local cluster's workers go with `disconnect` all the same)."""
+    def cancel_all() -> None:
+        for ref in refs:
+            ray.cancel(ref, force=True)
+
+    return within(cancel_all, limit_s, "ray-cancel")
 
 
 def disconnect(ray, limit_s: float = SHUTDOWN_LIMIT_S) -> bool:
@@ -86,17 +115,7 @@ def disconnect(ray, limit_s: float = SHUTDOWN_LIMIT_S) -> bool:
     finish in time. Ray's exit hook is removed either way, so the interpreter never waits on it again: a
     loaded machine once kept an interrupted driver from exiting for more than five minutes."""
     import atexit
-    import threading
 
-    done = threading.Event()
-
-    def stop() -> None:
-        try:
-            ray.shutdown()
-        finally:
-            done.set()
-
-    threading.Thread(target=stop, name="ray-shutdown", daemon=True).start()
-    finished = done.wait(limit_s)
+    finished = within(ray.shutdown, limit_s, "ray-shutdown")
     atexit.unregister(ray.shutdown)
     return finished

@@ -211,3 +211,34 @@ def test_disconnect_gives_up_on_a_shutdown_that_hangs_and_the_process_still_exit
             pass
 
     assert disconnect(QuickRay(), limit_s=5) is True
+
+
+def test_cancel_gives_up_on_cancellations_that_hang_and_cancels_every_task_that_answers():
+    """An interrupted driver asks Ray to cancel its running tasks within a limit: a cluster that does not take
+    a cancellation does not keep the driver from writing its summary and shutting down."""
+    import threading
+    import time
+
+    from tools.course.ray_cluster import cancel
+
+    release = threading.Event()
+
+    class StuckRay:
+        def cancel(self, ref, force):
+            release.wait(60)
+
+    class QuickRay:
+        def __init__(self):
+            self.cancelled = []
+
+        def cancel(self, ref, force):
+            self.cancelled.append((ref, force))
+
+    started = time.monotonic()
+    try:
+        assert cancel(StuckRay(), ["a"], limit_s=0.5) is False
+    finally:
+        release.set()
+    assert time.monotonic() - started < 30  # a hang guard only
+    quick = QuickRay()
+    assert cancel(quick, ["a", "b"], limit_s=30) is True and quick.cancelled == [("a", True), ("b", True)]

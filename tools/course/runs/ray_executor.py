@@ -23,12 +23,14 @@ from __future__ import annotations
 import importlib.util
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
 
 from tools.core.catalog import Chapter
+from tools.course.ray_cluster import cancel
 from tools.course.runs.chain import HandOffs
 from tools.errors import ConfigError
 
@@ -179,8 +181,10 @@ def run_on_cluster(ray, root: Path, chapters: list[Chapter], *, run_mode: str, l
                 outcome.output_notebook = str(target.relative_to(root)) if target.is_relative_to(root) else str(target)
             finish(chapter, outcome)
     except KeyboardInterrupt:
+        # Said (and flushed) first: an interrupted driver that hung once left an empty log behind.
+        print(f"interrupted: cancelling {len(running)} running chapter(s)", file=sys.stderr, flush=True)
+        cancel(ray, list(running))  # bounded: a loaded cluster may be slow to take the cancellations
         for ref, chapter in running.items():
-            ray.cancel(ref, force=True)
             outcomes[chapter.id] = ChapterRun(chapter.id, run_mode, "interrupted", 0.0, [], "",
                                               error="the driver was interrupted while it ran")
         for chapter in waiting:
