@@ -20,6 +20,7 @@ record carries it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 from typing import MutableMapping
@@ -40,3 +41,18 @@ def cpu_numerics() -> dict:
 
     return {"machine": platform.machine(), "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
             **{name.lower(): os.environ.get(name) for name in PINNED_CPU_NUMERICS}}
+
+
+@contextlib.contextmanager
+def one_thread_on_cpu(device: str):
+    """torch at one thread on a CPU for the duration (the lab and tiny models' matrices are too small to
+    gain from a second thread, and on a shared machine the threads only wait for each other)."""
+    import torch
+
+    before = torch.get_num_threads()
+    if not str(device).startswith("cuda"):
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

@@ -24,7 +24,6 @@ sha256, the gates and the decision, for project 86.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -32,7 +31,7 @@ from types import SimpleNamespace
 from tools.core import effects
 from tools.core.catalog import find_chapter
 from tools.core.handoff import check_manifest_body, fix_command, require_manifest, seal
-from tools.core.numerics import cpu_numerics
+from tools.core.numerics import cpu_numerics, one_thread_on_cpu
 from tools.data import lab_tasks, sft_raw
 from tools.errors import ConfigError, RecordExistsError, UpstreamRecordError
 from tools.measure.sampler import ResourceSampler, peaks
@@ -157,18 +156,6 @@ def numerics_note() -> dict:
     return {"cpu_numerics": cpu_numerics(), "lab_models": os.environ.get("COURSE_LAB_MODELS") or "committed"}
 
 
-@contextlib.contextmanager
-def one_thread_on_cpu(device: str):
-    """torch at one thread on a CPU for the duration (the lab model is too small to gain from a second)."""
-    import torch
-
-    before = torch.get_num_threads()
-    if not str(device).startswith("cuda"):
-        torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def write_manifest(sink, body: dict):

@@ -45,6 +45,7 @@ import torch.nn.functional as F
 
 from tools.errors import ConfigError
 from tools.models.lab import training_batch
+from tools.core.numerics import one_thread_on_cpu  # noqa: F401 (the chain stages take it from here)
 
 IGNORE_INDEX = -100
 BASES = ("float32", "bfloat16", "nf4")
@@ -112,17 +113,6 @@ class TrainConfig:
         return cls(**fields)
 
 
-@contextlib.contextmanager
-def one_thread_on_cpu(device: str):
-    """torch at one thread on a CPU for the duration (the lab and tiny models' matrices are too small to
-    gain from a second thread, and on a shared machine the threads only wait for each other)."""
-    before = torch.get_num_threads()
-    if not str(device).startswith("cuda"):
-        torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 # ---- the base model and the data --------------------------------------------------------------
