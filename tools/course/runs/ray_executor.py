@@ -181,8 +181,8 @@ def run_on_cluster(ray, root: Path, chapters: list[Chapter], *, run_mode: str, l
                 outcome.output_notebook = str(target.relative_to(root)) if target.is_relative_to(root) else str(target)
             finish(chapter, outcome)
     except KeyboardInterrupt:
-        # Said (and flushed) first: an interrupted driver that hung once left an empty log behind.
-        print(f"interrupted: cancelling {len(running)} running chapter(s)", file=sys.stderr, flush=True)
+        # Said first, on stderr (line-buffered): an interrupted driver that hung once left an empty log behind.
+        progress.write(f"interrupted: cancelling {len(running)} running chapter(s)", file=sys.stderr)
         cancel(ray, list(running))  # bounded: a loaded cluster may be slow to take the cancellations
         for ref, chapter in running.items():
             outcomes[chapter.id] = ChapterRun(chapter.id, run_mode, "interrupted", 0.0, [], "",
