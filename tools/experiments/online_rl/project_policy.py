@@ -25,13 +25,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from tools.core.records import sha256_file
-from tools.errors import ConfigError, UpstreamRecordError
+from tools.errors import UpstreamRecordError
 from tools.experiments.online_rl.advantages import group_advantages
 from tools.experiments.online_rl.batch import pack, response_logprobs
 from tools.experiments.online_rl.losses import clipped_grpo_loss
 from tools.experiments.online_rl.rollouts import greedy_exact_match, prompt_of, sample_replies
 from tools.experiments.online_rl.verifier import verify_integer_answer
+from tools.models.adapters import file_hashes
 
 
 OUTCOME_CODES = {"correct": "c", "wrong": "w", "format_error": "f", "truncated": "t"}
@@ -70,12 +70,6 @@ class StepSettings:
         return asdict(self)
 
 
-def file_hashes(folder: Path) -> dict[str, str]:
-    """sha256 of every file under `folder`, by path relative to it (the way 62's manifest lists them)."""
-    return {path.relative_to(folder).as_posix(): sha256_file(path)
-            for path in sorted(Path(folder).rglob("*")) if path.is_file()}
-
-
 def adapter_sha256(model) -> str:
     """sha256 of a peft model's adapter tensors (names, dtypes, shapes and bytes), as 62 hashes its adapter."""
     import hashlib
@@ -90,26 +84,6 @@ def adapter_sha256(model) -> str:
         digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
         digest.update(tensor.view(-1).view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()
-
-
-def save_candidate(model, folder: Path, base_model: str, revision: str | None) -> dict[str, str]:
-    """The adapter in peft's format under `folder` (which must not exist), written to a temporary folder and
-    renamed into place; its config names the base by model id and revision, never a machine path, and peft's
-    blank model card is not kept. Returns the files' sha256."""
-    import shutil
-
-    folder = Path(folder)
-    if folder.exists():
-        raise ConfigError(f"{folder} already exists; a candidate adapter is written once")
-    for config in model.peft_config.values():
-        config.base_model_name_or_path = base_model
-        config.revision = revision
-    temporary = folder.with_name(folder.name + ".partial")
-    shutil.rmtree(temporary, ignore_errors=True)
-    model.save_pretrained(temporary, save_embedding_layers=False)
-    (temporary / "README.md").unlink(missing_ok=True)
-    temporary.rename(folder)
-    return file_hashes(folder)
 
 
 def check_adapter_files(folder: Path, recorded: dict) -> None:

@@ -33,6 +33,7 @@ from tools.core.catalog import find_chapter
 from tools.core.handoff import check_manifest_body, fix_command, require_manifest, seal
 from tools.core.numerics import cpu_numerics, one_thread_on_cpu
 from tools.data import lab_tasks, sft_raw
+from tools.models.adapters import save_adapter
 from tools.errors import ConfigError, RecordExistsError, UpstreamRecordError
 from tools.measure.sampler import ResourceSampler, peaks
 from tools.experiments.online_rl import project_gates as package_gates
@@ -43,7 +44,6 @@ from tools.experiments.online_rl.project_policy import (
     check_adapter_files,
     held_out,
     load_policy,
-    save_candidate,
     train_arm,
 )
 
@@ -257,7 +257,7 @@ def run(plan, sink, *, log=None) -> None:
     }
     model_id = base_model["model_id"]
     with one_thread_on_cpu(plan.device):
-        candidate_files = save_candidate(models[f"grpo_seed_{CANDIDATE_SEED}"], folder / "adapter", model_id,
+        candidate_files = save_adapter(models[f"grpo_seed_{CANDIDATE_SEED}"], folder / "adapter", model_id,
                                          base_model.get("revision"))
     rollouts_body = {
         "comparability": COMPARABILITY_NOTE, "settings": settings.public(), "seeds": list(SEEDS), "arms": list(ARMS),

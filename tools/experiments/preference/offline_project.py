@@ -44,6 +44,7 @@ from tools.errors import ConfigError, RecordExistsError, UpstreamRecordError
 from tools.experiments.preference import offline_gates
 from tools.experiments.preference.logprobs import pack, response_logprobs
 from tools.experiments.preference.training import PreferenceRow, dpo_updates, reply_ids
+from tools.models.adapters import save_adapter
 
 CHAPTER_ID = "84"
 UPSTREAM_ID = "62"
@@ -247,23 +248,6 @@ def train_arm(base, adapter_folder: Path, reference, rows, settings: Mapping, se
                     else "accounted: parameters of policy and reference, gradients and AdamW moments"}
 
 
-def save_candidate(model, folder: Path, base_model: str, revision: str | None) -> dict[str, str]:
-    """The candidate adapter in peft's format under `folder`, written to a temporary folder and renamed
-    into place; its config names the base by model id and revision (never a machine path), peft's blank
-    model card is not kept. Returns every file's sha256."""
-    import shutil
-
-    for config in model.peft_config.values():
-        config.base_model_name_or_path = base_model
-        config.revision = revision
-    temporary = folder.with_name(folder.name + ".partial")
-    shutil.rmtree(temporary, ignore_errors=True)
-    model.save_pretrained(str(temporary), save_embedding_layers=False)  # no lookup of the base model online
-    (temporary / "README.md").unlink(missing_ok=True)
-    temporary.rename(folder)
-    return {path.name: sha256_file(path) for path in sorted(folder.iterdir()) if path.is_file()}
-
-
 # ---- the run ------------------------------------------------------------------------------------
 
 def run(plan, sink, *, log=None) -> None:
@@ -374,7 +358,7 @@ def run(plan, sink, *, log=None) -> None:
                                                                settings["max_prompt_tokens"], pad_id)})
         candidate = None
         if data_ok:
-            files = save_candidate(policies["dpo"][candidate_seed], folder / "adapter",
+            files = save_adapter(policies["dpo"][candidate_seed], folder / "adapter",
                                    delivery["base_model"]["model_id"], delivery["base_model"].get("revision"))
             candidate = {"folder": (folder / "adapter").relative_to(root).as_posix(), "files": files,
                          "seed": candidate_seed, "adapter_sha256": files["adapter_model.safetensors"],

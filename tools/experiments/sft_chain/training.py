@@ -46,6 +46,7 @@ import torch.nn.functional as F
 from tools.errors import ConfigError
 from tools.models.lab import training_batch
 from tools.core.numerics import one_thread_on_cpu  # noqa: F401 (the chain stages take it from here)
+from tools.models.adapters import file_hashes, save_adapter  # noqa: F401 (the chain stages take them from here)
 
 IGNORE_INDEX = -100
 BASES = ("float32", "bfloat16", "nf4")
@@ -534,27 +535,6 @@ def load_checkpoint(model, optimizer, scheduler, order: DataOrder, folder: Path,
     return int(state["step"])
 
 
-def save_adapter(model, folder: Path, base_model: str, revision: str | None) -> dict[str, str]:
-    """The adapter in peft's format under `folder` (which must not exist), written to a temporary folder
-    and renamed into place; its config names the base by model id and revision, never by a machine
-    path, and peft's blank model card is not kept (the delivery writes its own). Returns the files'
-    sha256."""
-    import shutil
-
-    folder = Path(folder)
-    if folder.exists():
-        raise ConfigError(f"{folder} already exists; an adapter folder is written once")
-    for config in model.peft_config.values():
-        config.base_model_name_or_path = base_model
-        config.revision = revision
-    temporary = folder.with_name(folder.name + ".partial")
-    shutil.rmtree(temporary, ignore_errors=True)
-    model.save_pretrained(temporary, save_embedding_layers=False)  # no lookup of the base model online
-    (temporary / "README.md").unlink(missing_ok=True)
-    temporary.rename(folder)
-    return file_hashes(folder)
-
-
 def export_merged(model, folder: Path) -> dict[str, str]:
     """The base with the adapter merged into its weights (peft's `merge_and_unload` on a copy), saved
     with transformers under `folder` (which must not exist); its config names no machine path.
@@ -575,9 +555,3 @@ def export_merged(model, folder: Path) -> dict[str, str]:
     return file_hashes(folder)
 
 
-def file_hashes(folder: Path) -> dict[str, str]:
-    """sha256 of every file under `folder`, by path relative to it."""
-    from tools.core.records import sha256_file
-
-    return {path.relative_to(folder).as_posix(): sha256_file(path)
-            for path in sorted(Path(folder).rglob("*")) if path.is_file()}
