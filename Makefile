@@ -64,8 +64,11 @@ test: setup browser-deps
 	$(MAKE) --no-print-directory test-effects-generic
 
 # Every effect test again under the second numerics profile, from lab models built under it (cached in build/).
+# Each model pretrains on one thread: the two build side by side, one per core.
 test-effects-generic: setup
-	$(GENERIC_NUMERICS) $(PY) -m tools.models lab-build
+	$(GENERIC_NUMERICS) $(PY) -m tools.models lab-build --name lab-teacher & teacher=$$!; \
+	$(GENERIC_NUMERICS) $(PY) -m tools.models lab-build --name lab; student=$$?; \
+	wait $$teacher && exit $$student
 	$(GENERIC_NUMERICS) $(PY) -m pytest -m effect -n $(TEST_WORKERS) --dist loadgroup -p no:cacheprovider --durations=10
 
 # The inner loop: no notebook runs, nbgrader, class grading, browser or fresh venv (marks in pyproject.toml).

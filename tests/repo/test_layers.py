@@ -144,11 +144,12 @@ def test_importing_peft_after_tools_writes_nothing_to_stderr():
     assert completed.returncode == 0 and completed.stderr == "", completed.stderr
 
 
-COURSE_SUBLAYERS = {"layout": 0, "cells": 0, "nbgrader_cli": 1, "ray_cluster": 1, "authoring": 2, "grader": 2, "classroom": 3,
-                    "runs": 4, "__main__": 5}
+COURSE_SUBLAYERS = {"layout": 0, "cells": 0, "scratch": 0, "nbgrader_cli": 1, "ray_cluster": 1, "authoring": 2,
+                    "grader": 2, "classroom": 3, "runs": 4, "__main__": 5}
 """The four subsystems of `tools.course` over their shared base (its package docstring): the path owner
-`layout` and `cells` at the bottom, `nbgrader_cli` (which names its files through `layout`) and `ray_cluster`
-(the one way onto a Ray cluster, for both Ray executors) above them."""
+`layout`, `cells` and `scratch` (temporary folders that outlive no one) at the bottom, `nbgrader_cli` (which
+names its files through `layout`) and `ray_cluster` (the one way onto a Ray cluster, for both Ray executors)
+above them."""
 
 
 def course_sublayer_violations() -> list[str]:

@@ -11,6 +11,8 @@ import json
 import os
 import shutil
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -21,6 +23,7 @@ from tools.course.classroom.batch import autograde_chapter, ensure_assignment
 from tools.course.cells import read_notebook
 from tools.course.grader.build import build_sources
 from tools.course.ray_cluster import connect
+from tools.course.scratch import is_orphan
 from tools.errors import ConfigError
 
 pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("ray"), pytest.mark.filterwarnings("ignore:.*not in session:sqlalchemy.exc.SAWarning")]
@@ -137,6 +140,10 @@ def test_an_actor_that_dies_loses_no_grade_and_two_deaths_are_reported(tmp_path,
     assert outcomes["doomed"].status == "failed" and "died twice" in outcomes["doomed"].reason
     assert {student for student, _ in gradebook_scores(root / "grading")} == {"ref", "unlucky"}
     assert not (root / "grading" / "autograded" / "doomed").exists()
+    # the three dead actors' folders (the course's sources among them) were removed by their replacements
+    left = [folder for prefix in ("course-ray-slot-", "class-grading-")
+            for folder in Path(tempfile.gettempdir()).glob(f"{prefix}*") if is_orphan(folder)]
+    assert left == []
 
 
 @pytest.mark.slow

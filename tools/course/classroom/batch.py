@@ -31,7 +31,6 @@ import os
 import queue
 import shutil
 import sys
-import tempfile
 import threading
 import time
 import warnings
@@ -53,6 +52,7 @@ from tools.course.classroom.report import score_summary, write_class_report
 from tools.course.grader.build import render_source_notebook
 from tools.course.layout import CourseLayout, NbgraderCourse
 from tools.course.nbgrader_cli import run_nbgrader
+from tools.course.scratch import owned_folder, remove_tree
 from tools.course.classroom.sandbox import (
     HostIsolation,
     Limits,
@@ -521,7 +521,7 @@ def copy_autograded(course: Path, source: Path, slug: str, student: str) -> None
 def _batch_root(masks: list[dict], host: HostIsolation) -> Path:
     """A private temporary folder for the workers, outside every folder hidden from submissions,
     that the kernels' own uids can pass through to reach their folders."""
-    batch = Path(tempfile.mkdtemp(prefix="class-grading-"))
+    batch = owned_folder("class-grading-")  # a batch whose process died is removed by the next
     resolved = batch.resolve()
     closed = blocked_ancestor(resolved)
     if host.separate_uid and closed is not None:
@@ -537,16 +537,6 @@ def _batch_root(masks: list[dict], host: HostIsolation) -> Path:
                               "set TMPDIR to another folder")
     batch.chmod(0o711)
     return batch
-
-
-def remove_tree(path: Path) -> None:
-    """Delete a worker's folder even where a submission left folders without permissions."""
-    for current, folders, _ in os.walk(path):
-        for folder in folders:
-            full = os.path.join(current, folder)
-            if not os.path.islink(full):
-                os.chmod(full, 0o700)
-    shutil.rmtree(path)
 
 
 def stop_idle_tqdm_monitor() -> None:

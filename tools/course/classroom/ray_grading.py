@@ -66,9 +66,10 @@ class NodeSlot:
         from tools.course.classroom.cgroups import BatchCgroups, probe_cgroups
         from tools.course.classroom.sandbox import UidPool, plan_masks, probe_host
         from tools.course.classroom.slot import GradingSlot
+        from tools.course.scratch import owned_folder
 
         self.slug = slug
-        self.work = Path(tempfile.mkdtemp(prefix="course-ray-slot-"))
+        self.work = owned_folder("course-ray-slot-")  # a slot whose process died is removed by the next
         course = self.work / "course"
         unpack(bundle, course)
         host = probe_host()
@@ -92,7 +93,8 @@ class NodeSlot:
     def grade(self, index: int, student: str, files: bytes, collected: str) -> dict:
         """Grade one submission (its folder's files as a `pack` archive); the reply holds the result's fields,
         its private course as a `pack` archive (when it has one) and the tail of its log."""
-        from tools.course.classroom.batch import Submission, grade_in_worker, remove_tree
+        from tools.course.classroom.batch import Submission, grade_in_worker
+        from tools.course.scratch import remove_tree
 
         folder = NbgraderCourse(self.work / "received").submission_dir(student, self.slug)
         unpack(files, folder)
@@ -116,7 +118,7 @@ class NodeSlot:
         return socket.gethostname()
 
     def close(self) -> None:
-        from tools.course.classroom.batch import remove_tree
+        from tools.course.scratch import remove_tree
 
         self.slot.close()
         if self.uid_pool:

@@ -24,7 +24,6 @@ import importlib.util
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -32,6 +31,7 @@ from pathlib import Path
 from tools.core.catalog import Chapter
 from tools.course.ray_cluster import cancel
 from tools.course.runs.chain import HandOffs
+from tools.course.scratch import scratch_folder
 from tools.errors import ConfigError
 
 REQUIRED_PACKAGES = ("papermill", "nbformat", "ipykernel", "torch", "transformers", "peft", "tools")
@@ -99,7 +99,7 @@ def chapter_task(run_chapter, root: str, chapter: Chapter, run_mode: str, label:
                  parameters: dict) -> dict:
     """One chapter on a worker, with the runner's `run_chapter`: executed into a node-local folder; returns the
     outcome and the notebook."""
-    with tempfile.TemporaryDirectory(prefix=f"course-{chapter.slug}-") as scratch:
+    with scratch_folder(f"course-{chapter.slug}-") as scratch:  # a cancelled task's is removed by the next
         outcome = run_chapter(Path(root), chapter, run_mode=run_mode, label=label,
                               results_dir=None if results is None else Path(results), output_dir=Path(scratch),
                               extra_parameters=parameters, concurrent=True)
