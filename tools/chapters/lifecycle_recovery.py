@@ -50,6 +50,12 @@ def protocol_lines(check: Mapping) -> str:
                       f"(failures {check['failures']})"])
 
 
+def mechanism_line(record: Mapping) -> str:
+    """Which of the four functions Step 5 ran (the learner's, the reference, the package's), from a record."""
+    functions = ", ".join(f"{name} ({entry['source']})" for name, entry in record.get("mechanism", {}).items())
+    return lesson_text.text("lifecycle_recovery.mechanism", functions=functions)
+
+
 def freshness_table(evidence: Mapping) -> str:
     serving = evidence["serving"]
     lines = [f"serving now: 62's manifest {serving['manifest_sha256'][:12]}, adapter {serving['adapter_sha256'][:12]} "
@@ -88,11 +94,12 @@ def findings(evidence: Mapping, manifest: Mapping) -> list[str]:
     protocol = [row for row in rows if row["writer"] == "protocol" and row["kill_at"] != "none"]
     naive = [row for row in rows if row["writer"] == "naive" and row["kill_at"] != "none"]
     stale = [row["project"] for row in evidence["freshness"] if not row["current"]]
-    lines = [lesson_text.text("lifecycle_recovery.stale" if stale else "lifecycle_recovery.current",
-                              projects=", ".join(stale) or "-", count=len(evidence["freshness"]))]
+    lines = [lesson_text.text("lifecycle_recovery.stale", projects=", ".join(stale)) if stale
+             else lesson_text.text("lifecycle_recovery.current", count=len(evidence["freshness"]))]
     verification = evidence["verification"]
-    lines.append(lesson_text.text("lifecycle_recovery.intact" if verification["intact"]
-                                  else "lifecycle_recovery.not_intact", checked=verification["checked"],
+    lines.append(lesson_text.text("lifecycle_recovery.intact", checked=verification["checked"])
+                 if verification["intact"] else
+                 lesson_text.text("lifecycle_recovery.not_intact", checked=verification["checked"],
                                   failed=len(verification["failures"])))
     lines.append(lesson_text.text("lifecycle_recovery.protocol", kills=len(protocol),
                                   recovered=sum(row["passed"] for row in protocol)))
@@ -101,12 +108,14 @@ def findings(evidence: Mapping, manifest: Mapping) -> list[str]:
                                   half=sum(bool(row["unverified_before_recovery"]) for row in naive),
                                   unavailable=sum(not row["handoff_available"] for row in naive)))
     handoff = manifest["handoff"]
-    key = ("lifecycle_recovery.blocked" if handoff["state"] == "blocked" else
-           "lifecycle_recovery.ready_candidate" if handoff["adopt"] else "lifecycle_recovery.ready_delivery")
-    lines.append(lesson_text.text(key, reasons=", ".join(handoff["reasons"]) or "-", adopt=handoff["adopt"],
-                                  adapter=handoff["serving_adapter"]["file"],
-                                  sha=handoff["serving_adapter"]["sha256"][:12],
-                                  rollback=handoff["rollback_target"]["manifest"]))
+    serving = {"adapter": handoff["serving_adapter"]["file"], "sha": handoff["serving_adapter"]["sha256"][:12],
+               "rollback": handoff["rollback_target"]["manifest"]}
+    if handoff["state"] == "blocked":
+        lines.append(lesson_text.text("lifecycle_recovery.blocked", reasons=", ".join(handoff["reasons"])))
+    elif handoff["adopt"]:
+        lines.append(lesson_text.text("lifecycle_recovery.ready_candidate", adopt=handoff["adopt"], **serving))
+    else:
+        lines.append(lesson_text.text("lifecycle_recovery.ready_delivery", **serving))
     return lines
 
 
