@@ -123,3 +123,14 @@ def test_a_planted_slip_is_told_apart_on_the_same_inputs(name, planted):
     exercise, function = mutant("86", planted, dict(NAMESPACE))
     assert exercise == name
     assert any(outcome_of(function, *call) != outcome_of(getattr(gates, name), *call) for call in CALLS[name]())
+
+
+def test_the_stage_reads_the_schemas_its_upstreams_write():
+    from tools.experiments.lifecycle import stage
+    from tools.experiments.online_rl import project_stage as online
+    from tools.experiments.preference import offline_project as offline
+    from tools.experiments.sft_chain import delivery
+
+    assert stage.CANDIDATE_SCHEMAS == {"84": offline.MANIFEST_SCHEMA, "85": online.MANIFEST_SCHEMA}
+    assert (stage.DELIVERY_SCHEMA, stage.ROLLBACK_SCHEMA) == (delivery.MANIFEST_SCHEMA, delivery.ROLLBACK_SCHEMA)
+    assert set(stage.GATE_NAMES) == {"policy_freshness", "verify_artefacts", "recovery_plan", "handoff_state"}
