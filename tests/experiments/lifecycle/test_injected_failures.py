@@ -13,6 +13,7 @@ import json
 import re
 
 import pytest
+from pathlib import Path
 from planted import mutant
 
 from tools.experiments.lifecycle import gates, injection, store
@@ -64,3 +65,37 @@ def test_a_recovery_that_forgets_sealed_orphans_fails_the_experiment():
     _, staging_only = mutant("86", "staging_only", {"hashlib": hashlib, "json": json, "re": re})
     rows = injection.run_kill_points(staging_only, EARLIER, PREVIOUS, NEW, writers=("protocol",))
     assert [row["kill_at"] for row in rows if not injection.row_passed(row)] == ["artefact_published"]
+
+
+def test_the_protocol_syncs_each_file_before_its_rename_and_logs_the_seal_last(tmp_path, monkeypatch):
+    """The order SIGKILL cannot show (it keeps the page cache): each staged file is fsynced before it is renamed,
+    each rename is followed by an fsync of its folder, the intent comes first and the journal's seal last."""
+    import os
+
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(descriptor):
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{descriptor}")))
+        return real_fsync(descriptor)
+
+    def replace(source, target):
+        events.append(("replace", str(source), str(target)))
+        return real_replace(source, target)
+
+    monkeypatch.setattr(store.os, "fsync", fsync)
+    monkeypatch.setattr(store.os, "replace", replace)
+    root = tmp_path.resolve()
+    store.prepare(root)
+    store.publish(root, "entry", b"payload")
+    synced = [event[1] for event in events if event[0] == "fsync"]
+    renames = [index for index, event in enumerate(events) if event[0] == "replace"]
+    assert len(renames) == 2 and events[renames[1]][2].endswith("sealed/entry.manifest"), events
+    for index in renames:
+        source, target = events[index][1], events[index][2]
+        assert ("fsync", source) in events[:index], f"{source} renamed before it was synced"
+        assert ("fsync", str(Path(target).parent)) in events[index + 1:], f"{target}'s folder never synced"
+    journal = str(root / store.JOURNAL)
+    assert synced[0] == journal and synced[-1] == journal, "intent first, seal last"
+    assert [line for line in (root / store.JOURNAL).read_text().splitlines()] == [
+        '{"name": "entry", "op": "intent"}', '{"name": "entry", "op": "sealed"}']
