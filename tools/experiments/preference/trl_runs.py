@@ -13,7 +13,9 @@ from __future__ import annotations
 import contextlib
 import copy
 import hashlib
+import shutil
 import tempfile
+import weakref
 
 from tools.core.environment import installed_version
 from tools.models.architectures import TINY_MODEL_ID
@@ -69,10 +71,13 @@ def quiet_trl():
 
 
 def trainer_arguments(config_class, **settings):
-    """A TRL config for a one-step CPU run that writes nothing that lasts and logs nothing."""
+    """A TRL config for a one-step CPU run that writes nothing that lasts and logs nothing: its output folder
+    is removed when the config is collected or the process exits."""
     folder = tempfile.mkdtemp(prefix="course-trl-")
-    return config_class(output_dir=folder, max_steps=1, use_cpu=True, report_to=[], save_strategy="no",
-                        logging_strategy="no", disable_tqdm=True, bf16=False, dataloader_num_workers=0, **settings)
+    config = config_class(output_dir=folder, max_steps=1, use_cpu=True, report_to=[], save_strategy="no",
+                          logging_strategy="no", disable_tqdm=True, bf16=False, dataloader_num_workers=0, **settings)
+    weakref.finalize(config, shutil.rmtree, folder, ignore_errors=True)
+    return config
 
 
 def silence_printer(trainer) -> None:
