@@ -59,8 +59,9 @@ run: setup
 	$(PY) -m tools.course run --run-mode cpu_smoke $(RUN_ARGS)
 
 # Two workers on a 2-core machine; tests sharing a module fixture stay on one worker (tests/conftest.py).
+# Every test's time (setup, call and teardown) goes to build/test-reports/*.xml (JUnit), for `make test`'s budget.
 test: setup browser-deps
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=15
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=15 --junitxml=build/test-reports/pinned.xml
 	$(MAKE) --no-print-directory test-effects-generic
 
 # Every effect test again under the second numerics profile, from lab models built under it (cached in build/).
@@ -69,7 +70,8 @@ test-effects-generic: setup
 	$(GENERIC_NUMERICS) $(PY) -m tools.models lab-build --name lab-teacher & teacher=$$!; \
 	$(GENERIC_NUMERICS) $(PY) -m tools.models lab-build --name lab; student=$$?; \
 	wait $$teacher && exit $$student
-	$(GENERIC_NUMERICS) $(PY) -m pytest -m effect -n $(TEST_WORKERS) --dist loadgroup -p no:cacheprovider --durations=10
+	$(GENERIC_NUMERICS) $(PY) -m pytest -m effect -n $(TEST_WORKERS) --dist loadgroup -p no:cacheprovider --durations=10 \
+	  --junitxml=build/test-reports/generic.xml
 
 # The inner loop: no notebook runs, nbgrader, class grading, browser or fresh venv (marks in pyproject.toml).
 test-fast: setup
