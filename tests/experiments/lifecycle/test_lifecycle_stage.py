@@ -112,3 +112,29 @@ def test_a_changed_candidate_manifest_is_refused_before_any_work(tmp_path):
     with pytest.raises(UpstreamRecordError, match="project 85"):
         run_stage(tmp_path)
     assert not (tmp_path / "86-lifecycle-recovery").exists()
+
+
+def test_step5_runs_the_learners_functions_and_a_recovery_that_forgets_the_journal_blocks(tmp_path):
+    """A learner whose `recovery_plan` reports a clean store whatever it finds, and whose `handoff_state` always
+    says ready: the kill points expose the recovery, and the stage blocks the handoff over the learner's word."""
+    from tools.experiments.contract import Mechanism
+    from tools.experiments.lifecycle import gates
+
+    def recovery_that_sees_nothing(journal, files):
+        return gates.recovery_plan([], {})
+
+    def always_ready(freshness, verification, recovery):
+        return {"state": "ready", "reasons": [], "adopt": None}
+
+    build(tmp_path)
+    functions = {"recovery_plan": recovery_that_sees_nothing, "handoff_state": always_ready}
+    plan = Plan(experiment="lifecycle_recovery", chapter="86", run_mode="cpu_smoke", label=LABEL, results_dir=tmp_path,
+                mechanism=Mechanism(functions, {name: "learner" for name in functions}))
+    run(plan, RecordSink.for_plan(plan))
+    folder = tmp_path / "86-lifecycle-recovery"
+    evidence, manifest = (json.loads((folder / f"86-lifecycle-recovery_{name}_{LABEL}.json").read_text())
+                          for name in ("evidence", "manifest"))
+    assert manifest["decision"] == {"decision": "blocked", "reasons": ["injected_failure_not_recovered"]}
+    assert manifest["mechanism"]["recovery_plan"]["source"] == "learner"
+    protocol = [row for row in evidence["kill_points"] if row["writer"] == "protocol" and row["kill_at"] != "none"]
+    assert protocol and any(row["staging_after"] or row["unverified_after"] for row in protocol)
