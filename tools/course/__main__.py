@@ -2,6 +2,7 @@
 
 Exit codes: 0 success, 1 a check/verification/chapter failed, 2 invalid input;
 `preflight` exits 0 ready, 4 when only the model cache is missing, 3 blocked.
+A run that seems stuck can be asked where it is: `kill -USR1 <pid>` writes every thread's stack to stderr.
 """
 
 from __future__ import annotations
@@ -383,4 +384,8 @@ def report_error(error: CourseError) -> None:
 
 
 if __name__ == "__main__":
+    import faulthandler
+    import signal
+
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     sys.exit(main())

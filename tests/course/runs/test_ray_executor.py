@@ -152,9 +152,10 @@ def test_an_interrupted_driver_keeps_the_record_writes_the_summary_and_a_rerun_r
     log = tmp_path / "driver.log"
     # The driver's output goes to a file, not a pipe: a process the cluster left behind could hold a pipe open
     # long after the driver exited. Its own session, so that a hang leaves nothing of the cluster behind.
+    # No stdin: a pytest-xdist worker's stdin is its channel to the controller, never a child's to read.
     with open(log, "w", encoding="utf-8") as sink:
-        driver = subprocess.Popen(command, cwd=REPO_ROOT, env=environment, stdout=sink, stderr=subprocess.STDOUT,
-                                  text=True, start_new_session=True)
+        driver = subprocess.Popen(command, cwd=REPO_ROOT, env=environment, stdin=subprocess.DEVNULL, stdout=sink,
+                                  stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         deadline = time.monotonic() + 600  # a hang guard only
         while not record.is_file() and driver.poll() is None and time.monotonic() < deadline:
@@ -163,9 +164,13 @@ def test_an_interrupted_driver_keeps_the_record_writes_the_summary_and_a_rerun_r
         written = record.read_bytes()
         driver.send_signal(signal.SIGINT)
         try:
-            driver.wait(timeout=300)  # a hang guard only
+            # a hang guard only: the driver bounds its cancellations (30 s) and Ray's shutdown (60 s)
+            driver.wait(timeout=150)
         except subprocess.TimeoutExpired:
-            pytest.fail("the interrupted driver did not exit:\n" + log.read_text(encoding="utf-8")[-3000:])
+            driver.send_signal(signal.SIGUSR1)  # the driver writes every thread's stack to its log
+            time.sleep(3)
+            pytest.fail("the interrupted driver did not exit; its log and stacks:\n"
+                        + log.read_text(encoding="utf-8")[-12000:])
     finally:
         if driver.poll() is None:
             os.killpg(driver.pid, signal.SIGKILL)
