@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from chapter_factory import REPO_ROOT
-from tools.core.catalog import find_chapter, load_catalog
+from tools.core.catalog import find_chapter
 from tools.course.__main__ import main
 from tools.course.grader.build import build_sources, clause_coverage, coverage_problems
 from tools.course.grader.verify import verify_chapter
@@ -21,8 +21,22 @@ from tools.errors import ConfigError
 
 pytestmark = pytest.mark.integration
 
-CHAPTER = [chapter.id for chapter in load_catalog(REPO_ROOT) if not chapter.implemented][-1]
-"""A planned chapter of the catalog (the last one: the chapters in progress are taken from the front)."""
+CHAPTER = "PT-SCAFFOLD-PROBE"
+"""A planned mechanism chapter added to the copied catalog (every chapter of the real catalog is implemented)."""
+PLANNED_ROW = f"""
+[[chapter]]
+id = "{CHAPTER}"
+slug = "pt-scaffold-probe"
+kind = "mechanism"
+title_zh = "脚手架探针"
+title_en = "Scaffold probe"
+branch = "共同入口"
+prerequisites = []
+profiles = ["PT-CPU"]
+fixed_inputs = "none"
+compared_variable = "none"
+status = "planned"
+"""
 
 
 @pytest.fixture
@@ -30,6 +44,8 @@ def course(tmp_path, monkeypatch):
     root = tmp_path / "course"
     for folder in ("notebooks", "grading", "benchmarks", "environment"):
         shutil.copytree(REPO_ROOT / folder, root / folder, ignore=shutil.ignore_patterns("source", "release"))
+    catalog = root / "notebooks" / "catalog.toml"
+    catalog.write_text(catalog.read_text(encoding="utf-8") + PLANNED_ROW, encoding="utf-8")
     (root / "tools").mkdir()
     (root / "tools" / "project_runtime.py").write_text("# marker\n", encoding="utf-8")
     monkeypatch.setenv("COURSE_PROJECT_ROOT", str(root))
