@@ -148,7 +148,12 @@ def test_an_interrupted_driver_keeps_the_record_writes_the_summary_and_a_rerun_r
     record = results / "toy" / "toy_result_toy_interrupted.json"
     command = [sys.executable, "-m", "tools.course", "run", "--run-mode", "cpu_smoke", "--label", "toy_interrupted",
                "--results-dir", str(results), "--executor", "ray", "--ray-cpus", "2", "--no-progress"]
-    environment = {**os.environ, "COURSE_PROJECT_ROOT": str(root)}
+    # The driver starts as from a user's shell: without what an earlier in-process ray.init left in this worker's
+    # environment (RAY_AUTH_MODE, RAY_CLIENT_MODE, PYTHONBREAKPOINT pointing into Ray). Both hangs seen had an
+    # empty log, which only such an environment gives (Ray's token-auth line is missing).
+    environment = {key: value for key, value in os.environ.items()
+                   if not key.startswith("RAY_") and not (key == "PYTHONBREAKPOINT" and value.startswith("ray."))}
+    environment["COURSE_PROJECT_ROOT"] = str(root)
     log = tmp_path / "driver.log"
     # The driver's output goes to a file, not a pipe: a process the cluster left behind could hold a pipe open
     # long after the driver exited. Its own session, so that a hang leaves nothing of the cluster behind.
