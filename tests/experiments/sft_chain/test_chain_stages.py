@@ -20,9 +20,9 @@ from tools.experiments.preference import offline_gates
 from tools.experiments.sft_chain import delivery, delivery_gates, qlora, selection, selection_gates
 from tools.experiments.sft_chain.training import file_hashes, state_sha256
 
-pytestmark = pytest.mark.slow  # four stages train the lab model (cpu_smoke): about three CPU minutes
-LABEL = "chain_stages"
-STAGES = (("sft_data_admission", "64"), ("lora_selection", "63"), ("qlora_branch", "65"), ("sft_delivery", "62"))
+# four stages train the lab model (cpu_smoke): about three CPU minutes; the first three are shared (conftest.py)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("sft_chain")]
+LABEL = "chain_stages"  # chain_upstream's label (conftest.py)
 GAIN_MARGIN = 0.2
 """The smallest answer gain the pages claim is 'above 0'; the effect tests ask for more than the spread measured
 across seeds and both numerics profiles (the gains measured were +0.42 to +0.55, seed sd about 0.06)."""
@@ -32,12 +32,12 @@ tolerance (0.05)."""
 
 
 @pytest.fixture(scope="module")
-def chain(tmp_path_factory):
-    results = tmp_path_factory.mktemp("results")
-    refs = {}
-    for experiment, chapter in STAGES:
-        refs[chapter] = {ref.stage: ref for ref in run(Plan(experiment=experiment, chapter=chapter,
-                                                            run_mode="cpu_smoke", label=LABEL, results_dir=results))}
+def chain(chain_upstream):
+    """64, 63 and 65 (shared with test_step5_learner, conftest.py), then 62 on the same label."""
+    results, upstream = chain_upstream
+    refs = dict(upstream)
+    refs["62"] = {ref.stage: ref for ref in run(Plan(experiment="sft_delivery", chapter="62", run_mode="cpu_smoke",
+                                                     label=LABEL, results_dir=results))}
     return results, refs
 
 

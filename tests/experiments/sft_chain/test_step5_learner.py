@@ -13,20 +13,16 @@ from planted import learner_mechanism, mutant
 
 from tools.experiments.contract import Plan, run
 
-pytestmark = pytest.mark.slow  # 63 and 65 train their matrices once more with the planted gate (about 100 CPU s)
-LABEL = "step5_chain"
-STAGES = (("sft_data_admission", "64"), ("lora_selection", "63"), ("qlora_branch", "65"))
+# 63 and 65 train their matrices once more with the planted gate (about 100 CPU s); the references' runs of 64, 63
+# and 65 are test_chain_stages' (conftest.py), in the same xdist group
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("sft_chain")]
+LABEL = "chain_stages"  # chain_upstream's label (conftest.py)
 
 
 @pytest.fixture(scope="module")
-def upstream(tmp_path_factory):
-    """64, 63 and 65 with their references (the package's gates), once."""
-    results = tmp_path_factory.mktemp("results")
-    refs = {}
-    for experiment, chapter in STAGES:
-        refs[chapter] = {ref.stage: ref for ref in run(Plan(experiment=experiment, chapter=chapter,
-                                                            run_mode="cpu_smoke", label=LABEL, results_dir=results))}
-    return results, refs
+def upstream(chain_upstream):
+    """64, 63 and 65 with their references (the package's gates), once for the folder."""
+    return chain_upstream
 
 
 def planted_plan(experiment: str, chapter: str, results, label: str, name: str, namespace: dict | None = None) -> Plan:
