@@ -1,7 +1,7 @@
 # The course's entry points. Each target sets up .venv itself (idempotently) from the repo's own files.
 #   make run    execute every chapter headless (papermill, cpu_smoke) and print a per-chapter summary
 #   make test   run the whole test suite, then the effect tests again under a second CPU numerics profile
-#   make test-fast  the inner loop: every test not marked slow or integration (one process, under 3 minutes)
+#   make test-fast  the inner loop: every test not marked slow or integration (one process, about 5 minutes)
 #   make lint   ruff (rules in pyproject.toml); CI runs it before `make test`
 #   make lab    open JupyterLab on the course
 #   make verify-full  the whole grader-strength matrix through nbgrader (before a release)
